@@ -1,0 +1,133 @@
+"""Registries for plug-ins: one per extension point, refusing duplicate keys.
+
+Each entry pairs a factory with a pydantic model of its parameters, so that a config can
+name an implementation by key and have its parameters validated at load time, with the
+field path in the error message.
+
+Example:
+    >>> from pydantic import BaseModel
+    >>> REG: Registry[object] = Registry("example")
+    >>> class P(BaseModel):
+    ...     x: int = 1
+    >>> @REG.register("thing", params=P)
+    ... def make(params: P) -> object:
+    ...     return params.x
+    >>> REG.build("thing", {"x": 3})
+    3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from geofl.errors import ConfigError, RegistryError
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["NoParams", "Registry", "RegistryEntry", "format_validation_error"]
+
+
+class NoParams(BaseModel):
+    """Parameter model of a plug-in that takes no parameters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class RegistryEntry(Generic[T]):
+    """One registered implementation.
+
+    Attributes:
+        key: Registry key used in configs.
+        factory: Callable taking the validated parameter model (and any extra keyword
+            arguments the extension point defines) and returning the implementation.
+        params: Pydantic model validating the entry's parameters.
+        doc: First line of the factory's docstring.
+    """
+
+    key: str
+    factory: Callable[..., T]
+    params: type[BaseModel]
+    doc: str
+
+
+def format_validation_error(err: ValidationError, prefix: str = "") -> ConfigError:
+    """Turn the first pydantic error into a one-line :class:`ConfigError` with its path."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    path = ".".join(p for p in (prefix, loc) if p)
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field; remove it or check its spelling"
+    elif first["type"] == "missing":
+        msg = "field required"
+    return ConfigError(path, msg)
+
+
+class Registry(Generic[T]):
+    """A name → implementation map for one extension point; duplicate keys are refused."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, RegistryEntry[T]] = {}
+
+    def register(
+        self, key: str, *, params: type[BaseModel] = NoParams
+    ) -> Callable[[F], F]:
+        """Decorator registering ``factory`` under ``key``.
+
+        Raises:
+            RegistryError: if ``key`` is already registered.
+        """
+
+        def deco(factory: F) -> F:
+            if key in self._entries:
+                raise RegistryError(f"{self.kind} {key!r} is already registered")
+            doc = (factory.__doc__ or "").strip().splitlines()
+            self._entries[key] = RegistryEntry(key, factory, params, doc[0] if doc else "")
+            return factory
+
+        return deco
+
+    def entry(self, key: str, *, path: str = "") -> RegistryEntry[T]:
+        """The entry for ``key``; an unknown key raises a ConfigError listing the choices."""
+        try:
+            return self._entries[key]
+        except KeyError:
+            choices = ", ".join(sorted(self._entries)) or "(none registered)"
+            raise ConfigError(
+                path or self.kind, f"unknown {self.kind} {key!r}; choose one of: {choices}"
+            ) from None
+
+    def validate(
+        self, key: str, params: Mapping[str, Any], *, path: str = ""
+    ) -> BaseModel:
+        """Validate ``params`` against the entry's parameter model."""
+        entry = self.entry(key, path=path)
+        try:
+            return entry.params.model_validate(dict(params))
+        except ValidationError as err:
+            raise format_validation_error(err, path) from None
+
+    def build(self, key: str, params: Mapping[str, Any] | None = None, **kwargs: Any) -> T:
+        """Validate ``params`` and call the factory with them (plus ``kwargs``)."""
+        model = self.validate(key, params or {})
+        return self.entry(key).factory(model, **kwargs)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def items(self) -> list[tuple[str, RegistryEntry[T]]]:
+        """Entries sorted by key."""
+        return sorted(self._entries.items())
