@@ -76,9 +76,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, RegistryEntry[T]] = {}
 
-    def register(
-        self, key: str, *, params: type[BaseModel] = NoParams
-    ) -> Callable[[F], F]:
+    def register(self, key: str, *, params: type[BaseModel] = NoParams) -> Callable[[F], F]:
         """Decorator registering ``factory`` under ``key``.
 
         Raises:
@@ -104,9 +102,7 @@ class Registry(Generic[T]):
                 path or self.kind, f"unknown {self.kind} {key!r}; choose one of: {choices}"
             ) from None
 
-    def validate(
-        self, key: str, params: Mapping[str, Any], *, path: str = ""
-    ) -> BaseModel:
+    def validate(self, key: str, params: Mapping[str, Any], *, path: str = "") -> BaseModel:
         """Validate ``params`` against the entry's parameter model."""
         entry = self.entry(key, path=path)
         try:

@@ -28,7 +28,19 @@ __all__ = [
 
 #: Sentinel-2 L1C band names in EuroSAT-MS order (13 bands).
 SENTINEL2_BANDS: tuple[str, ...] = (
-    "B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10", "B11", "B12",
+    "B01",
+    "B02",
+    "B03",
+    "B04",
+    "B05",
+    "B06",
+    "B07",
+    "B08",
+    "B8A",
+    "B09",
+    "B10",
+    "B11",
+    "B12",
 )
 #: The RGB view of a Sentinel-2 patch (red, green, blue).
 RGB_BANDS: tuple[str, ...] = ("B04", "B03", "B02")

@@ -53,6 +53,6 @@ def cached_arrays(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **arrays)  # type: ignore[arg-type]
     os.replace(tmp, path)
     return arrays

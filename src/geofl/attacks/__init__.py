@@ -1,0 +1,1 @@
+"""Malicious client behaviours and passive server-side analyses."""

@@ -1,0 +1,56 @@
+"""Malicious-client behaviours, applied to a client's update after local training.
+
+Later papers add backdoor, edge-case and adaptive attacks (004) here.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from geofl.registry import Registry
+from geofl.update import ClientDirectives, ClientUpdate
+
+__all__ = ["ATTACKS", "Attack", "ScalingParams"]
+
+
+class Attack(Protocol):
+    """Turns an honest update of an attacking client into a malicious one."""
+
+    clients: frozenset[int]
+
+    def __call__(
+        self, update: ClientUpdate, directives: ClientDirectives, generator: torch.Generator
+    ) -> ClientUpdate: ...
+
+
+#: Attack registry: ``scaling``, ...
+ATTACKS: Registry[Attack] = Registry("attack")
+
+
+class ScalingParams(BaseModel):
+    """Model-replacement style scaling attack (Bagdasaryan et al., 2020)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    clients: list[int] = Field(..., min_length=1, description="ids of attacking clients")
+    factor: float = Field(10.0, description="Δw ← factor · Δw (negative flips the sign)")
+
+
+class _Scaling:
+    def __init__(self, params: ScalingParams) -> None:
+        self.clients = frozenset(params.clients)
+        self.factor = params.factor
+
+    def __call__(
+        self, update: ClientUpdate, directives: ClientDirectives, generator: torch.Generator
+    ) -> ClientUpdate:
+        return ClientUpdate(update.delta * self.factor, update.meta)
+
+
+@ATTACKS.register("scaling", params=ScalingParams)
+def build_scaling(params: ScalingParams) -> Attack:
+    """Attacking clients multiply their update by a factor (sign flip when negative)."""
+    return _Scaling(params)

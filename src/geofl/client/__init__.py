@@ -1,0 +1,1 @@
+"""Client side: local training and the release pipeline applied before an update leaves."""

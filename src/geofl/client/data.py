@@ -1,0 +1,60 @@
+"""A client's local data as tensors, and the seeded mini-batch schedule over it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["ClientData", "batch_indices"]
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """Local training data of one client.
+
+    Attributes:
+        client_id: The client's id.
+        images: ``[n_k, C, H, W]`` float32 (already normalised).
+        labels: ``[n_k]`` int64.
+        label_histogram: ``[num_classes]`` int64 counts.
+    """
+
+    client_id: int
+    images: torch.Tensor
+    labels: torch.Tensor
+    label_histogram: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+def batch_indices(
+    n: int, batch_size: int, *, epochs: int, steps: int | None, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """Mini-batch index tensors: a fresh permutation per epoch, partial last batch kept.
+
+    Args:
+        n: Number of local samples.
+        batch_size: B.
+        epochs: Passes over the data (ignored when ``steps`` is given).
+        steps: If given, exactly this many batches, cycling through new permutations.
+        generator: Source of the permutations.
+
+    Yields:
+        ``[≤B]`` int64 index tensors.
+    """
+    done = 0
+    epoch = 0
+    while True:
+        if steps is None and epoch >= epochs:
+            return
+        perm = torch.randperm(n, generator=generator)
+        for start in range(0, n, batch_size):
+            if steps is not None and done >= steps:
+                return
+            yield perm[start : start + batch_size]
+            done += 1
+        epoch += 1

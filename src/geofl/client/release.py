@@ -1,0 +1,94 @@
+"""The release pipeline: steps applied to Δw on the client before it leaves.
+
+Each step maps ``(Δw [D], meta, directives, generator)`` to a new Δw and a small dict of
+what it did (logged in ``UpdateMeta.release``). Steps never modify their input in place.
+Later papers add noise (000 Eq. 5–8, 004 Eq. 10–13), compression and gating (003) here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from geofl.registry import Registry
+from geofl.update import ClientDirectives, ClientUpdate
+
+__all__ = ["RELEASE_STEPS", "L2ClipParams", "ReleaseStep", "apply_release", "l2_clip"]
+
+
+class ReleaseStep(Protocol):
+    """One stage of the client release pipeline."""
+
+    name: str
+
+    def __call__(
+        self, delta: torch.Tensor, directives: ClientDirectives, generator: torch.Generator
+    ) -> tuple[torch.Tensor, dict[str, Any]]: ...
+
+
+#: Release-step registry: ``l2_clip``, ...
+RELEASE_STEPS: Registry[ReleaseStep] = Registry("release step")
+
+
+def l2_clip(delta: torch.Tensor, bound: float) -> tuple[torch.Tensor, float]:
+    """Scale Δw to L2 norm at most ``bound``: Δw · min(1, C / ‖Δw‖₂) (000 Eq. 5).
+
+    Args:
+        delta: ``[D]`` update.
+        bound: C > 0.
+
+    Returns:
+        The clipped update (a new tensor) and the original norm ‖Δw‖₂.
+    """
+    norm = float(torch.linalg.vector_norm(delta))
+    scale = min(1.0, bound / norm) if norm > 0 else 1.0
+    return delta * scale, norm
+
+
+class L2ClipParams(BaseModel):
+    """Parameters of the ``l2_clip`` release step."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bound: float = Field(..., gt=0.0, description="L2 clipping bound C")
+
+
+class _L2Clip:
+    name = "l2_clip"
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+
+    def __call__(
+        self, delta: torch.Tensor, directives: ClientDirectives, generator: torch.Generator
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        bound = float(directives.extra.get("clip_bound", self.bound))
+        clipped, norm = l2_clip(delta, bound)
+        return clipped, {"norm": norm, "bound": bound, "clipped": norm > bound}
+
+
+@RELEASE_STEPS.register("l2_clip", params=L2ClipParams)
+def build_l2_clip(params: L2ClipParams) -> ReleaseStep:
+    """L2-clip the update to a bound C (a per-client directive ``clip_bound`` overrides)."""
+    return _L2Clip(params.bound)
+
+
+def apply_release(
+    update: ClientUpdate,
+    steps: Sequence[ReleaseStep],
+    directives: ClientDirectives,
+    generator: torch.Generator,
+) -> ClientUpdate:
+    """Run ``steps`` in order on ``update``; their reports go to ``meta.release``."""
+    if not steps:
+        return update
+    delta = update.delta
+    report: dict[str, Any] = {}
+    for step in steps:
+        delta, report[step.name] = step(delta, directives, generator)
+    meta = replace(update.meta, release={**update.meta.release, **report})
+    return ClientUpdate(delta, meta)

@@ -1,0 +1,180 @@
+"""Loading experiment configs: presets or YAML files, ``--set`` overrides, validation.
+
+Every error is a one-line :class:`~geofl.errors.ConfigError` naming the field path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from geofl.config.schema import Component, ExperimentConfig
+from geofl.errors import ConfigError
+from geofl.registry import Registry, format_validation_error
+
+__all__ = [
+    "apply_override",
+    "list_presets",
+    "load_config",
+    "load_raw",
+    "preset_path",
+    "validate_config",
+]
+
+
+def list_presets() -> dict[str, str]:
+    """Preset name → its description (first line)."""
+    out: dict[str, str] = {}
+    for entry in sorted(resources.files("geofl.config.presets").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            raw = yaml.safe_load(entry.read_text(encoding="utf-8")) or {}
+            out[entry.name[: -len(".yaml")]] = str(raw.get("description", "")).strip()
+    return out
+
+
+def preset_path(name: str) -> Path:
+    """Path of a shipped preset."""
+    return Path(str(resources.files("geofl.config.presets").joinpath(f"{name}.yaml")))
+
+
+def load_raw(source: str | Path) -> dict[str, Any]:
+    """Parse a preset name or a YAML file into a dict (no validation yet)."""
+    path = Path(source)
+    if not path.suffix and str(source) in list_presets():
+        path = preset_path(str(source))
+    if not path.exists():
+        presets = ", ".join(list_presets())
+        raise ConfigError("config", f"{source!s} is neither a preset ({presets}) nor a file")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ConfigError("config", f"{path} is not valid YAML: {err}".splitlines()[0]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError("config", f"{path} must hold a mapping at the top level")
+    return raw
+
+
+def apply_override(raw: dict[str, Any], assignment: str) -> None:
+    """Apply ``path.to.field=value`` in place; the value is parsed as YAML.
+
+    List items are addressed by index (``methods.1.partition.alpha=0.5``) or, for
+    ``methods``, by method name (``methods.fedavg-iid.partition.alpha=0.5``).
+    """
+    if "=" not in assignment:
+        raise ConfigError("--set", f"{assignment!r} must look like path.to.field=value")
+    path, _, text = assignment.partition("=")
+    keys = [k for k in path.strip().split(".") if k]
+    if not keys:
+        raise ConfigError("--set", f"{assignment!r} names no field")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    node: Any = raw
+    for depth, key in enumerate(keys):
+        last = depth == len(keys) - 1
+        where = ".".join(keys[: depth + 1])
+        if isinstance(node, list):
+            idx = _list_index(node, key, where)
+            if last:
+                node[idx] = value
+            else:
+                node = node[idx]
+        elif isinstance(node, dict):
+            if last:
+                node[key] = value
+            else:
+                node = node.setdefault(key, {})
+        else:
+            raise ConfigError(where, f"cannot set a field inside a {type(node).__name__}")
+
+
+def _list_index(node: list[Any], key: str, where: str) -> int:
+    if key.lstrip("-").isdigit():
+        idx = int(key)
+        if not -len(node) <= idx < len(node):
+            raise ConfigError(where, f"index {idx} out of range (list has {len(node)} items)")
+        return idx
+    for i, item in enumerate(node):
+        if isinstance(item, dict) and item.get("name") == key:
+            return i
+    raise ConfigError(where, f"no list item named {key!r}")
+
+
+def load_config(
+    source: str | Path, overrides: Iterable[str] = (), seeds: list[int] | None = None
+) -> ExperimentConfig:
+    """Load, override and fully validate an experiment config.
+
+    Args:
+        source: Preset name or YAML path.
+        overrides: ``path=value`` assignments, applied in order.
+        seeds: Replaces ``seeds`` when given.
+
+    Raises:
+        ConfigError: naming the first invalid field.
+    """
+    raw = load_raw(source)
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    if seeds is not None:
+        raw["seeds"] = seeds
+    try:
+        cfg = ExperimentConfig.model_validate(raw)
+    except ValidationError as err:
+        raise format_validation_error(err) from None
+    validate_config(cfg)
+    return cfg
+
+
+def validate_config(cfg: ExperimentConfig) -> None:
+    """Check registry keys and plug-in parameters, and cross-field constraints."""
+    from geofl import plugins
+
+    plugins.load_all()
+    _check(plugins.DATASETS, cfg.data.dataset, cfg.data.params, "data.params", "data.dataset")
+    _check(plugins.MODELS, cfg.model.name, cfg.model.params, "model.params", "model.name")
+    for i, m in enumerate(cfg.methods):
+        p = f"methods.{i}"
+        _component(plugins.PARTITIONERS, m.partition, f"{p}.partition")
+        _component(plugins.LOCAL_TRAINERS, m.trainer, f"{p}.trainer")
+        _component(plugins.WEIGHTINGS, m.weighting, f"{p}.weighting")
+        _component(plugins.AGGREGATORS, m.aggregator, f"{p}.aggregator")
+        _component(plugins.NETWORK_MODELS, m.network, f"{p}.network")
+        for j, s in enumerate(m.release):
+            _component(plugins.RELEASE_STEPS, s, f"{p}.release.{j}")
+        for j, d in enumerate(m.defenses):
+            _component(plugins.DEFENSES, d, f"{p}.defenses.{j}")
+        if m.attack is not None:
+            _component(plugins.ATTACKS, m.attack, f"{p}.attack")
+            bad = [c for c in m.attack.params.get("clients", []) if c >= cfg.federation.num_clients]
+            if bad:
+                raise ConfigError(
+                    f"{p}.attack.clients",
+                    f"client ids {bad} do not exist (federation.num_clients="
+                    f"{cfg.federation.num_clients})",
+                )
+    n = cfg.data.params.get("num_samples")
+    if isinstance(n, int):
+        n_train = int(n * (1 - cfg.data.split.val - cfg.data.split.test))
+        if cfg.federation.num_clients > n_train:
+            raise ConfigError(
+                "federation.num_clients",
+                f"{cfg.federation.num_clients} clients but only ~{n_train} training samples; "
+                "use fewer clients or raise data.params.num_samples",
+            )
+
+
+def _check(reg: Registry[Any], key: str, params: dict[str, Any], path: str, key_path: str) -> None:
+    reg.entry(key, path=key_path)
+    reg.validate(key, params, path=path)
+
+
+def _component(reg: Registry[Any], comp: Component, path: str) -> None:
+    reg.entry(comp.name, path=f"{path}.name")
+    reg.validate(comp.name, comp.params, path=path)

@@ -1,0 +1,157 @@
+"""Typed experiment configuration (pydantic), validated at load time.
+
+An experiment is a set of *methods* (each a choice of partitioner, trainer, release steps,
+weighting and aggregator) run over the same data, model and training budget for several
+seeds. Plug-ins are named by registry key with their parameters inline::
+
+    partition: {name: dirichlet, alpha: 0.1, min_samples: 10}
+
+Unknown keys, wrong types and impossible values fail at load time with the field path
+(``methods.2.partition.alpha: Input should be greater than 0``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from geofl.data.split import SplitParams
+
+__all__ = [
+    "Component",
+    "DataConfig",
+    "EvalConfig",
+    "ExperimentConfig",
+    "FederationConfig",
+    "MethodConfig",
+    "ModelConfig",
+    "PaperValue",
+    "TrainConfig",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Component(BaseModel):
+    """A plug-in named by registry key, with its parameters as extra fields."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(..., min_length=1, description="registry key")
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters (every field but ``name``)."""
+        return dict(self.model_extra or {})
+
+
+class DataConfig(_Strict):
+    """Which dataset, which bands, how it is split and normalised."""
+
+    dataset: str = Field("synthetic", description="dataset registry key")
+    params: dict[str, Any] = Field(default_factory=dict, description="dataset parameters")
+    bands: Literal["all", "rgb"] | list[str] = Field("all", description="'all', 'rgb' or names")
+    split: SplitParams = Field(default_factory=SplitParams)
+    normalize: Literal["standardize", "none"] = Field(
+        "standardize", description="per-band standardisation with train-split statistics"
+    )
+    cache_dir: Path | None = Field(None, description="decode cache; default $GEOFL_CACHE")
+
+
+class ModelConfig(_Strict):
+    """Model family and its parameters."""
+
+    name: str = Field("small_cnn", description="model registry key")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrainConfig(_Strict):
+    """Local optimisation (000 §4.1.3: SGD lr 0.01, momentum 0.9, wd 1e-4, batch 64)."""
+
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(0.01, gt=0.0)
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(1e-4, ge=0.0)
+    batch_size: int = Field(64, ge=1)
+    local_epochs: int = Field(1, ge=1, description="passes over local data per round")
+    local_steps: int | None = Field(
+        None,
+        ge=1,
+        description="if set, exactly this many mini-batches per round (overrides epochs)",
+    )
+
+
+class FederationConfig(_Strict):
+    """Clients, participation and rounds (000 §4.1.3: K=10, q=1.0)."""
+
+    num_clients: int = Field(10, ge=1)
+    participation: float = Field(1.0, gt=0.0, le=1.0, description="fraction q sampled per round")
+    rounds: int = Field(20, ge=1)
+    server_lr: float = Field(1.0, gt=0.0, description="w ← w + η_s · aggregate(Δw)")
+
+
+class EvalConfig(_Strict):
+    """When and how to evaluate."""
+
+    every: int = Field(1, ge=1, description="evaluate val and test every N rounds (and last)")
+    batch_size: int = Field(1024, ge=1)
+    rolling_window: int = Field(10, ge=1, description="rolling std window (000 Fig. 6)")
+
+
+class MethodConfig(_Strict):
+    """One compared method: partition, local trainer, release steps, weighting, aggregator."""
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
+    label: str | None = Field(None, description="display name in reports")
+    partition: Component = Field(default_factory=lambda: Component(name="iid"))
+    trainer: Component = Field(default_factory=lambda: Component(name="local_sgd"))
+    release: list[Component] = Field(default_factory=list, description="client release steps")
+    defenses: list[Component] = Field(default_factory=list, description="server-side filters")
+    weighting: Component = Field(default_factory=lambda: Component(name="data_size"))
+    aggregator: Component = Field(default_factory=lambda: Component(name="mean"))
+    attack: Component | None = Field(None, description="malicious-client behaviour")
+    network: Component = Field(default_factory=lambda: Component(name="ideal"))
+
+
+class PaperValue(_Strict):
+    """A published number to print next to ours in the report."""
+
+    final_test_accuracy: str
+    source: str
+
+
+class ExperimentConfig(_Strict):
+    """A whole experiment: data, model, training budget, methods and seeds."""
+
+    name: str = Field(..., min_length=1)
+    description: str = ""
+    seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    federation: FederationConfig = Field(default_factory=FederationConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    methods: list[MethodConfig] = Field(..., min_length=1)
+    paper: dict[str, PaperValue] = Field(default_factory=dict)
+
+    @field_validator("seeds")
+    @classmethod
+    def _unique_seeds(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"seeds must be distinct, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_methods(self) -> ExperimentConfig:
+        names = [m.name for m in self.methods]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"method names must be unique; repeated: {dup}")
+        unknown = sorted(set(self.paper) - set(names))
+        if unknown:
+            raise ValueError(f"paper values name unknown methods {unknown}")
+        return self

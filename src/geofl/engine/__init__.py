@@ -1,0 +1,1 @@
+"""The round loop, its events, checkpoints and the experiment driver."""

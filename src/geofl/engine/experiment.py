@@ -1,0 +1,169 @@
+"""The experiment driver: data once, then every (seed, method) run, then the summary.
+
+Everything that can fail on bad input (config, dataset, split, partitions) is checked
+before the run directory is created, so a failed start leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from geofl import __version__, plugins
+from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.data.base import GeoDataset
+from geofl.data.cache import default_cache_dir
+from geofl.data.partition import PARTITIONERS, Partition, make_partition
+from geofl.data.split import stratified_split
+from geofl.engine.events import Subscriber
+from geofl.engine.loop import FederatedRun, PreparedData
+from geofl.engine.rundir import seed_dir, write_json_atomic
+from geofl.errors import RunDirError
+from geofl.rng import numpy_generator
+
+__all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment"]
+
+log = logging.getLogger("geofl")
+
+
+def load_dataset(cfg: ExperimentConfig) -> GeoDataset:
+    """Build (or load from cache) the configured dataset and select its bands."""
+    plugins.load_all()
+    cache = cfg.data.cache_dir or default_cache_dir()
+    ds = plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=Path(cache))
+    return ds.select_bands(cfg.data.bands)
+
+
+def prepare_split(ds: GeoDataset, cfg: ExperimentConfig, seed: int) -> PreparedData:
+    """Global train/val/test split for ``seed``, standardised per band with train stats."""
+    split = stratified_split(ds.labels.numpy(), cfg.data.split, seed)
+    train, val, test = ds.subset(split.train), ds.subset(split.val), ds.subset(split.test)
+    if cfg.data.normalize == "standardize":
+        mean = train.images.mean(dim=(0, 2, 3), keepdim=True)
+        std = train.images.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+        for part in (train, val, test):
+            part.images.sub_(mean).div_(std)
+    return PreparedData(train, val, test)
+
+
+def build_partition(
+    cfg: ExperimentConfig,
+    method: MethodConfig,
+    ds: GeoDataset,
+    train_index: np.ndarray,
+    seed: int,
+) -> Partition:
+    """The method's client partition of the train split (``train_index`` into ``ds``)."""
+    fn = PARTITIONERS.build(method.partition.name, method.partition.params)
+    return make_partition(
+        fn,
+        ds.labels.numpy()[train_index],
+        {k: np.asarray(v)[train_index] for k, v in ds.metadata.items()},
+        cfg.federation.num_clients,
+        ds.num_classes,
+        numpy_generator(seed, "partition"),
+    )
+
+
+def _partition_json(p: Partition, ds: GeoDataset, method: MethodConfig) -> dict[str, Any]:
+    return {
+        "classes": list(ds.classes),
+        "histograms": p.histograms,
+        "sizes": p.sizes,
+        "partitioner": method.partition.name,
+        "params": method.partition.params,
+    }
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    out_dir: Path,
+    *,
+    resume: bool = False,
+    subscribers: Sequence[Subscriber] = (),
+) -> Path:
+    """Run every method for every seed into ``out_dir``; returns the run directory.
+
+    Raises:
+        RunDirError: if ``out_dir`` holds another run and ``resume`` is False, or its
+            config differs from ``cfg`` when resuming.
+    """
+    out_dir = Path(out_dir)
+    resolved = cfg.model_dump(mode="json")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not resume:
+            raise RunDirError(
+                f"{out_dir} already holds a run; pass --resume to continue it or choose "
+                "another --out"
+            )
+        stored = out_dir / "config.yaml"
+        if not stored.exists() or yaml.safe_load(stored.read_text()) != resolved:
+            raise RunDirError(
+                f"{stored} differs from the requested config; resume with the same config "
+                "(geofl run {out_dir}/config.yaml --out {out_dir} --resume)"
+            )
+    ds = load_dataset(cfg)
+    # Validate every split and partition before anything is written.
+    partitions: dict[int, dict[str, Partition]] = {}
+    for seed in cfg.seeds:
+        train_index = stratified_split(ds.labels.numpy(), cfg.data.split, seed).train
+        partitions[seed] = {
+            m.name: build_partition(cfg, m, ds, train_index, seed) for m in cfg.methods
+        }
+    created = not out_dir.exists()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _write_header(cfg, out_dir, resolved)
+        for seed in cfg.seeds:
+            data = prepare_split(ds, cfg, seed)
+            for method in cfg.methods:
+                sdir = seed_dir(out_dir, method.name, seed)
+                if resume and (sdir / "final.json").exists():
+                    log.info("%s seed=%d already finished; skipping", method.name, seed)
+                    continue
+                part = partitions[seed][method.name]
+                write_json_atomic(sdir / "partition.json", _partition_json(part, ds, method))
+                FederatedRun(cfg, method, seed, data, part, sdir, subscribers).run(resume=resume)
+            del data
+    except BaseException:
+        if created and not any((out_dir / "methods").glob("*/*/checkpoint.pt")):
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    from geofl.report import write_summary
+
+    write_summary(out_dir)
+    return out_dir
+
+
+def _write_header(cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any]) -> None:
+    (out_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    run_json = out_dir / "run.json"
+    created = (
+        json.loads(run_json.read_text())["created"]
+        if run_json.exists()
+        else datetime.now(UTC).isoformat(timespec="seconds")
+    )
+    write_json_atomic(
+        run_json,
+        {
+            "name": cfg.name,
+            "description": cfg.description,
+            "methods": [m.name for m in cfg.methods],
+            "labels": {m.name: m.label or m.name for m in cfg.methods},
+            "seeds": cfg.seeds,
+            "geofl_version": __version__,
+            "created": created,
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "paper": {k: v.model_dump() for k, v in cfg.paper.items()},
+        },
+    )

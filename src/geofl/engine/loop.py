@@ -1,0 +1,291 @@
+"""The synchronous round loop of 000 §3.1.1 for one (method, seed).
+
+broadcast → local training → Δw (one flat tensor per client) → release steps → transport
+→ validation → tier (defenses, weighting, aggregator) → global update → evaluation.
+
+Every random draw comes from a generator derived from (seed, round, client, purpose), so a
+run resumed from its round checkpoint continues exactly as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from geofl.attacks.client import ATTACKS, Attack
+from geofl.client.data import ClientData
+from geofl.client.release import RELEASE_STEPS, ReleaseStep, apply_release
+from geofl.client.trainer import LOCAL_TRAINERS
+from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.data.base import GeoDataset
+from geofl.data.partition import Partition
+from geofl.engine.evaluate import evaluate
+from geofl.engine.events import RunInfo, Subscriber
+from geofl.engine.rundir import append_jsonl, read_jsonl, write_json_atomic
+from geofl.hierarchy.tiers import TIERS
+from geofl.models.base import MODELS, FlatModel
+from geofl.network.links import NETWORK_MODELS
+from geofl.rng import numpy_generator, torch_generator
+from geofl.server.aggregators import AGGREGATORS
+from geofl.server.defenses import DEFENSES
+from geofl.server.validate import validate_update
+from geofl.server.weighting import WEIGHTINGS
+from geofl.tasks.metrics import Metrics
+from geofl.update import ClientDirectives, ClientUpdate
+
+__all__ = ["FederatedRun", "PreparedData", "sample_participants"]
+
+log = logging.getLogger("geofl")
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """The global split of one seed, normalised with train statistics."""
+
+    train: GeoDataset
+    val: GeoDataset
+    test: GeoDataset
+
+
+def sample_participants(num_clients: int, q: float, seed: int, round_idx: int) -> list[int]:
+    """max(1, round(q·K)) distinct clients, sorted; generator (seed, round, "participation")."""
+    m = max(1, round(q * num_clients))
+    if m >= num_clients:
+        return list(range(num_clients))
+    rng = numpy_generator(seed, "round", round_idx, "participation")
+    return sorted(int(c) for c in rng.choice(num_clients, size=m, replace=False))
+
+
+class FederatedRun:
+    """One method under one seed: owns the model workspace, clients and server tier.
+
+    Args:
+        cfg: The experiment.
+        method: The method being run.
+        seed: Experiment seed.
+        data: Normalised global split.
+        partition: Client index sets over ``data.train``.
+        out_dir: The run's seed directory.
+        subscribers: Event observers.
+    """
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        method: MethodConfig,
+        seed: int,
+        data: PreparedData,
+        partition: Partition,
+        out_dir: Path,
+        subscribers: Sequence[Subscriber] = (),
+    ) -> None:
+        self.cfg, self.method, self.seed, self.data = cfg, method, seed, data
+        self.out_dir = Path(out_dir)
+        self.subscribers = tuple(subscribers)
+        self.partition = partition
+        self.num_classes = data.train.num_classes
+        model = MODELS.build(
+            cfg.model.name,
+            cfg.model.params,
+            in_channels=len(data.train.bands),
+            num_classes=self.num_classes,
+            generator=torch_generator(seed, "model_init"),
+        )
+        self.workspace = FlatModel(model)
+        self.dim = self.workspace.spec.numel
+        self.init_params = self.workspace.snapshot()
+        self.trainer = LOCAL_TRAINERS.build(
+            method.trainer.name, method.trainer.params, workspace=self.workspace, train=cfg.train
+        )
+        self.release: list[ReleaseStep] = [
+            RELEASE_STEPS.build(s.name, s.params) for s in method.release
+        ]
+        self.attack: Attack | None = (
+            ATTACKS.build(method.attack.name, method.attack.params) if method.attack else None
+        )
+        self.network = NETWORK_MODELS.build(method.network.name, method.network.params)
+        self.tier = TIERS.build(
+            "flat",
+            {},
+            weighting=WEIGHTINGS.build(method.weighting.name, method.weighting.params),
+            aggregator=AGGREGATORS.build(method.aggregator.name, method.aggregator.params),
+            defenses=[DEFENSES.build(d.name, d.params) for d in method.defenses],
+        )
+        train = data.train
+        self.clients = [
+            ClientData(k, train.images[idx], train.labels[idx], partition.histograms[k])
+            for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices)
+        ]
+
+    # ------------------------------------------------------------------ client side
+    def client_step(self, global_params: torch.Tensor, client: int, round_idx: int) -> ClientUpdate:
+        """Local training, attack (if this client attacks) and release for one client."""
+        directives = ClientDirectives(round_idx, client)
+        keys = (self.seed, "round", round_idx, "client", client)
+        update = self.trainer(
+            global_params, self.clients[client], directives, torch_generator(*keys, "train")
+        )
+        if self.attack is not None and client in self.attack.clients:
+            update = self.attack(update, directives, torch_generator(*keys, "attack"))
+        return apply_release(update, self.release, directives, torch_generator(*keys, "release"))
+
+    # ------------------------------------------------------------------ one round
+    def round(
+        self, global_params: torch.Tensor, round_idx: int
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Run round ``round_idx`` from ``global_params``; returns new params and a record."""
+        t0 = time.perf_counter()
+        participants = sample_participants(
+            len(self.clients), self.cfg.federation.participation, self.seed, round_idx
+        )
+        accepted: list[ClientUpdate] = []
+        rejected: list[dict[str, Any]] = []
+        train_time = 0.0
+        for k in participants:
+            t_train = time.perf_counter()
+            update = self.client_step(global_params, k, round_idx)
+            train_time += time.perf_counter() - t_train
+            delivery = self.network(
+                update.meta, numpy_generator(self.seed, "round", round_idx, "client", k, "network")
+            )
+            reason = (
+                "lost in transit" if not delivery.delivered else validate_update(update, self.dim)
+            )
+            if reason is not None:
+                log.warning("round %d: rejected update of client %d: %s", round_idx, k, reason)
+                rejected.append({"client": k, "reason": reason})
+                continue
+            accepted.append(update)
+        t_agg = time.perf_counter()
+        weights: list[float] = []
+        new_params = global_params
+        if accepted:
+            stacked = torch.stack([u.delta.to(torch.float32) for u in accepted])
+            result = self.tier(stacked, [u.meta for u in accepted], round_idx)
+            new_params = global_params + self.cfg.federation.server_lr * result.delta
+            weights = result.weights.tolist()
+        else:
+            log.warning("round %d: no valid update arrived; global model unchanged", round_idx)
+        agg_time = time.perf_counter() - t_agg
+        losses = [u.meta.train_loss for u in accepted]
+        record: dict[str, Any] = {
+            "round": round_idx,
+            "participants": [u.meta.client_id for u in accepted],
+            "rejected": rejected,
+            "weights": weights,
+            "train_loss": float(np.mean(losses)) if losses else None,
+            "bytes_up": int(sum(u.meta.bytes_sent for u in accepted)),
+            "release": [u.meta.release for u in accepted] if self.release else [],
+            "time_s": {"train": train_time, "aggregate": agg_time, "total": 0.0},
+        }
+        record["time_s"]["total"] = time.perf_counter() - t0
+        return new_params, record
+
+    def evaluate(self, params: torch.Tensor) -> dict[str, Metrics]:
+        """Val and test metrics of ``params``."""
+        self.workspace.load(params)
+        bs = self.cfg.eval.batch_size
+        model = self.workspace.module
+        d = self.data
+        return {
+            "val": evaluate(model, d.val.images, d.val.labels, self.num_classes, bs),
+            "test": evaluate(model, d.test.images, d.test.labels, self.num_classes, bs),
+        }
+
+    # ------------------------------------------------------------------ whole run
+    def run(self, *, resume: bool = False) -> dict[str, Any]:
+        """Train for ``federation.rounds`` rounds; resume from ``checkpoint.pt`` if asked.
+
+        Returns:
+            The final record also written to ``final.json``.
+        """
+        out = self.out_dir
+        out.mkdir(parents=True, exist_ok=True)
+        final_path, ckpt_path = out / "final.json", out / "checkpoint.pt"
+        rounds_path = out / "rounds.jsonl"
+        rounds = self.cfg.federation.rounds
+        params, start, best = self.init_params, 1, None
+        wall_before = 0.0
+        if resume and ckpt_path.exists():
+            ckpt = torch.load(ckpt_path, weights_only=False)
+            params, start, best = ckpt["params"], ckpt["round"] + 1, ckpt["best"]
+            wall_before = float(ckpt.get("wall_s", 0.0))
+            kept = [r for r in read_jsonl(rounds_path) if r["round"] < start]
+            _rewrite_jsonl(rounds_path, kept)
+        else:
+            _rewrite_jsonl(rounds_path, [])
+        info = RunInfo(self.method.name, self.seed, rounds, start, len(self.clients), out)
+        for sub in self.subscribers:
+            sub.on_run_start(info)
+        t_run = time.perf_counter()
+        every = self.cfg.eval.every
+        for r in range(start, rounds + 1):
+            params, record = self.round(params, r)
+            if r % every == 0 or r == rounds:
+                t_eval = time.perf_counter()
+                record.update(self.evaluate(params))
+                record["time_s"]["eval"] = time.perf_counter() - t_eval
+                val_acc = (
+                    record["val"]["accuracy"] if record["val"]["n"] else record["test"]["accuracy"]
+                )
+                if best is None or val_acc > best["val_accuracy"]:
+                    best = {
+                        "round": r,
+                        "val_accuracy": val_acc,
+                        "val": record["val"],
+                        "test": record["test"],
+                    }
+                    _torch_save_atomic(out / "best.pt", {"round": r, "params": params})
+            else:
+                record["time_s"]["eval"] = 0.0
+            append_jsonl(rounds_path, record)
+            _torch_save_atomic(
+                ckpt_path,
+                {
+                    "round": r,
+                    "params": params,
+                    "best": best,
+                    "wall_s": wall_before + time.perf_counter() - t_run,
+                },
+            )
+            for sub in self.subscribers:
+                sub.on_round_end(info, record)
+        last = read_jsonl(rounds_path)[-1]
+        final = {
+            "final": {"val": last["val"], "test": last["test"]},
+            "best_val": best,
+            "rounds": rounds,
+            "num_clients": len(self.clients),
+            "num_params": self.dim,
+            "wall_s": wall_before + time.perf_counter() - t_run,
+        }
+        write_json_atomic(final_path, final)
+        for sub in self.subscribers:
+            sub.on_run_end(info, final)
+        return final
+
+
+def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(_dumps(r) + "\n" for r in records), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(record, allow_nan=False)
+
+
+def _torch_save_atomic(path: Path, obj: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)

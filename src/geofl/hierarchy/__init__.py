@@ -1,0 +1,1 @@
+"""Hierarchical FL: the aggregator protocol applied per tier (003 Alg. 3)."""

@@ -1,0 +1,1 @@
+"""Transport: network models deciding delivery, delay and bytes of each upload."""

@@ -1,0 +1,66 @@
+"""Network models: does an upload arrive, after what delay, at what byte cost.
+
+Later work adds 3G/4G/5G link states, outages and satellite contact windows (003 §2.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from geofl.registry import NoParams, Registry
+from geofl.update import UpdateMeta
+
+__all__ = ["NETWORK_MODELS", "Delivery", "NetworkModel"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Outcome of one upload."""
+
+    delivered: bool
+    delay_s: float
+    bytes: int
+
+
+class NetworkModel(Protocol):
+    """Decide the fate of an upload from its metadata and a seeded generator."""
+
+    def __call__(self, meta: UpdateMeta, rng: np.random.Generator) -> Delivery: ...
+
+
+#: Network-model registry: ``ideal``, ``lossy``.
+NETWORK_MODELS: Registry[NetworkModel] = Registry("network model")
+
+
+@NETWORK_MODELS.register("ideal")
+def build_ideal(_: NoParams) -> NetworkModel:
+    """Every upload arrives at once; bytes are the payload size."""
+
+    def model(meta: UpdateMeta, rng: np.random.Generator) -> Delivery:
+        return Delivery(True, 0.0, meta.bytes_sent)
+
+    return model
+
+
+class LossyParams(BaseModel):
+    """Independent upload loss with a fixed probability."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    drop_prob: float = Field(..., ge=0.0, lt=1.0, description="probability an upload is lost")
+    bandwidth_mbps: float = Field(10.0, gt=0.0, description="uplink rate for the delay")
+
+
+@NETWORK_MODELS.register("lossy", params=LossyParams)
+def build_lossy(params: LossyParams) -> NetworkModel:
+    """Each upload is lost with probability p; delay = bytes / bandwidth."""
+
+    def model(meta: UpdateMeta, rng: np.random.Generator) -> Delivery:
+        delay = meta.bytes_sent * 8 / (params.bandwidth_mbps * 1e6)
+        return Delivery(bool(rng.random() >= params.drop_prob), delay, meta.bytes_sent)
+
+    return model

@@ -1,0 +1,1 @@
+"""Privacy: risk scoring, noise mechanisms and per-client accounting."""

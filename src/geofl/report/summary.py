@@ -1,0 +1,340 @@
+"""Read a run directory and summarise each method's results over seeds.
+
+The engine writes one directory per run (see :func:`load_run`); this module reads it into a
+small typed structure and reduces it to mean ± std over seeds, the form papers report
+(e.g. 000 Table 1: "95.04 ± 0.32" over three seeds).
+
+Conventions:
+    * ``std`` is the **sample** standard deviation (``ddof=1``), as papers use for mean ± std
+      over a handful of seeds; it is ``0.0`` for a single value.
+    * Undefined values (JSON ``null``, NaN, a rolling std over fewer rounds than the window)
+      are left out of a :class:`Stat`; its ``n`` counts only the values used. With ``n == 0``
+      mean and std are NaN in memory and ``null`` in ``summary.json``.
+    * A seed without ``final.json`` is unfinished: it is listed under ``incomplete`` and left
+      out of every statistic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypedDict
+
+import numpy as np
+
+from geofl.errors import RunDirError
+from geofl.tasks.metrics import rolling_std
+
+__all__ = [
+    "MethodSummary",
+    "RunData",
+    "RunSummary",
+    "SeedRun",
+    "Stat",
+    "format_pm",
+    "load_run",
+    "make_stat",
+    "num",
+    "summarize_run",
+    "write_summary",
+]
+
+#: Window of the rolling standard deviation of test accuracy (000 Fig. 6).
+ROLLING_WINDOW = 10
+
+
+class Stat(TypedDict):
+    """Mean ± sample std (``ddof=1``) of the finite ``values``; ``n == len(values)``."""
+
+    mean: float
+    std: float
+    values: list[float]
+    n: int
+
+
+class MethodSummary(TypedDict):
+    """Per-method entry of :class:`RunSummary` (accuracies as fractions in [0, 1])."""
+
+    seeds_done: list[int]
+    incomplete: list[int]
+    final_test_accuracy: Stat
+    final_test_macro_f1: Stat
+    final_test_loss: Stat
+    best_val_test_accuracy: Stat
+    best_val_round: Stat
+    final_rolling_std: Stat
+    paper: dict[str, Any] | None
+
+
+class RunSummary(TypedDict):
+    """Content of ``summary.json``."""
+
+    name: str
+    seeds: list[int]
+    methods: dict[str, MethodSummary]
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """What exists on disk for one (method, seed).
+
+    Attributes:
+        seed: The seed.
+        rounds: Records of ``rounds.jsonl`` in file order (empty if the file is missing).
+        partition: Content of ``partition.json``, or None if missing.
+        final: Content of ``final.json``, or None if the run is unfinished.
+    """
+
+    seed: int
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    partition: dict[str, Any] | None = None
+    final: dict[str, Any] | None = None
+
+    @property
+    def complete(self) -> bool:
+        """True when ``final.json`` exists."""
+        return self.final is not None
+
+    def series(self, split: str, key: str = "accuracy") -> tuple[np.ndarray, np.ndarray]:
+        """``(rounds, values)`` of one metric over the evaluated rounds (NaN where null).
+
+        Args:
+            split: ``"val"``, ``"test"``, or ``"train_loss"`` (then ``key`` is ignored).
+            key: Metric name inside the split's Metrics.
+        """
+        xs = np.array([num(r.get("round")) for r in self.rounds], dtype=np.float64)
+        if split == "train_loss":
+            ys = [num(r.get("train_loss")) for r in self.rounds]
+        else:
+            ys = [num((r.get(split) or {}).get(key)) for r in self.rounds]
+        return xs, np.array(ys, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A loaded run directory.
+
+    Attributes:
+        run_dir: The directory.
+        info: Content of ``run.json``.
+        methods: ``method -> seed -> SeedRun``, methods in ``run.json`` order, seeds in
+            ``run.json`` order (directories found on disk but not listed come after).
+    """
+
+    run_dir: Path
+    info: dict[str, Any]
+    methods: dict[str, dict[int, SeedRun]]
+
+    @property
+    def name(self) -> str:
+        """Run name from ``run.json`` (the directory name if absent)."""
+        return str(self.info.get("name") or self.run_dir.name)
+
+    @property
+    def seeds(self) -> list[int]:
+        """Seeds listed in ``run.json``."""
+        return [int(s) for s in self.info.get("seeds") or []]
+
+
+def num(x: Any) -> float:
+    """``float(x)``, with None (JSON null) and non-numbers mapped to NaN."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return math.nan
+    return float(x)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"{path}: invalid JSON ({exc}); re-run or delete the file") from exc
+
+
+def _read_rounds(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    out: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if i == len(lines) - 1:  # a run still writing may leave a truncated last line
+                break
+            raise RunDirError(
+                f"{path}:{i + 1}: invalid JSON line ({exc}); the file is corrupt, re-run"
+            ) from exc
+    return out
+
+
+def _seed_dirs(method_dir: Path) -> list[int]:
+    if not method_dir.is_dir():
+        return []
+    seeds = []
+    for p in method_dir.glob("seed-*"):
+        suffix = p.name.removeprefix("seed-")
+        if p.is_dir() and suffix.lstrip("-").isdigit():
+            seeds.append(int(suffix))
+    return sorted(seeds)
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read ``run.json`` and every ``methods/<method>/seed-<seed>/`` that exists.
+
+    Args:
+        run_dir: The run directory.
+
+    Raises:
+        RunDirError: ``run_dir`` or its ``run.json`` is missing, or a JSON file is corrupt.
+    """
+    run_dir = Path(run_dir)
+    info_path = run_dir / "run.json"
+    if not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} not found; pass the directory of a run")
+    if not info_path.is_file():
+        raise RunDirError(
+            f"{info_path} not found; pass a run directory written by the engine (has run.json)"
+        )
+    info = _read_json(info_path)
+    if not isinstance(info, dict):
+        raise RunDirError(f"{info_path}: expected a JSON object; re-run to regenerate it")
+    methods_root = run_dir / "methods"
+    names = [str(m) for m in info.get("methods") or []]
+    if methods_root.is_dir():
+        names += sorted(
+            p.name for p in methods_root.iterdir() if p.is_dir() and p.name not in names
+        )
+    listed = [int(s) for s in info.get("seeds") or []]
+    methods: dict[str, dict[int, SeedRun]] = {}
+    for name in names:
+        found = _seed_dirs(methods_root / name)
+        seeds = listed + [s for s in found if s not in listed]
+        runs: dict[int, SeedRun] = {}
+        for seed in seeds:
+            d = methods_root / name / f"seed-{seed}"
+            part, final = d / "partition.json", d / "final.json"
+            runs[seed] = SeedRun(
+                seed=seed,
+                rounds=_read_rounds(d / "rounds.jsonl"),
+                partition=_read_json(part) if part.is_file() else None,
+                final=_read_json(final) if final.is_file() else None,
+            )
+        methods[name] = runs
+    return RunData(run_dir=run_dir, info=info, methods=methods)
+
+
+def make_stat(values: Sequence[float]) -> Stat:
+    """Mean and sample std (``ddof=1``; 0.0 for one value) of the finite ``values``."""
+    vals = [float(v) for v in values if math.isfinite(v)]
+    n = len(vals)
+    if n == 0:
+        return Stat(mean=math.nan, std=math.nan, values=[], n=0)
+    arr = np.asarray(vals, dtype=np.float64)
+    std = float(arr.std(ddof=1)) if n > 1 else 0.0
+    return Stat(mean=float(arr.mean()), std=std, values=vals, n=n)
+
+
+def format_pm(stat: Stat, scale: float = 100.0, digits: int = 2) -> str:
+    """``"95.04 ± 0.32"`` from a Stat of fractions (``scale`` 100 → percent); ``"–"`` if empty."""
+    if stat["n"] == 0 or not math.isfinite(stat["mean"]):
+        return "–"
+    return f"{stat['mean'] * scale:.{digits}f} ± {stat['std'] * scale:.{digits}f}"
+
+
+def _final_metric(final: dict[str, Any], *path: str) -> float:
+    node: Any = final
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return num(node)
+
+
+def _summarize_method(runs: dict[int, SeedRun], paper: Any) -> MethodSummary:
+    done = [r for r in runs.values() if r.final is not None]
+    finals = [r.final for r in done if r.final is not None]
+    last_std = []
+    for r in done:
+        _, acc = r.series("test")
+        rs = rolling_std(acc, ROLLING_WINDOW) if acc.size else acc
+        last_std.append(float(rs[-1]) if rs.size else math.nan)
+    return MethodSummary(
+        seeds_done=[r.seed for r in done],
+        incomplete=[r.seed for r in runs.values() if r.final is None],
+        final_test_accuracy=make_stat(
+            [_final_metric(f, "final", "test", "accuracy") for f in finals]
+        ),
+        final_test_macro_f1=make_stat(
+            [_final_metric(f, "final", "test", "macro_f1") for f in finals]
+        ),
+        final_test_loss=make_stat([_final_metric(f, "final", "test", "loss") for f in finals]),
+        best_val_test_accuracy=make_stat(
+            [_final_metric(f, "best_val", "test", "accuracy") for f in finals]
+        ),
+        best_val_round=make_stat([_final_metric(f, "best_val", "round") for f in finals]),
+        final_rolling_std=make_stat(last_std),
+        paper=dict(paper) if isinstance(paper, dict) else None,
+    )
+
+
+def summarize_run(run_dir: Path) -> RunSummary:
+    """Mean ± std over finished seeds of each method's final metrics.
+
+    ``final_rolling_std`` is the rolling std (window 10, :func:`~geofl.tasks.metrics.rolling_std`)
+    of test accuracy at the last evaluated round, as a fraction; it is undefined (left out)
+    for seeds with fewer than 10 evaluated rounds.
+
+    Args:
+        run_dir: The run directory.
+
+    Raises:
+        RunDirError: See :func:`load_run`.
+    """
+    run = load_run(run_dir)
+    paper = run.info.get("paper") or {}
+    paper = paper if isinstance(paper, dict) else {}
+    return RunSummary(
+        name=run.name,
+        seeds=run.seeds,
+        methods={m: _summarize_method(runs, paper.get(m)) for m, runs in run.methods.items()},
+    )
+
+
+def _json_ready(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_ready(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_ready(v) for v in x]
+    return x
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory + ``os.replace``.
+
+    Readers never see a half-written file; the file gets the usual umask permissions.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_summary(run_dir: Path) -> RunSummary:
+    """Compute :func:`summarize_run` and write it atomically to ``run_dir/summary.json``.
+
+    NaN values are written as ``null`` (strict JSON).
+
+    Returns:
+        The summary (with NaN, not None, for undefined values).
+    """
+    summary = summarize_run(run_dir)
+    text = json.dumps(_json_ready(summary), indent=2, ensure_ascii=False, allow_nan=False)
+    write_text_atomic(Path(run_dir) / "summary.json", text + "\n")
+    return summary

@@ -1,0 +1,1 @@
+"""Server side: validation, defenses, weighting and aggregation over a ``[K, D]`` tensor."""

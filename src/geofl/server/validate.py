@@ -1,0 +1,42 @@
+"""Validation of incoming client updates: finite, right shape, sane metadata.
+
+A malformed update is rejected with a reason that is logged and written to the round
+record; the round proceeds with the remaining updates.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from geofl.update import ClientUpdate
+
+__all__ = ["validate_update"]
+
+log = logging.getLogger(__name__)
+
+
+def validate_update(update: ClientUpdate, dim: int) -> str | None:
+    """The reason ``update`` is malformed, or None if it is acceptable.
+
+    Checks, in order: the delta is a ``[dim]`` floating tensor; every entry is finite;
+    the sample count is positive.
+
+    Args:
+        update: The received update.
+        dim: D, the model's flat parameter count.
+    """
+    delta = update.delta
+    if not isinstance(delta, torch.Tensor):
+        return f"delta is {type(delta).__name__}, not a tensor"
+    if tuple(delta.shape) != (dim,):
+        return f"delta has shape {tuple(delta.shape)}, expected ({dim},)"
+    if not delta.is_floating_point():
+        return f"delta has dtype {delta.dtype}, expected a floating type"
+    if not bool(torch.isfinite(delta).all()):
+        bad = int((~torch.isfinite(delta)).sum())
+        return f"delta has {bad} non-finite values (NaN/Inf)"
+    if update.meta.num_samples <= 0:
+        return f"num_samples={update.meta.num_samples} must be positive"
+    return None

@@ -1,0 +1,51 @@
+"""Weightings: per-update scores combined multiplicatively, normalised by the aggregator.
+
+A weighting maps the round's update metadata to ``[K]`` non-negative weights. Later papers
+add JS consistency (000 Eq. 9–17), spatial α (001 Eq. 10–11), reputation (004 Eq. 8–9),
+staleness and fairness (003 Eq. 8, 11–12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from geofl.registry import NoParams, Registry
+from geofl.update import UpdateMeta
+
+__all__ = ["WEIGHTINGS", "Weighting", "data_size_weights"]
+
+
+class Weighting(Protocol):
+    """Per-update weights ``[K]`` (float64) from the round's metadata."""
+
+    def __call__(self, metas: Sequence[UpdateMeta], round_idx: int) -> torch.Tensor: ...
+
+
+#: Weighting registry: ``data_size``, ``uniform``, ...
+WEIGHTINGS: Registry[Weighting] = Registry("weighting")
+
+
+def data_size_weights(metas: Sequence[UpdateMeta], round_idx: int) -> torch.Tensor:
+    """n_k / Σ n_j — FedAvg's sample-size weights (000 §3.1.1)."""
+    n = torch.tensor([m.num_samples for m in metas], dtype=torch.float64)
+    return n / n.sum()
+
+
+def uniform_weights(metas: Sequence[UpdateMeta], round_idx: int) -> torch.Tensor:
+    """1 / K for every update."""
+    return torch.full((len(metas),), 1.0 / max(len(metas), 1), dtype=torch.float64)
+
+
+@WEIGHTINGS.register("data_size")
+def build_data_size(_: NoParams) -> Weighting:
+    """Weights proportional to local sample counts n_k (FedAvg)."""
+    return data_size_weights
+
+
+@WEIGHTINGS.register("uniform")
+def build_uniform(_: NoParams) -> Weighting:
+    """Equal weights."""
+    return uniform_weights

@@ -1,0 +1,85 @@
+"""Seeded EuroSAT RGB fixture in the real on-disk format.
+
+Writes what ``EuroSAT.zip`` holds, 10 classes x 3 images::
+
+    <root>/2750/<Class>/<Class>_<n>.jpg      (n = 1..3, 64 x 64 RGB JPEG)
+
+:func:`make_zip` writes the same members into ``<root>/EuroSAT.zip``. Images are smooth
+colour gradients so JPEG round-trips stay within a few grey levels of :func:`expected`.
+
+Usage: ``python tests/data/eurosat_rgb/data.py OUT_DIR [--seed N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+CLASSES: tuple[str, ...] = (
+    "AnnualCrop",
+    "Forest",
+    "HerbaceousVegetation",
+    "Highway",
+    "Industrial",
+    "Pasture",
+    "PermanentCrop",
+    "Residential",
+    "River",
+    "SeaLake",
+)
+PER_CLASS = 3
+SIZE = 64
+PREFIX = "2750"
+
+
+def expected(seed: int = 0) -> dict[str, np.ndarray]:
+    """Root-relative path -> ``[64, 64, 3]`` uint8 image as encoded (before JPEG loss)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE].astype(np.float64)
+    out: dict[str, np.ndarray] = {}
+    for cls in CLASSES:
+        for n in range(1, PER_CLASS + 1):
+            base = rng.uniform(50, 200, size=3)
+            gx, gy = rng.uniform(-0.6, 0.6, size=(2, 3))
+            img = base + xx[..., None] * gx + yy[..., None] * gy
+            out[f"{PREFIX}/{cls}/{cls}_{n}.jpg"] = np.clip(np.rint(img), 0, 255).astype(np.uint8)
+    return out
+
+
+def encode(img: np.ndarray) -> bytes:
+    """JPEG bytes of a ``[H, W, 3]`` uint8 image (quality 95)."""
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def make_fixture(root: Path, seed: int = 0) -> Path:
+    """Write the extracted layout under ``root``; returns ``root``."""
+    for rel, img in expected(seed).items():
+        path = Path(root) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(encode(img))
+    return Path(root)
+
+
+def make_zip(root: Path, seed: int = 0, name: str = "EuroSAT.zip") -> Path:
+    """Write ``root/name`` holding ``2750/<Class>/<Class>_<n>.jpg``; returns the zip path."""
+    path = Path(root) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        for rel, img in expected(seed).items():
+            zf.writestr(rel, encode(img))
+    return path
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(make_fixture(args.out, args.seed), make_zip(args.out, args.seed))
