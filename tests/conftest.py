@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +12,11 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every test uses a session-wide temporary dataset cache, never ~/.cache."""
     monkeypatch.setenv("GEOFL_CACHE", str(tmp_path_factory.getbasetemp() / "geofl-cache"))
-    yield
 
 
 def tiny_raw(**over: Any) -> dict[str, Any]:

@@ -42,6 +42,8 @@ class UpdateMeta:
         round: Round the update was produced in (staleness = current − this).
         label_histogram: ``[C]`` label counts, when the protocol shares them, else None.
         train_loss: Mean training loss over the local steps.
+        train_accuracy: Fraction of local training samples classified correctly while
+            training (running, as in a training-accuracy curve).
         steps: Local optimisation steps taken.
         bytes_sent: Payload size on the wire.
         release: What each release step did (e.g. ``{"l2_clip": {"norm": 3.1}}``).
@@ -52,6 +54,7 @@ class UpdateMeta:
     round: int
     label_histogram: np.ndarray | None = None
     train_loss: float = float("nan")
+    train_accuracy: float = float("nan")
     steps: int = 0
     bytes_sent: int = 0
     release: dict[str, Any] = field(default_factory=dict)

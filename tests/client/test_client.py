@@ -41,8 +41,9 @@ def test_release_pipeline_reports_and_does_not_mutate() -> None:
     assert delta.tolist() == [3.0, 4.0]
     assert torch.allclose(out.delta, torch.tensor([0.6, 0.8]))
     assert out.meta.release["l2_clip"] == {"norm": 5.0, "bound": 1.0, "clipped": True}
-    per_client = apply_release(upd, [step], ClientDirectives(1, 0, {"clip_bound": 10.0}),
-                               torch_generator(0))
+    per_client = apply_release(
+        upd, [step], ClientDirectives(1, 0, {"clip_bound": 10.0}), torch_generator(0)
+    )
     assert per_client.delta.tolist() == [3.0, 4.0]
 
 
@@ -54,11 +55,17 @@ def _client(n: int = 40) -> ClientData:
 
 
 def test_local_sgd_update_is_delta_and_deterministic() -> None:
-    model = MODELS.build("small_cnn", {"width": 4, "blocks": 1}, in_channels=3, num_classes=2,
-                         generator=torch_generator(0))
+    model = MODELS.build(
+        "small_cnn",
+        {"width": 4, "blocks": 1},
+        in_channels=3,
+        num_classes=2,
+        generator=torch_generator(0),
+    )
     ws = FlatModel(model)
-    trainer = LOCAL_TRAINERS.build("local_sgd", {}, workspace=ws,
-                                   train=TrainConfig(batch_size=8, local_epochs=2))
+    trainer = LOCAL_TRAINERS.build(
+        "local_sgd", {}, workspace=ws, train=TrainConfig(batch_size=8, local_epochs=2)
+    )
     w0 = ws.snapshot()
     a = trainer(w0, _client(), ClientDirectives(1, 0), torch_generator(5))
     b = trainer(w0, _client(), ClientDirectives(1, 0), torch_generator(5))
@@ -72,13 +79,22 @@ def test_local_sgd_update_is_delta_and_deterministic() -> None:
 
 def test_local_sgd_one_step_matches_manual_sgd() -> None:
     """Reference: one plain SGD step (no momentum/wd) equals w − lr·∇L on the batch."""
-    model = MODELS.build("small_cnn", {"width": 4, "blocks": 1, "norm": "none"}, in_channels=3,
-                         num_classes=2, generator=torch_generator(0))
+    model = MODELS.build(
+        "small_cnn",
+        {"width": 4, "blocks": 1, "norm": "none"},
+        in_channels=3,
+        num_classes=2,
+        generator=torch_generator(0),
+    )
     ws = FlatModel(model)
     w0 = ws.snapshot()
     data = _client(8)
-    trainer = LOCAL_TRAINERS.build("local_sgd", {}, workspace=ws, train=TrainConfig(
-        batch_size=8, local_steps=1, lr=0.1, momentum=0.0, weight_decay=0.0))
+    trainer = LOCAL_TRAINERS.build(
+        "local_sgd",
+        {},
+        workspace=ws,
+        train=TrainConfig(batch_size=8, local_steps=1, lr=0.1, momentum=0.0, weight_decay=0.0),
+    )
     upd = trainer(w0, data, ClientDirectives(1, 0), torch_generator(0))
     ws.load(w0)
     model.zero_grad()

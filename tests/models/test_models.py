@@ -15,8 +15,10 @@ def _build(key: str, bands: int = 13, seed: int = 0, **params: object) -> torch.
     )
 
 
-@pytest.mark.parametrize(("key", "bands", "size"), [("small_cnn", 13, 32), ("small_cnn", 3, 64),
-                                                    ("resnet18", 13, 64), ("resnet18", 4, 32)])
+@pytest.mark.parametrize(
+    ("key", "bands", "size"),
+    [("small_cnn", 13, 32), ("small_cnn", 3, 64), ("resnet18", 13, 64), ("resnet18", 4, 32)],
+)
 def test_forward_shapes_any_band_count(key: str, bands: int, size: int) -> None:
     kw = {"width": 8} if key == "resnet18" else {}
     model = _build(key, bands, **kw)

@@ -77,6 +77,7 @@ class LocalSGD:
         opt = self._optimizer()
         t = self.train_cfg
         loss_sum, seen, steps = 0.0, 0, 0
+        correct = torch.zeros((), dtype=torch.long)
         for idx in batch_indices(
             len(data),
             t.batch_size,
@@ -86,9 +87,11 @@ class LocalSGD:
         ):
             x, y = data.images[idx], data.labels[idx]
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
             loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
+            correct += (logits.detach().argmax(dim=1) == y).sum()
             loss_sum += float(loss.detach()) * len(idx)
             seen += len(idx)
             steps += 1
@@ -99,6 +102,7 @@ class LocalSGD:
             round=directives.round,
             label_histogram=data.label_histogram,
             train_loss=loss_sum / max(seen, 1),
+            train_accuracy=int(correct) / max(seen, 1),
             steps=steps,
             bytes_sent=delta.numel() * delta.element_size(),
         )

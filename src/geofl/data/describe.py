@@ -38,14 +38,15 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
     for method in cfg.methods:
         part = build_partition(cfg, method, ds, split.train, seed)
         t = Table(
-            title=f"{method.name}: {method.partition.name} partition {method.partition.params}"
+            title=f"{method.name}: {method.partition.name} partition "
+            f"{method.partition.params} (samples per class × client)"
         )
-        t.add_column("client")
-        t.add_column("n", justify="right")
-        for c in ds.classes:
-            t.add_column(c[:6], justify="right")
-        for k, row in enumerate(part.histograms):
-            t.add_row(str(k), str(int(row.sum())), *(str(int(x)) for x in row))
+        t.add_column("class")
+        for k in range(part.num_clients):
+            t.add_column(str(k), justify="right")
+        for name, col in zip(ds.classes, part.histograms.T, strict=True):
+            t.add_row(name[:14], *(str(int(x)) for x in col))
+        t.add_row("[bold]total", *(f"[bold]{int(n)}" for n in part.sizes))
         console.print(t)
         ent = _entropy(part.histograms)
         console.print(f"label entropy per client (nats): {np.round(ent, 2).tolist()}")

@@ -146,7 +146,9 @@ def dirichlet_partition(params: DirichletParams) -> PartitionFn:
             for idx in by_class:
                 idx = idx[rng.permutation(idx.size)]
                 props = rng.dirichlet(np.full(k, params.alpha))
-                cuts = (np.cumsum(props)[:-1] * idx.size).astype(np.int64)
+                # Rounded (not truncated) cut points: truncation would hand every
+                # class's rounding remainder to the last client.
+                cuts = np.round(np.cumsum(props)[:-1] * idx.size).astype(np.int64)
                 for client, part in enumerate(np.split(idx, cuts)):
                     shards[client].append(part)
             out = [np.concatenate(s) for s in shards]

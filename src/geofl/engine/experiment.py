@@ -145,7 +145,9 @@ def run_experiment(
 
 
 def _write_header(cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any]) -> None:
-    (out_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    (out_dir / "config.yaml").write_text(
+        yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
+    )
     run_json = out_dir / "run.json"
     created = (
         json.loads(run_json.read_text())["created"]

@@ -175,13 +175,16 @@ class FederatedRun:
         else:
             log.warning("round %d: no valid update arrived; global model unchanged", round_idx)
         agg_time = time.perf_counter() - t_agg
-        losses = [u.meta.train_loss for u in accepted]
+        n = np.array([u.meta.num_samples for u in accepted], dtype=np.float64)
+        losses = np.array([u.meta.train_loss for u in accepted])
+        accs = np.array([u.meta.train_accuracy for u in accepted])
         record: dict[str, Any] = {
             "round": round_idx,
             "participants": [u.meta.client_id for u in accepted],
             "rejected": rejected,
             "weights": weights,
-            "train_loss": float(np.mean(losses)) if losses else None,
+            "train_loss": float(n @ losses / n.sum()) if accepted else None,
+            "train_accuracy": float(n @ accs / n.sum()) if accepted else None,
             "bytes_up": int(sum(u.meta.bytes_sent for u in accepted)),
             "release": [u.meta.release for u in accepted] if self.release else [],
             "time_s": {"train": train_time, "aggregate": agg_time, "total": 0.0},

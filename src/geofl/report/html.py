@@ -166,9 +166,10 @@ def _render_figures(run: RunData, out: Path) -> list[str]:
         ),
         _figure(
             "convergence.png",
-            "Convergence: validation accuracy (%) and training loss per round, mean over "
-            "seeds with a ±1 std band (analogue of paper 000 Fig. 4).",
-            "Validation accuracy and training loss per round",
+            "Convergence: validation accuracy (solid), running training accuracy over the "
+            "round's local batches (dashed) and training loss per round, mean over seeds "
+            "with a ±1 std band (paper 000 Fig. 4).",
+            "Training and validation accuracy and training loss per round",
         ),
         _figure(
             "per_class_accuracy.png",

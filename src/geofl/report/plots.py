@@ -105,7 +105,8 @@ def _mean_by_round(
 
 
 def _draw_seeds_and_mean(ax: Axes, runs: Runs, split: str, key: str, scale: float,
-                         window: int | None = None, band: bool = False) -> bool:  # fmt: skip
+                         window: int | None = None, band: bool = False,
+                         ls: str = "-", suffix: str = "") -> bool:  # fmt: skip
     drawn = False
     for i, (method, seeds) in enumerate(runs.items()):
         curves = []
@@ -122,8 +123,8 @@ def _draw_seeds_and_mean(ax: Axes, runs: Runs, split: str, key: str, scale: floa
         if not curves:
             continue
         xs, mean, std = _mean_by_round(curves)
-        label = _plain(f"{method} (n={len(curves)})")
-        ax.plot(xs, mean, color=_colour(i), lw=2.0, label=label)
+        label = _plain(f"{method}{suffix} (n={len(curves)})")
+        ax.plot(xs, mean, color=_colour(i), lw=2.0, ls=ls, label=label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if band and len(curves) > 1:
             ax.fill_between(xs, mean - std, mean + std, color=_colour(i), alpha=0.15, lw=0)
@@ -171,7 +172,11 @@ def plot_rolling_std(runs: Runs, path: Path, window: int = ROLLING_WINDOW) -> Pa
 
 
 def plot_convergence(runs: Runs, path: Path) -> Path:
-    """Validation accuracy (%) and train loss vs round, mean ± std band per method (Fig. 4).
+    """Train/validation accuracy (%) and train loss vs round, mean ± std per method (Fig. 4).
+
+    Training accuracy (dashed) is the running accuracy over the local training batches of
+    the round, sample-weighted over clients; validation accuracy (solid) is measured on the
+    shared validation split after aggregation.
 
     Args:
         runs: ``method -> seed -> SeedRun``.
@@ -180,13 +185,15 @@ def plot_convergence(runs: Runs, path: Path) -> Path:
     fig = _figure((_SIZE[0] * 1.4, _SIZE[1]))
     ax_acc, ax_loss = fig.subplots(1, 2)
     if _draw_seeds_and_mean(ax_acc, runs, "val", "accuracy", 100.0, band=True):
+        _draw_seeds_and_mean(ax_acc, runs, "train_accuracy", "", 100.0, band=True, ls="--",
+                             suffix=" train")  # fmt: skip
         _legend(ax_acc, loc="lower right")
     else:
         _no_data(ax_acc, "evaluated rounds")
     if not _draw_seeds_and_mean(ax_loss, runs, "train_loss", "", 1.0, band=True):
         _no_data(ax_loss, "evaluated rounds")
-    _style(ax_acc, "Validation accuracy (mean ± std over seeds)",
-           "communication round", "validation accuracy (%)")  # fmt: skip
+    _style(ax_acc, "Accuracy: validation (solid), training (dashed)",
+           "communication round", "accuracy (%)")  # fmt: skip
     _style(ax_loss, "Training loss (mean ± std over seeds)",
            "communication round", "train loss (cross-entropy)")  # fmt: skip
     return _save(fig, path)

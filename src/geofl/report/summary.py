@@ -103,12 +103,13 @@ class SeedRun:
         """``(rounds, values)`` of one metric over the evaluated rounds (NaN where null).
 
         Args:
-            split: ``"val"``, ``"test"``, or ``"train_loss"`` (then ``key`` is ignored).
+            split: ``"val"``, ``"test"``, or a top-level scalar of the round record
+                (``"train_loss"``, ``"train_accuracy"``; then ``key`` is ignored).
             key: Metric name inside the split's Metrics.
         """
         xs = np.array([num(r.get("round")) for r in self.rounds], dtype=np.float64)
-        if split == "train_loss":
-            ys = [num(r.get("train_loss")) for r in self.rounds]
+        if split in ("train_loss", "train_accuracy"):
+            ys = [num(r.get(split)) for r in self.rounds]
         else:
             ys = [num((r.get(split) or {}).get(key)) for r in self.rounds]
         return xs, np.array(ys, dtype=np.float64)

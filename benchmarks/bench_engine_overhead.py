@@ -1,0 +1,243 @@
+"""Engine overhead of a real FedAvg run: wall time of the rounds not spent training or evaluating.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_engine_overhead.py [--quick] [--repeats 3]
+        [--preset demo] [--method fedavg-iid] [--set federation.rounds=3 ...]
+
+What is measured and why: the engine (client loop, release, validation, aggregation,
+checkpointing, JSONL records, subscribers) should cost next to nothing compared with the
+work it orchestrates, so that wall-clock comparisons between methods measure the methods.
+The script runs one federated method of a preset (``demo``: synthetic 13-band 32×32 data,
+10 clients, small CNN) through :func:`geofl.engine.experiment.run_experiment` and computes
+
+    overhead = (wall time of the rounds − Σ time inside local training − Σ evaluation)
+               / wall time of the rounds
+
+* *wall time of the rounds* runs from the subscriber's ``on_run_start`` to ``on_run_end``
+  (every round, its evaluation, the per-round JSONL append and checkpoint, ``final.json``);
+* *time inside local training* is measured inside the trainer call only: the method's
+  trainer is replaced by ``bench_timed_local_sgd``, a thin wrapper around the stock
+  ``LocalSGD`` that times each ``__call__`` (generator derivation, release steps and the
+  client loop around it are *not* counted as training);
+* *evaluation* is the round record's ``time_s.eval`` (the ``FederatedRun.evaluate`` call).
+
+The remaining overhead is broken down by wrapping (in this process only) the engine's
+``append_jsonl``, ``_torch_save_atomic`` and ``write_json_atomic`` and by the round
+records' ``time_s`` (aggregation, per-client engine work). Target: overhead ≤ 3 %.
+Each repeat is a fresh run directory; a one-round warm-up run comes first. Medians over
+repeats are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from _common import header, print_table, set_threads
+
+import geofl.engine.loop as loop
+from geofl.client.trainer import LOCAL_TRAINERS, LocalSGD, LocalTrainer
+from geofl.config.load import load_config
+from geofl.config.schema import Component, ExperimentConfig, TrainConfig
+from geofl.engine.events import RunInfo
+from geofl.engine.experiment import run_experiment
+from geofl.models.base import FlatModel
+from geofl.registry import NoParams
+
+TARGET = 0.03
+TRAINER_KEY = "bench_timed_local_sgd"
+
+#: Seconds accumulated per instrumented section during the current run.
+SECTIONS: dict[str, float] = defaultdict(float)
+
+
+class TimedTrainer:
+    """Wraps a trainer and adds the duration of each call to ``SECTIONS['trainer']``."""
+
+    def __init__(self, inner: LocalTrainer) -> None:
+        self.inner = inner
+
+    def __call__(self, *args: Any) -> Any:
+        """Call the wrapped trainer and time it."""
+        t0 = time.perf_counter()
+        try:
+            return self.inner(*args)
+        finally:
+            SECTIONS["trainer"] += time.perf_counter() - t0
+
+
+@LOCAL_TRAINERS.register(TRAINER_KEY)
+def build_timed_local_sgd(_: NoParams, *, workspace: FlatModel, train: TrainConfig) -> Any:
+    """The stock local SGD trainer, timed per call (benchmark only)."""
+    return TimedTrainer(LocalSGD(workspace, train))
+
+
+def _timed(section: Callable[..., str], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` wrapped so that its duration is added to ``SECTIONS[section(*args)]``."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            SECTIONS[section(*args)] += time.perf_counter() - t0
+
+    return wrapper
+
+
+def instrument_engine() -> None:
+    """Time the engine's per-round file I/O (module attributes of ``geofl.engine.loop``)."""
+    loop.append_jsonl = _timed(lambda *a: "jsonl append", loop.append_jsonl)
+    loop._torch_save_atomic = _timed(
+        lambda path, *a: f"torch.save {Path(path).name}", loop._torch_save_atomic
+    )
+    loop.write_json_atomic = _timed(lambda *a: "final.json", loop.write_json_atomic)
+    loop.read_jsonl = _timed(lambda *a: "read rounds.jsonl", loop.read_jsonl)
+
+
+class Recorder:
+    """Subscriber keeping timestamps and round records."""
+
+    def __init__(self) -> None:
+        self.t_start = self.t_end = 0.0
+        self.records: list[dict[str, Any]] = []
+
+    def on_run_start(self, info: RunInfo) -> None:
+        """Start of the round loop."""
+        SECTIONS.clear()
+        self.t_start = time.perf_counter()
+
+    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None:
+        """Keep the record."""
+        self.records.append(record)
+
+    def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None:
+        """End of the round loop."""
+        self.t_end = time.perf_counter()
+
+
+def build_config(preset: str, method: str, overrides: list[str]) -> ExperimentConfig:
+    """The preset with overrides, reduced to ``method`` with the timed trainer."""
+    cfg = load_config(preset, overrides)
+    chosen = [m for m in cfg.methods if m.name == method]
+    if not chosen:
+        raise SystemExit(f"no method {method!r} in {preset}: {[m.name for m in cfg.methods]}")
+    if chosen[0].trainer.name != "local_sgd":
+        raise SystemExit(f"{method} uses trainer {chosen[0].trainer.name!r}, not local_sgd")
+    m = chosen[0].model_copy(update={"trainer": Component(name=TRAINER_KEY)})
+    raw = cfg.model_dump(mode="json")
+    raw["methods"] = [m.model_dump(mode="json")]
+    raw["paper"] = {k: v for k, v in raw["paper"].items() if k == method}
+    return ExperimentConfig.model_validate(raw)
+
+
+def one_run(cfg: ExperimentConfig) -> dict[str, float]:
+    """Run the experiment once into a fresh directory; return the timing breakdown (s)."""
+    rec = Recorder()
+    with tempfile.TemporaryDirectory(prefix="geofl-bench-engine-") as tmp:
+        t0 = time.perf_counter()
+        run_experiment(cfg, Path(tmp) / "run", subscribers=[rec])
+        t_total = time.perf_counter() - t0
+    wall = rec.t_end - rec.t_start
+    rs = [r["time_s"] for r in rec.records]
+    train_rec = sum(r["train"] for r in rs)
+    agg = sum(r["aggregate"] for r in rs)
+    round_total = sum(r["total"] for r in rs)
+    ev = sum(r["eval"] for r in rs)
+    trainer = SECTIONS["trainer"]
+    out = {
+        "wall of rounds": wall,
+        "trainer call (training)": trainer,
+        "evaluation": ev,
+        "client_step minus trainer": train_rec - trainer,
+        "per-client loop (network, validate)": round_total - train_rec - agg,
+        "aggregation (stack + tier + update)": agg,
+    }
+    out.update({k: v for k, v in SECTIONS.items() if k != "trainer"})
+    out["unaccounted (subscribers, loop glue)"] = wall - sum(
+        v for k, v in out.items() if k != "wall of rounds"
+    )
+    out["overhead"] = (wall - trainer - ev) / wall
+    out["run_experiment total"] = t_total
+    out["setup + summary (outside rounds)"] = t_total - wall
+    out["rounds"] = float(len(rs))
+    return out
+
+
+def main() -> None:
+    """Parse arguments, run warm-up and repeats, print the breakdown."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 repeat, 2 rounds, 1000 samples")
+    parser.add_argument("--preset", default="demo")
+    parser.add_argument("--method", default="fedavg-iid")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=None,
+        help="config override path=value (repeatable); default federation.rounds=3",
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    set_threads(args.threads)
+    overrides = args.overrides or ["federation.rounds=3"]
+    if args.quick:
+        overrides = [*overrides, "federation.rounds=2", "data.params.num_samples=1000"]
+        args.repeats = 1
+    args.overrides = overrides
+    header("bench_engine_overhead", args)
+
+    instrument_engine()
+    cfg = build_config(args.preset, args.method, overrides)
+    warm = cfg.model_copy(
+        update={"federation": cfg.federation.model_copy(update={"rounds": 1})}
+    )
+    t0 = time.perf_counter()
+    one_run(warm)  # dataset generation/cache load, allocator and thread-pool warm-up
+    print(f"   warm-up run (1 round, includes dataset cache fill): {time.perf_counter() - t0:.1f}s")
+    print(
+        f"   {cfg.data.dataset} {cfg.data.params} bands={cfg.data.bands} | model "
+        f"{cfg.model.name} {cfg.model.params} | {cfg.federation.num_clients} clients, "
+        f"{cfg.federation.rounds} rounds, batch {cfg.train.batch_size}"
+    )
+
+    runs = [one_run(cfg) for _ in range(args.repeats)]
+    keys = list(dict.fromkeys(k for r in runs for k in r))
+    med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+    wall = med["wall of rounds"]
+    skip = {"overhead", "run_experiment total", "setup + summary (outside rounds)", "rounds"}
+    rows = [[k, med[k], 100 * med[k] / wall] for k in keys if k not in skip]
+    print_table(
+        ["section (sum over rounds)", "seconds", "% of wall"],
+        rows,
+        title=f"Breakdown, median of {args.repeats} run(s) of {int(med['rounds'])} rounds",
+    )
+    overheads = [r["overhead"] for r in runs]
+    print(
+        f"\nrun_experiment total {med['run_experiment total']:.2f}s, of which outside the "
+        f"round loop (data load, partition, summary/report) "
+        f"{med['setup + summary (outside rounds)']:.2f}s"
+    )
+    print(
+        "overhead = (wall − trainer − eval) / wall: "
+        f"median {100 * med['overhead']:.2f}% (runs: "
+        f"{', '.join(f'{100 * o:.2f}%' for o in overheads)}); target ≤ {100 * TARGET:.0f}%: "
+        f"{'met' if med['overhead'] <= TARGET else 'MISSED'}"
+    )
+    per_round = (wall - med["trainer call (training)"] - med["evaluation"]) / med["rounds"]
+    print(f"overhead per round: {1e3 * per_round:.1f} ms")
+    if torch.get_num_threads() != args.threads:
+        print("note: torch thread count changed during the run")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Config loading: presets, overrides, and one-line errors naming the field path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from tests.conftest import tiny_raw
+
+from geofl.config.load import apply_override, list_presets, load_config
+from geofl.errors import ConfigError
+
+
+def _write(tmp_path: Path, raw: dict[str, object]) -> Path:
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    return p
+
+
+def test_shipped_presets_all_validate() -> None:
+    names = list_presets()
+    assert {"demo", "fedavg-heterogeneity"} <= set(names)
+    for name in names:
+        cfg = load_config(name)
+        assert cfg.name == name and cfg.methods
+
+
+def test_heterogeneity_preset_matches_paper_settings() -> None:
+    cfg = load_config("fedavg-heterogeneity")
+    assert cfg.seeds == [1, 42, 2024]
+    assert cfg.federation.num_clients == 10 and cfg.federation.participation == 1.0
+    t = cfg.train
+    assert (t.lr, t.momentum, t.weight_decay, t.batch_size) == (0.01, 0.9, 1e-4, 64)
+    alphas = [m.partition.params.get("alpha") for m in cfg.methods]
+    assert alphas == [None, None, 0.5, 0.1]
+
+
+def test_overrides_by_index_by_name_and_seeds(tmp_path: Path) -> None:
+    path = _write(tmp_path, tiny_raw())
+    cfg = load_config(
+        path,
+        [
+            "federation.rounds=7",
+            "methods.1.partition.alpha=0.25",
+            "methods.central.label=Pooled",
+            "data.params={num_samples: 500, size: 16}",
+        ],
+        seeds=[1, 2],
+    )
+    assert cfg.federation.rounds == 7
+    assert cfg.methods[1].partition.params["alpha"] == 0.25
+    assert cfg.methods[0].label == "Pooled"
+    assert cfg.data.params == {"num_samples": 500, "size": 16}
+    assert cfg.seeds == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("federation.roundz=3", r"^federation.roundz: unknown field"),
+        ("federation.rounds=many", r"^federation.rounds: Input should be a valid integer"),
+        ("federation.participation=0", r"^federation.participation: Input should be greater"),
+        (
+            "methods.1.partition.alpha=0",
+            r"^methods.1.partition.alpha: Input should be greater than 0",
+        ),
+        ("methods.1.partition.alpha=-1", r"^methods.1.partition.alpha: Input should be greater"),
+        ("methods.1.partition.name=nope", r"^methods.1.partition.name: unknown partitioner 'nope'"),
+        ("methods.0.aggregator.name=median", r"^methods.0.aggregator.name: unknown aggregator"),
+        ("data.params.size=4", r"^data.params.size: Input should be greater than or equal to 16"),
+        ("data.dataset=imagenet", r"^data.dataset: unknown dataset 'imagenet'"),
+        ("federation.num_clients=5000", r"^federation.num_clients: 5000 clients but only ~280"),
+        ("data.split.test=0.95", r"leaves no training data"),
+        ("model.params.norm=layer", r"^model.params.norm: Input should be"),
+        ("methods.7.name=x", r"^methods.7: index 7 out of range"),
+        ("methods.ghost.name=x", r"^methods.ghost: no list item named 'ghost'"),
+        ("seeds=[1, 1]", r"seeds must be distinct"),
+    ],
+)
+def test_bad_values_name_the_field(tmp_path: Path, override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(_write(tmp_path, tiny_raw()), [override])
+
+
+def test_duplicate_method_names_and_unknown_source(tmp_path: Path) -> None:
+    raw = tiny_raw()
+    raw["methods"] = [{"name": "a"}, {"name": "a"}]
+    with pytest.raises(ConfigError, match=r"method names must be unique; repeated: \['a'\]"):
+        load_config(_write(tmp_path, raw))
+    with pytest.raises(ConfigError, match="neither a preset"):
+        load_config("no-such-preset")
+
+
+def test_attack_clients_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^methods.1.attack.clients: client ids \[9\]"):
+        load_config(
+            _write(tmp_path, tiny_raw()),
+            ["methods.1.attack={name: scaling, clients: [9], factor: 2}"],
+        )
+
+
+def test_override_syntax_errors() -> None:
+    with pytest.raises(ConfigError, match=r"must look like path\.to\.field=value"):
+        apply_override({}, "rounds")
+    with pytest.raises(ConfigError, match=r"cannot set a field inside a int"):
+        apply_override({"a": 1}, "a.b=2")
