@@ -17,22 +17,68 @@ from typing import Any
 
 import torch
 
-__all__ = ["fmt", "header", "median_time", "print_table", "set_threads"]
+__all__ = ["cpu_busy", "fmt", "footer", "header", "median_time", "print_table", "set_threads"]
+
+#: Fraction of CPUs busy before the start above which the header prints a warning.
+BUSY_WARNING = 0.2
 
 
 def set_threads(n: int) -> None:
-    """Use ``n`` intra-op threads (and one inter-op thread) for torch."""
+    """Use ``n`` intra-op threads for torch."""
     torch.set_num_threads(n)
 
 
+def cpu_busy(interval: float = 0.5) -> float | None:
+    """Fraction of all CPUs busy during ``interval`` seconds (Linux ``/proc/stat``), or None.
+
+    Called before a benchmark starts its work, it measures what *other* processes use.
+    """
+    try:
+
+        def sample() -> tuple[int, int]:
+            with open("/proc/stat", encoding="ascii") as fh:
+                fields = [int(v) for v in fh.readline().split()[1:]]
+            idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+            return sum(fields[:8]), idle
+
+        total0, idle0 = sample()
+        time.sleep(interval)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = total1 - total0
+    return 1.0 - (idle1 - idle0) / total if total > 0 else None
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def header(name: str, args: object) -> None:
-    """Print one line identifying the run: script, torch, threads, CPUs, load, arguments."""
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    """Print one line identifying the run: script, torch, threads, CPUs, load, arguments.
+
+    Also how busy the machine was (other processes) just before the benchmark started:
+    on a shared 2-core machine a second busy process slows multi-threaded torch ops by
+    far more than 2×, so absolute numbers are only comparable at similar load.
+    """
+    busy = cpu_busy()
+    busy_s = f"{100 * busy:.0f}%" if busy is not None else "n/a"
     print(
         f"== {name} | torch {torch.__version__} | threads {torch.get_num_threads()} | "
-        f"cpus {os.cpu_count()} | load avg {load} | python {platform.python_version()}"
+        f"cpus {os.cpu_count()} | load avg {_load()} | cpu busy before start {busy_s} | "
+        f"python {platform.python_version()}"
     )
     print(f"   args: {vars(args) if hasattr(args, '__dict__') else args}")
+    if busy is not None and busy > BUSY_WARNING:
+        print(
+            f"   WARNING: other processes keep {100 * busy:.0f}% of the CPUs busy; multi-threaded "
+            "torch timings are unreliable (rerun when idle, or compare with --threads 1)"
+        )
+
+
+def footer(t_start: float) -> None:
+    """Print the elapsed wall time and the load average at the end of the run."""
+    print(f"\n== done in {time.perf_counter() - t_start:.1f}s | load avg at end {_load()}")
 
 
 def median_time(

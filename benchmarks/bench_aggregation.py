@@ -12,7 +12,8 @@ script times
 * ``weighted_mean(updates, weights)`` (``geofl.server.aggregators``),
 * ``updates.mean(0)``, the reference reduction over the same tensor (target ratio ≈ 1×),
 * the flat server tier (``FlatTier``: data-size weighting, then ``weighted_mean``), which is
-  what the engine actually calls once per round, to expose any copy it makes on the way.
+  what the engine actually calls once per round, to expose any copy it makes on the way,
+  and ``updates[idx]`` for ``idx = arange(K)`` (the row gather ``FlatTier`` performs).
 
 Reported: median seconds per call, GB/s of update bytes read (K·D·4 / time) and ratios to
 ``mean(0)``. The largest tensor (K=100 × D=1.1e7, 4.4 GB) is allocated once and every
@@ -22,10 +23,11 @@ smaller case is a contiguous view of its first K·D elements; ``--quick`` skips 
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
-from _common import header, median_time, print_table, set_threads
 
+from _common import footer, header, median_time, print_table, set_threads
 from geofl.server.aggregators import weighted_mean
 from geofl.server.strategy import FlatTier
 from geofl.server.weighting import data_size_weights
@@ -36,6 +38,7 @@ TARGET_RATIO = 1.0
 
 def main() -> None:
     """Parse arguments, time every (K, D) case, print the table."""
+    t_start = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="D=1e5 only, fewer repeats")
     parser.add_argument("--ks", type=int, nargs="+", default=[10, 100])
@@ -61,7 +64,9 @@ def main() -> None:
             updates = storage[: k * d].view(k, d)
             sizes = torch.randint(20, 500, (k,), generator=gen)
             weights = sizes.to(torch.float32)
-            metas = [UpdateMeta(client_id=i, num_samples=int(n), round=1) for i, n in enumerate(sizes)]
+            metas = [
+                UpdateMeta(client_id=i, num_samples=int(n), round=1) for i, n in enumerate(sizes)
+            ]
             # Many small calls per repeat for D=1e5 so that one repeat lasts > ~10 ms.
             number = max(1, int(2e8 // (k * d)))
             warm = 1 if k * d > 1e8 else 3
@@ -77,13 +82,18 @@ def main() -> None:
             check = torch.allclose(
                 weighted_mean(updates, torch.ones(k)), updates.mean(0), rtol=1e-4, atol=1e-6
             )
-            t_tier = float("nan")
+            t_tier = t_copy = float("nan")
             if not args.no_tier:
                 t_tier, _ = median_time(
                     lambda u=updates, m=metas: tier(u, m, 1),
                     repeats=args.repeats,
                     warmup=warm,
                     number=number,
+                )
+                # What FlatTier does before aggregating: updates[kept rows] (a full copy).
+                idx = torch.arange(k)
+                t_copy, _ = median_time(
+                    lambda u=updates, i=idx: u[i], repeats=args.repeats, warmup=warm, number=number
                 )
             gbytes = k * d * 4 / 1e9
             rows.append(
@@ -98,6 +108,7 @@ def main() -> None:
                     t_wm / t_mean,
                     t_tier * 1e3,
                     t_tier / t_mean,
+                    t_copy * 1e3,
                     "ok" if check else "MISMATCH",
                 ]
             )
@@ -114,6 +125,7 @@ def main() -> None:
             "wmean/mean",
             "tier ms",
             "tier/mean",
+            "u[idx] ms",
             "uniform==mean",
         ],
         rows,
@@ -128,6 +140,7 @@ def main() -> None:
     if not args.no_tier:
         worst_tier = max(r[9] for r in rows)
         print(f"worst FlatTier/mean(0) ratio: {worst_tier:.2f}× (engine's per-round aggregation)")
+    footer(t_start)
 
 
 if __name__ == "__main__":

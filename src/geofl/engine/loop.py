@@ -9,6 +9,7 @@ run resumed from its round checkpoint continues exactly as if it had never stopp
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -29,7 +30,7 @@ from geofl.data.base import GeoDataset
 from geofl.data.partition import Partition
 from geofl.engine.evaluate import evaluate
 from geofl.engine.events import RunInfo, Subscriber
-from geofl.engine.rundir import append_jsonl, read_jsonl, write_json_atomic
+from geofl.engine.rundir import append_jsonl, read_jsonl, to_jsonable, write_json_atomic
 from geofl.hierarchy.tiers import TIERS
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS
@@ -283,9 +284,7 @@ def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def _dumps(record: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(record, allow_nan=False)
+    return json.dumps(to_jsonable(record), allow_nan=False)
 
 
 def _torch_save_atomic(path: Path, obj: dict[str, Any]) -> None:

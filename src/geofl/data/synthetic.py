@@ -1,0 +1,447 @@
+"""Embedded synthetic Sentinel-2-like land-cover dataset (EuroSAT classes, 13 bands).
+
+Generative model, per patch ``i`` (all draws from :func:`geofl.rng.torch_generator`):
+
+1. **Region.** ``region_i ~ Uniform(num_regions)``. Each region is built from an archetype
+   (agricultural, coastal, urban, upland; cycled when ``num_regions > 4``) with seeded
+   perturbations: a class prior, a centre (lat/lon), an elevation mean/roughness, a ground
+   sampling distance (``gsd_m``, 10 m or 20 m for the upland archetype), a mean haze and a
+   soil/vegetation tint (a feature shift between regions, as federated clients would see).
+2. **Label and context.** ``label_i ~ Categorical(prior[region_i])``; ``season_i ~ U{0..3}``;
+   ``elevation_mean_i``, ``elevation_std_i``, ``lat_i``, ``lon_i`` scattered around the
+   region's values. Every chunk of :data:`CHUNK` patches holds at least one patch per
+   class, so every class is present whenever ``num_samples >= 10``.
+3. **Texture.** A class-specific spatial model (:mod:`geofl.data.synthetic_textures`) draws
+   per-pixel weights over two to five materials (stripes, orchard grids, roads, meanders,
+   roofs, canopy noise...). Classes share materials (asphalt and grass appear in Highway,
+   Residential and Industrial), so the mean spectrum alone does not separate them.
+4. **Spectra.** Each material has a typical surface reflectance (:data:`MATERIAL_SPECTRA`).
+   Per patch, vegetation is blended towards a senescent spectrum by season, tinted by
+   region, and jittered (brightness and spectral slope, ``spectral_jitter``).
+   ``reflectance[b, y, x] = sum_m weight[m, y, x] * spectrum[m, b]`` times a smooth
+   within-patch brightness field.
+5. **Sensor and atmosphere.** A per-patch illumination gain (season and
+   ``illumination_jitter``), a Rayleigh-like haze offset (strongest in B01/B02), water
+   vapour absorption in B09 and a near-zero cirrus band B10. 20 m bands (B05-B07, B8A,
+   B11, B12) are box-averaged over 2x2 pixels and 60 m bands (B01, B09, B10) over 6x6,
+   then resampled nearest-neighbour onto the 10 m grid; band-dependent Gaussian noise
+   (``noise_std``) is drawn at each band's native resolution. Stored as uint16
+   reflectance x 10000.
+
+Generation runs in fixed chunks of :data:`CHUNK` patches, each with its own generator
+derived from ``(seed, "synthetic", "chunk", k)`` and batched per class with torch ops. The
+output depends only on the parameters, and the leading full chunks do not depend on
+``num_samples`` (a larger dataset extends a smaller one).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, GeoDataset
+from geofl.data.cache import cache_key, cached_arrays
+from geofl.data.synthetic_textures import CLASS_MATERIALS, TEXTURES, smooth_noise
+from geofl.rng import torch_generator
+
+__all__ = [
+    "CHUNK",
+    "MATERIAL_SPECTRA",
+    "METADATA_KEYS",
+    "SYNTHETIC_CLASSES",
+    "SyntheticParams",
+    "build_synthetic",
+    "generate_synthetic",
+]
+
+Tensor = torch.Tensor
+
+#: EuroSAT land-cover classes, in EuroSAT label order.
+SYNTHETIC_CLASSES: tuple[str, ...] = (
+    "AnnualCrop", "Forest", "HerbaceousVegetation", "Highway", "Industrial",
+    "Pasture", "PermanentCrop", "Residential", "River", "SeaLake",
+)  # fmt: skip
+#: Per-sample metadata arrays returned next to ``images`` and ``labels``.
+METADATA_KEYS: tuple[str, ...] = (
+    "region", "elevation_mean", "elevation_std", "season", "gsd_m", "lat", "lon",
+)  # fmt: skip
+_SCALE = 10000.0  # stored value = reflectance x _SCALE
+#: Patches per generation chunk (each chunk has its own derived generator).
+CHUNK = 256
+
+# Typical surface reflectance (0..1) of each material in the 13 Sentinel-2 bands, in
+# SENTINEL2_BANDS order, after typical spectral-library reflectance curves (USGS / ECOSTRESS
+# style) resampled to Sentinel-2 band centres. B09 sits in a water-vapour absorption band
+# (~1/3 of NIR at the surface as seen through the atmosphere) and B10 (1375 nm cirrus) sees
+# almost nothing from the ground.
+# fmt: off
+#                 B01    B02    B03    B04    B05    B06    B07    B08    B8A    B09    B10    B11    B12  # noqa: E501
+MATERIAL_SPECTRA: dict[str, tuple[float, ...]] = {
+    # clear deep water: absorbs red, NIR and SWIR
+    "water":        (0.050, 0.045, 0.040, 0.020, 0.015, 0.010, 0.008, 0.007, 0.006, 0.003, 0.001, 0.003, 0.002),  # noqa: E501
+    # sediment-laden river water: brighter green/red, still dark NIR/SWIR
+    "turbid_water": (0.060, 0.060, 0.075, 0.060, 0.050, 0.030, 0.025, 0.022, 0.020, 0.008, 0.001, 0.008, 0.005),  # noqa: E501
+    # closed mixed canopy: low red, red edge, high NIR
+    "forest":       (0.025, 0.025, 0.050, 0.025, 0.075, 0.200, 0.260, 0.280, 0.290, 0.095, 0.001, 0.140, 0.065),  # noqa: E501
+    # canopy gaps and crown shadows
+    "forest_shade": (0.015, 0.012, 0.025, 0.012, 0.035, 0.090, 0.115, 0.125, 0.130, 0.045, 0.001, 0.065, 0.030),  # noqa: E501
+    # lush managed grassland
+    "grass":        (0.035, 0.035, 0.080, 0.045, 0.110, 0.280, 0.360, 0.390, 0.400, 0.130, 0.001, 0.210, 0.110),  # noqa: E501
+    # natural herbaceous cover: a little drier than pasture (more red and SWIR)
+    "herbaceous":   (0.045, 0.045, 0.085, 0.065, 0.125, 0.250, 0.300, 0.320, 0.330, 0.110, 0.001, 0.240, 0.140),  # noqa: E501
+    "shrub":        (0.035, 0.035, 0.065, 0.050, 0.095, 0.200, 0.245, 0.265, 0.275, 0.090, 0.001, 0.200, 0.110),  # noqa: E501
+    # green cereal / maize at full cover: strongest NIR
+    "crop":         (0.035, 0.035, 0.085, 0.040, 0.120, 0.330, 0.430, 0.460, 0.470, 0.150, 0.001, 0.230, 0.110),  # noqa: E501
+    # dry vegetation / stubble, also the dormant end-member of the season model
+    "senescent":    (0.050, 0.060, 0.090, 0.120, 0.160, 0.200, 0.225, 0.245, 0.255, 0.085, 0.001, 0.300, 0.220),  # noqa: E501
+    # bare ploughed soil: reflectance rising with wavelength, high SWIR
+    "soil":         (0.075, 0.085, 0.115, 0.155, 0.185, 0.205, 0.225, 0.245, 0.255, 0.090, 0.001, 0.320, 0.260),  # noqa: E501
+    "orchard_tree": (0.030, 0.030, 0.065, 0.035, 0.100, 0.260, 0.320, 0.345, 0.355, 0.115, 0.001, 0.180, 0.090),  # noqa: E501
+    # asphalt: dark, flat grey
+    "asphalt":      (0.080, 0.080, 0.090, 0.100, 0.105, 0.110, 0.115, 0.120, 0.122, 0.045, 0.001, 0.140, 0.130),  # noqa: E501
+    # concrete / metal industrial roofs: bright and spectrally flat
+    "concrete":     (0.260, 0.270, 0.290, 0.300, 0.305, 0.310, 0.315, 0.320, 0.320, 0.115, 0.001, 0.340, 0.310),  # noqa: E501
+    # red clay roof tiles: red-heavy, moderate NIR, high SWIR
+    "roof_tile":    (0.090, 0.090, 0.120, 0.210, 0.240, 0.260, 0.270, 0.280, 0.285, 0.100, 0.001, 0.330, 0.280),  # noqa: E501
+    "roof_grey":    (0.120, 0.125, 0.135, 0.145, 0.150, 0.155, 0.160, 0.165, 0.168, 0.060, 0.001, 0.190, 0.170),  # noqa: E501
+    # dry beach sand
+    "sand":         (0.200, 0.220, 0.270, 0.320, 0.350, 0.370, 0.385, 0.400, 0.405, 0.140, 0.001, 0.450, 0.400),  # noqa: E501
+}
+# fmt: on
+
+#: How strongly the season drives each vegetation material towards ``senescent`` (0..1).
+_PHENOLOGY: dict[str, float] = {
+    "crop": 1.0, "grass": 0.6, "herbaceous": 0.8, "shrub": 0.5,
+    "orchard_tree": 0.8, "forest": 0.35, "forest_shade": 0.35,
+}  # fmt: skip
+_VEGETATION = frozenset(_PHENOLOGY)
+#: Vegetation vigour by season (winter, spring, summer, autumn) and illumination gain.
+_SEASON_VIGOUR = (0.45, 0.85, 1.0, 0.7)
+_SEASON_GAIN = (0.8, 0.97, 1.05, 0.9)
+_WAVELENGTH_NM = (443, 490, 560, 665, 705, 740, 783, 842, 865, 945, 1375, 1610, 2190)
+#: Rayleigh-like path-reflectance shape (lambda^-4, normalised at B01; B10 is above it all).
+_HAZE_SHAPE = tuple(0.0 if w == 1375 else (443 / w) ** 4 for w in _WAVELENGTH_NM)
+#: Relative sensor noise per band (60 m bands are averages, so quieter; B10 nearly none).
+_NOISE_SHAPE = (0.5, 1.0, 1.0, 1.0, 0.8, 0.8, 0.8, 1.0, 0.8, 0.5, 0.05, 0.8, 0.8)
+#: Band groups by native resolution: (metres, band indices, box size over the previous grid);
+#: a 20 m pixel covers 2x2 10 m pixels, a 60 m pixel 3x3 20 m pixels.
+_RESOLUTION_GROUPS: tuple[tuple[int, tuple[int, ...], int], ...] = (
+    (10, (1, 2, 3, 7), 1),
+    (20, (4, 5, 6, 8, 11, 12), 2),
+    (60, (0, 9, 10), 3),
+)
+
+
+class _Archetype(NamedTuple):
+    prior: tuple[float, ...]  # over SYNTHETIC_CLASSES
+    elevation_m: float
+    roughness_m: float
+    gsd_m: float
+    haze: float
+
+
+# Class priors over SYNTHETIC_CLASSES:
+#   AnnualCrop Forest Herbaceous Highway Industrial Pasture PermanentCrop Residential River SeaLake
+_ARCHETYPES: tuple[_Archetype, ...] = (
+    _Archetype(  # agricultural lowland
+        (0.22, 0.06, 0.09, 0.07, 0.03, 0.14, 0.18, 0.06, 0.09, 0.06), 180.0, 8.0, 10.0, 0.02
+    ),
+    _Archetype(  # coast: water, ports, towns
+        (0.06, 0.06, 0.08, 0.06, 0.07, 0.08, 0.05, 0.10, 0.19, 0.25), 15.0, 3.0, 10.0, 0.035
+    ),
+    _Archetype(  # urban: built-up and roads
+        (0.06, 0.05, 0.07, 0.16, 0.22, 0.05, 0.04, 0.25, 0.06, 0.04), 120.0, 6.0, 10.0, 0.03
+    ),
+    _Archetype(  # forested upland, coarser 20 m product
+        (0.04, 0.30, 0.19, 0.05, 0.03, 0.16, 0.05, 0.05, 0.09, 0.04), 850.0, 40.0, 20.0, 0.01
+    ),
+)
+#: Terrain-roughness factor per class (water and crops flat, forest rugged).
+_CLASS_ROUGHNESS = (0.6, 1.6, 1.2, 0.8, 0.7, 1.0, 0.9, 0.8, 0.5, 0.3)
+
+
+class SyntheticParams(BaseModel):
+    """Parameters of the synthetic Sentinel-2-like land-cover dataset."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_samples: int = Field(6000, gt=0, description="Number of patches.")
+    size: int = Field(64, ge=16, description="Patch side length in pixels (10 m grid).")
+    seed: int = Field(0, description="Seed of all random draws.")
+    num_regions: int = Field(4, ge=1, description="Geographic regions with distinct priors.")
+    noise_std: float = Field(
+        0.012, ge=0, description="Sensor noise std (reflectance) of the 10 m bands."
+    )
+    spectral_jitter: float = Field(
+        0.12, ge=0, description="Per-patch relative variability of material spectra."
+    )
+    illumination_jitter: float = Field(
+        0.12, ge=0, description="Std of the per-patch log illumination gain."
+    )
+    haze: float = Field(
+        1.0, ge=0, description="Multiplier of the per-patch atmospheric haze offset."
+    )
+    brightness_texture: float = Field(
+        0.08, ge=0, description="Amplitude of smooth within-patch brightness variation."
+    )
+
+
+class _Regions(NamedTuple):
+    prior: Tensor  # [R, 10]
+    elevation: Tensor  # [R]
+    roughness: Tensor  # [R]
+    gsd: Tensor  # [R]
+    haze: Tensor  # [R]
+    lat: Tensor  # [R]
+    lon: Tensor  # [R]
+    tint: Tensor  # [R, 2] soil brightness, vegetation NIR gain
+
+
+def _regions(params: SyntheticParams) -> _Regions:
+    """Draw the per-region parameters from the archetypes (cycled) and seeded jitter."""
+    gen = torch_generator(params.seed, "synthetic", "regions")
+    r = params.num_regions
+    arch = [_ARCHETYPES[i % len(_ARCHETYPES)] for i in range(r)]
+    prior = torch.tensor([a.prior for a in arch]) * torch.exp(
+        0.3 * torch.randn(r, len(SYNTHETIC_CLASSES), generator=gen)
+    )
+    return _Regions(
+        prior=prior / prior.sum(1, keepdim=True),
+        elevation=torch.tensor([a.elevation_m for a in arch])
+        * torch.exp(0.2 * torch.randn(r, generator=gen)),
+        roughness=torch.tensor([a.roughness_m for a in arch]),
+        gsd=torch.tensor([a.gsd_m for a in arch]),
+        haze=torch.tensor([a.haze for a in arch]),
+        lat=36.0 + 22.0 * torch.rand(r, generator=gen),
+        lon=-8.0 + 36.0 * torch.rand(r, generator=gen),
+        tint=1.0 + 0.08 * torch.randn(r, 2, generator=gen),
+    )
+
+
+def _spectra(
+    materials: tuple[str, ...],
+    season: Tensor,
+    tint: Tensor,
+    jitter: float,
+    gen: torch.Generator,
+) -> Tensor:
+    """Per-patch material spectra.
+
+    Args:
+        materials: ``M`` material names.
+        season: ``[B]`` int64 season indices.
+        tint: ``[B, 2]`` region soil-brightness and vegetation-NIR factors.
+        jitter: Relative spectral variability.
+        gen: Random generator.
+
+    Returns:
+        ``[B, M, 13]`` float32 reflectance.
+    """
+    n, m = season.shape[0], len(materials)
+    base = torch.tensor([MATERIAL_SPECTRA[k] for k in materials])  # [M, 13]
+    senescent = torch.tensor(MATERIAL_SPECTRA["senescent"])
+    pheno = torch.tensor([_PHENOLOGY.get(k, 0.0) for k in materials])  # [M]
+    vigour = torch.tensor(_SEASON_VIGOUR)[season].view(n, 1)
+    vigour = (vigour + 0.1 * torch.randn(n, m, generator=gen)).clamp(0.0, 1.0)
+    dormancy = (pheno * (1 - vigour)).unsqueeze(-1)  # [B, M, 1]
+    spec = base * (1 - dormancy) + senescent * dormancy
+    veg = torch.tensor([k in _VEGETATION for k in materials], dtype=torch.float32)
+    soil_like = torch.tensor([k in ("soil", "senescent", "sand") for k in materials]).float()
+    red_edge_up = torch.zeros(13)
+    red_edge_up[4:10] = 1.0
+    nir_gain = 1 + (tint[:, 1:2] - 1).unsqueeze(-1) * veg.view(1, m, 1) * red_edge_up
+    soil_gain = 1 + (tint[:, 0:1] - 1).unsqueeze(-1) * soil_like.view(1, m, 1)
+    wl = torch.linspace(-0.5, 0.5, 13)
+    level = jitter * torch.randn(n, m, 1, generator=gen)
+    slope = 0.5 * jitter * torch.randn(n, m, 1, generator=gen)
+    wiggle = 0.15 * jitter * torch.randn(n, m, 13, generator=gen)
+    return spec * nir_gain * soil_gain * torch.exp(level + slope * wl + wiggle)
+
+
+def _draw_context(regions: _Regions, n: int, gen: torch.Generator) -> dict[str, Tensor]:
+    """Labels, regions and per-patch metadata of one chunk (each ``[n]``)."""
+    num_classes = len(SYNTHETIC_CLASSES)
+    region = torch.randint(0, regions.prior.shape[0], (n,), generator=gen)
+    label = torch.multinomial(regions.prior[region], 1, generator=gen)[:, 0]
+    forced = min(n, num_classes)  # one patch per class in every chunk
+    label[:forced] = torch.arange(forced)
+    region[:forced] = torch.multinomial(regions.prior[:, :forced].T, 1, generator=gen)[:, 0]
+    order = torch.randperm(n, generator=gen)
+    label, region = label[order], region[order]
+    rough = torch.tensor(_CLASS_ROUGHNESS)[label] * regions.roughness[region]
+    spread = regions.roughness[region] * 6 + 10
+    return {
+        "labels": label,
+        "region": region,
+        "season": torch.randint(0, 4, (n,), generator=gen),
+        "elevation_mean": (
+            regions.elevation[region] + spread * torch.randn(n, generator=gen)
+        ).clamp(min=0.0),
+        "elevation_std": rough * torch.exp(0.4 * torch.randn(n, generator=gen)),
+        "gsd_m": regions.gsd[region],
+        "lat": regions.lat[region] + 0.25 * torch.randn(n, generator=gen),
+        "lon": regions.lon[region] + 0.25 * torch.randn(n, generator=gen),
+    }
+
+
+def _box_mean(x: Tensor, k: int) -> Tensor:
+    """Average ``x`` ``[..., h, w]`` over ``k x k`` blocks (partial blocks at the far edges)."""
+    if k == 2 and x.shape[-1] % 2 == 0 and x.shape[-2] % 2 == 0:  # fast path, no pooling op
+        return (x[..., ::2, ::2] + x[..., 1::2, ::2] + x[..., ::2, 1::2] + x[..., 1::2, 1::2]) / 4
+    return F.avg_pool2d(x, k, ceil_mode=True)
+
+
+def _write_blocks(out: Tensor, bands: tuple[int, ...], src: Tensor, factor: int) -> None:
+    """Nearest-neighbour upsample ``src`` ``[n, len(bands), h, h]`` into ``out[:, bands]``.
+
+    Each source pixel fills a ``factor x factor`` block of ``out`` (uint16 ``[n, 13, S, S]``),
+    as a coarse band resampled onto the 10 m grid; the last block row/column is cut at the
+    patch edge. Writes go through strided views, without a full-size temporary.
+    """
+    n, size = out.shape[0], out.shape[-1]
+    if factor == 1:
+        for j, band in enumerate(bands):
+            out[:, band].copy_(src[:, j])
+        return
+    full = size // factor
+    edge = full * factor
+    for j, band in enumerate(bands):
+        dst, low = out[:, band], src[:, j]
+        if factor == 2 and edge == size:
+            for dy in range(2):
+                for dx in range(2):
+                    dst[:, dy::2, dx::2].copy_(low)
+            continue
+        blocks = dst[:, :edge, :edge].view(n, full, factor, full, factor)
+        blocks.copy_(low[:, :full, None, :full, None].expand(n, full, factor, full, factor))
+        if edge < size:  # partial blocks along the right and bottom edges, and the corner
+            rem = size - edge
+            right = dst[:, :edge, edge:].view(n, full, factor, rem)
+            right.copy_(low[:, :full, None, full : full + 1].expand(n, full, factor, rem))
+            bottom = dst[:, edge:, :edge].view(n, rem, full, factor)
+            bottom.copy_(low[:, full : full + 1, :full, None].expand(n, rem, full, factor))
+            dst[:, edge:, edge:].copy_(low[:, full : full + 1, full : full + 1].expand(n, rem, rem))
+
+
+def _generate_chunk(
+    params: SyntheticParams, regions: _Regions, k: int, out: np.ndarray
+) -> dict[str, Tensor]:
+    """Fill ``out`` (uint16 ``[n, 13, S, S]``) with chunk ``k``; return its metadata ``[n]``."""
+    gen = torch_generator(params.seed, "synthetic", "chunk", k)
+    n, size = out.shape[0], params.size
+    ctx = _draw_context(regions, n, gen)
+    label, region, season = ctx["labels"], ctx["region"], ctx["season"]
+    # Per-patch sensor/atmosphere state, in units of reflectance x 10000: illumination gain,
+    # B09 water vapour, and the path-reflectance offset (+ 0.5 as the integer cast truncates).
+    gain = torch.tensor(_SEASON_GAIN)[season] * torch.exp(
+        params.illumination_jitter * torch.randn(n, generator=gen)
+    )
+    vapour = torch.exp(0.15 * torch.randn(n, generator=gen))
+    haze = params.haze * (regions.haze[region] + 0.04 * torch.rand(n, generator=gen))
+    offset = (0.05 + haze).view(n, 1) * torch.tensor(_HAZE_SHAPE)  # [n, 13]
+    offset[:, 10] = 0.0008 + 0.002 * torch.rand(n, generator=gen)  # thin cirrus only
+    offset = offset * _SCALE + 0.5
+    sides = [size]
+    for _, _, pool in _RESOLUTION_GROUPS[1:]:
+        sides.append(math.ceil(sides[-1] / pool))
+    groups = [
+        torch.empty(n, len(g[1]), s, s) for g, s in zip(_RESOLUTION_GROUPS, sides, strict=True)
+    ]
+
+    for c in range(len(SYNTHETIC_CLASSES)):
+        idx = (label == c).nonzero()[:, 0]
+        b = idx.numel()
+        if b == 0:
+            continue
+        weights = TEXTURES[c](b, size, 10.0 / ctx["gsd_m"][idx], gen)  # [b, M, S, S]
+        wobble = smooth_noise(b, size, 12.0, gen).mul_(params.brightness_texture).add_(1.0)
+        weights = weights.mul_(wobble.unsqueeze(1))
+        spec = _spectra(
+            CLASS_MATERIALS[c], season[idx], regions.tint[region[idx]], params.spectral_jitter, gen
+        )
+        spec = spec * (gain[idx] * _SCALE).view(b, 1, 1)
+        spec[:, :, 9] *= vapour[idx].view(b, 1)
+        spec[:, :, 10] = 0.0
+        m = weights.shape[1]
+        for (_, bands, pool), side, dest in zip(_RESOLUTION_GROUPS, sides, groups, strict=True):
+            if pool > 1:  # box-average the weights onto the band's coarser grid
+                weights = _box_mean(weights, pool)
+            sel = list(bands)
+            refl = torch.baddbmm(
+                offset[idx][:, sel].unsqueeze(-1),
+                spec[:, :, sel].transpose(1, 2),
+                weights.reshape(b, m, -1),
+            )
+            dest[idx] = refl.view(b, len(bands), side, side)
+
+    out_t = torch.from_numpy(out)
+    for (res, bands, _), dest in zip(_RESOLUTION_GROUPS, groups, strict=True):
+        std = params.noise_std * _SCALE * torch.tensor([_NOISE_SHAPE[i] for i in bands])
+        dest.addcmul_(torch.randn(dest.shape, generator=gen), std.view(1, -1, 1, 1))
+        _write_blocks(out_t, bands, dest.clamp_(0.5, _SCALE + 0.5), res // 10)
+    return ctx
+
+
+def generate_synthetic(params: SyntheticParams) -> dict[str, np.ndarray]:
+    """Generate the synthetic dataset.
+
+    Args:
+        params: Dataset parameters.
+
+    Returns:
+        ``images`` uint16 ``[N, 13, H, W]`` (reflectance x 10000, bands in
+        ``SENTINEL2_BANDS`` order), ``labels`` int64 ``[N]`` indices into
+        :data:`SYNTHETIC_CLASSES`, and per-patch metadata ``[N]``: ``region`` and
+        ``season`` (int64), ``elevation_mean``, ``elevation_std`` (metres), ``gsd_m``,
+        ``lat``, ``lon`` (float32).
+    """
+    n, size = params.num_samples, params.size
+    regions = _regions(params)
+    images = np.empty((n, 13, size, size), dtype=np.uint16)
+    parts: dict[str, list[np.ndarray]] = {}
+    for lo in range(0, n, CHUNK):
+        ctx = _generate_chunk(params, regions, lo // CHUNK, images[lo : lo + CHUNK])
+        for key, val in ctx.items():
+            parts.setdefault(key, []).append(val.numpy())
+    out: dict[str, np.ndarray] = {"images": images}
+    for key, vals in parts.items():
+        arr = np.concatenate(vals)
+        out[key] = arr.astype(np.int64 if key in ("labels", "region", "season") else np.float32)
+    return out
+
+
+@DATASETS.register("synthetic", params=SyntheticParams)
+def build_synthetic(params: SyntheticParams, *, cache_dir: Path) -> GeoDataset:
+    """Synthetic Sentinel-2-like EuroSAT-class patches, generated once and cached.
+
+    Args:
+        params: Dataset parameters.
+        cache_dir: Directory of the decode-once array cache.
+
+    Returns:
+        A :class:`GeoDataset` with ``images`` ``[N, 13, H, W]`` float32 reflectance.
+    """
+    arrays = cached_arrays(
+        cache_dir,
+        cache_key("synthetic-v1", params.model_dump()),
+        lambda: generate_synthetic(params),
+    )
+    raw = arrays["images"]
+    images = torch.empty(raw.shape, dtype=torch.float32)
+    for lo in range(0, raw.shape[0], CHUNK):
+        images[lo : lo + CHUNK] = torch.from_numpy(raw[lo : lo + CHUNK].astype(np.float32))
+    images.div_(_SCALE)
+    return GeoDataset(
+        images=images,
+        labels=torch.from_numpy(arrays["labels"].astype(np.int64)),
+        classes=SYNTHETIC_CLASSES,
+        bands=SENTINEL2_BANDS,
+        metadata={k: arrays[k] for k in METADATA_KEYS},
+        name="synthetic",
+    )

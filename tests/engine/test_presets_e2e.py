@@ -1,0 +1,47 @@
+"""Slow end-to-end runs of the shipped presets, shortened (still run in CI)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from geofl.cli import app
+
+
+@pytest.mark.slow
+def test_demo_preset_end_to_end_with_report(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(
+        app,
+        ["run", "demo", "--out", str(out), "--no-progress",
+         "--set", "federation.rounds=3", "--set", "data.params.num_samples=1200"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    accs = {m: s["final_test_accuracy"]["mean"] for m, s in summary["methods"].items()}
+    assert set(accs) == {"centralized", "fedavg-iid", "fedavg-dir0.1"}
+    assert all(a > 0.2 for a in accs.values()), accs  # well above chance (0.1) after 3 rounds
+    html = (out / "report" / "index.html").read_text()
+    for png in ("accuracy_trajectories.png", "rolling_std.png", "convergence.png"):
+        assert png in html
+        assert (out / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_heterogeneity_preset_runs_on_real_ucmerced(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[3] / "shared" / "data" / "ucmerced_landuse"
+    if not root.is_dir():
+        pytest.skip(f"real UC Merced copy not found at {root}")
+    out = tmp_path / "ucm"
+    result = CliRunner().invoke(
+        app,
+        ["run", "fedavg-heterogeneity", "--out", str(out), "--no-progress", "--no-report",
+         "--seeds", "1", "--set", "federation.rounds=1", "--set", "data.dataset=ucmerced",
+         "--set", f"data.params={{root: '{root}', size: 32}}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    part = json.loads((out / "methods/fedavg-dir0.1/seed-1/partition.json").read_text())
+    assert len(part["classes"]) == 21 and len(part["histograms"]) == 10
