@@ -17,7 +17,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["cpu_busy", "fmt", "footer", "header", "median_time", "print_table", "set_threads"]
+__all__ = [
+    "cpu_busy",
+    "fmt",
+    "footer",
+    "header",
+    "interleaved_medians",
+    "median_time",
+    "print_table",
+    "set_threads",
+]
 
 #: Fraction of CPUs busy before the start above which the header prints a warning.
 BUSY_WARNING = 0.2
@@ -77,8 +86,11 @@ def header(name: str, args: object) -> None:
 
 
 def footer(t_start: float) -> None:
-    """Print the elapsed wall time and the load average at the end of the run."""
-    print(f"\n== done in {time.perf_counter() - t_start:.1f}s | load avg at end {_load()}")
+    """Print the elapsed wall time, the load average and how busy other processes are now."""
+    elapsed = time.perf_counter() - t_start
+    busy = cpu_busy()
+    busy_s = f"{100 * busy:.0f}%" if busy is not None else "n/a"
+    print(f"\n== done in {elapsed:.1f}s | load avg at end {_load()} | cpu busy after end {busy_s}")
 
 
 def median_time(
@@ -101,6 +113,27 @@ def median_time(
             fn()
         times.append((time.perf_counter() - t0) / number)
     return statistics.median(times), times
+
+
+def interleaved_medians(
+    fns: dict[str, Callable[[], Any]], *, repeats: int, warmup: int = 1, number: int = 1
+) -> dict[str, float]:
+    """Median seconds per call of each of ``fns``, timed round-robin.
+
+    Every repeat times each function once, in turn, so that all of them see the same
+    machine state; ratios between them stay meaningful when the load changes mid-run.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times[name].append((time.perf_counter() - t0) / number)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def fmt(value: Any, digits: int = 3) -> str:

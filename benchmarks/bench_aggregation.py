@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_aggregation.py [--quick] [--repeats 5] [--threads 2]
+    .venv/bin/python benchmarks/bench_aggregation.py [--quick] [--repeats 7] [--threads 2]
 
 What is measured and why: aggregation reads every byte of the round's ``[K, D]`` update
 tensor once, so it is memory-bound and should run at the speed of the simplest reduction
@@ -15,9 +15,12 @@ script times
   what the engine actually calls once per round, to expose any copy it makes on the way,
   and ``updates[idx]`` for ``idx = arange(K)`` (the row gather ``FlatTier`` performs).
 
-Reported: median seconds per call, GB/s of update bytes read (K·D·4 / time) and ratios to
-``mean(0)``. The largest tensor (K=100 × D=1.1e7, 4.4 GB) is allocated once and every
-smaller case is a contiguous view of its first K·D elements; ``--quick`` skips D=1.1e7.
+``weighted_mean`` and ``mean(0)`` are timed round-robin within each repeat, so their ratio
+holds even when the load of a shared machine changes mid-run (the tier path is timed apart,
+with fewer repeats). Reported: median seconds per call, GB/s of update
+bytes read (K·D·4 / time) and ratios to ``mean(0)``. The largest tensor (K=100 × D=1.1e7,
+4.4 GB) is allocated once and every smaller case is a contiguous view of its first K·D
+elements; ``--quick`` skips D=1.1e7.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import time
 
 import torch
 
-from _common import footer, header, median_time, print_table, set_threads
+from _common import footer, header, interleaved_medians, print_table, set_threads
 from geofl.server.aggregators import weighted_mean
 from geofl.server.strategy import FlatTier
 from geofl.server.weighting import data_size_weights
@@ -43,14 +46,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="D=1e5 only, fewer repeats")
     parser.add_argument("--ks", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--ds", type=float, nargs="+", default=[1e5, 1.1e7])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--tier-repeats", type=int, default=3, help="repeats of the tier path")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-tier", action="store_true", help="skip the FlatTier column")
     args = parser.parse_args()
     set_threads(args.threads)
     if args.quick:
         args.ds = [d for d in args.ds if d <= 1e6] or [1e5]
-        args.repeats = min(args.repeats, 3)
+        args.repeats, args.tier_repeats = min(args.repeats, 3), 1
     header("bench_aggregation", args)
 
     ks, ds = sorted(args.ks), sorted(int(d) for d in args.ds)
@@ -70,31 +74,34 @@ def main() -> None:
             # Many small calls per repeat for D=1e5 so that one repeat lasts > ~10 ms.
             number = max(1, int(2e8 // (k * d)))
             warm = 1 if k * d > 1e8 else 3
-            t_wm, _ = median_time(
-                lambda u=updates, w=weights: weighted_mean(u, w),
+            med = interleaved_medians(
+                {
+                    "wmean": lambda u=updates, w=weights: weighted_mean(u, w),
+                    "mean": lambda u=updates: u.mean(0),
+                },
                 repeats=args.repeats,
                 warmup=warm,
                 number=number,
             )
-            t_mean, _ = median_time(
-                lambda u=updates: u.mean(0), repeats=args.repeats, warmup=warm, number=number
-            )
+            t_wm, t_mean = med["wmean"], med["mean"]
+            t_tier = t_copy = float("nan")
+            if not args.no_tier:
+                # Timed apart (fewer repeats): each call allocates and page-faults a K×D copy.
+                idx = torch.arange(k)
+                med = interleaved_medians(
+                    {
+                        "tier": lambda u=updates, m=metas: tier(u, m, 1),
+                        # What FlatTier does before aggregating: updates[kept rows], a copy.
+                        "copy": lambda u=updates, i=idx: u[i],
+                    },
+                    repeats=args.tier_repeats,
+                    warmup=1,
+                    number=number,
+                )
+                t_tier, t_copy = med["tier"], med["copy"]
             check = torch.allclose(
                 weighted_mean(updates, torch.ones(k)), updates.mean(0), rtol=1e-4, atol=1e-6
             )
-            t_tier = t_copy = float("nan")
-            if not args.no_tier:
-                t_tier, _ = median_time(
-                    lambda u=updates, m=metas: tier(u, m, 1),
-                    repeats=args.repeats,
-                    warmup=warm,
-                    number=number,
-                )
-                # What FlatTier does before aggregating: updates[kept rows] (a full copy).
-                idx = torch.arange(k)
-                t_copy, _ = median_time(
-                    lambda u=updates, i=idx: u[i], repeats=args.repeats, warmup=warm, number=number
-                )
             gbytes = k * d * 4 / 1e9
             rows.append(
                 [

@@ -158,7 +158,7 @@ def one_run(cfg: ExperimentConfig) -> dict[str, float]:
         "trainer call (training)": trainer,
         "evaluation": ev,
         "client_step minus trainer": train_rec - trainer,
-        "per-client loop (network, validate)": round_total - train_rec - agg,
+        "round rest (sampling, network, validate)": round_total - train_rec - agg,
         "aggregation (stack + tier + update)": agg,
     }
     out.update({k: v for k, v in SECTIONS.items() if k != "trainer"})
@@ -185,16 +185,17 @@ def main() -> None:
         dest="overrides",
         action="append",
         default=None,
-        help="config override path=value (repeatable); default federation.rounds=3",
+        help="config override path=value (repeatable), applied after federation.rounds=3",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     set_threads(args.threads)
-    overrides = args.overrides or ["federation.rounds=3"]
+    base = ["federation.rounds=3"]
     if args.quick:
-        overrides = [*overrides, "federation.rounds=2", "data.params.num_samples=1000"]
+        base = ["federation.rounds=2", "data.params.num_samples=1000"]
         args.repeats = 1
+    overrides = [*base, *(args.overrides or [])]
     args.overrides = overrides
     header("bench_engine_overhead", args)
 

@@ -89,3 +89,9 @@ def test_validate_update_reasons() -> None:
     assert "floating" in str(validate_update(ints, 4))
     empty = ClientUpdate(torch.zeros(4), _meta(0, 0))
     assert validate_update(empty, 4) == "num_samples=0 must be positive"
+
+
+def test_validate_accepts_huge_but_finite_values() -> None:
+    # the sum overflows to inf, but every entry is finite: not malformed
+    big = ClientUpdate(torch.full((4,), 3e38), _meta(0, 5))
+    assert validate_update(big, 4) is None

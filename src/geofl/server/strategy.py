@@ -52,7 +52,9 @@ class FlatTier:
         raw = self.weighting([metas[int(i)] for i in idx], round_idx)
         raw = raw / raw.sum()
         weights[idx] = raw
-        delta = self.aggregator(updates[idx], raw.to(updates.dtype))
+        # Index (a copy of the kept rows) only when a defense dropped something.
+        kept_updates = updates if idx.numel() == k else updates[idx]
+        delta = self.aggregator(kept_updates, raw.to(updates.dtype))
         return AggregationResult(delta, weights, kept)
 
 

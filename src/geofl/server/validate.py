@@ -34,9 +34,12 @@ def validate_update(update: ClientUpdate, dim: int) -> str | None:
         return f"delta has shape {tuple(delta.shape)}, expected ({dim},)"
     if not delta.is_floating_point():
         return f"delta has dtype {delta.dtype}, expected a floating type"
-    if not bool(torch.isfinite(delta).all()):
+    # A finite sum implies every entry is finite (one reduction, no [D] mask); only a
+    # non-finite sum needs the elementwise check, which also counts the bad entries.
+    if not bool(torch.isfinite(delta.sum())):
         bad = int((~torch.isfinite(delta)).sum())
-        return f"delta has {bad} non-finite values (NaN/Inf)"
+        if bad:
+            return f"delta has {bad} non-finite values (NaN/Inf)"
     if update.meta.num_samples <= 0:
         return f"num_samples={update.meta.num_samples} must be positive"
     return None
