@@ -98,7 +98,7 @@ class EvalConfig(_Strict):
     """When and how to evaluate."""
 
     every: int = Field(1, ge=1, description="evaluate val and test every N rounds (and last)")
-    batch_size: int = Field(1024, ge=1)
+    batch_size: int = Field(256, ge=1)
     rolling_window: int = Field(10, ge=1, description="rolling std window (000 Fig. 6)")
 
 

@@ -54,7 +54,12 @@ class SmallCNN(nn.Module):
         self.head = nn.Linear(c_in, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, num_classes]`` for images ``[B, C, H, W]``."""
+        """Logits ``[B, num_classes]`` for images ``[B, C, H, W]``.
+
+        The input is moved to channels-last layout: on CPU, convolutions and max-pooling
+        run 20–50 % faster in it, and the weights stay views of the flat vector.
+        """
+        x = x.contiguous(memory_format=torch.channels_last)
         out: torch.Tensor = self.head(self.features(x).mean(dim=(2, 3)))
         return out
 

@@ -89,7 +89,8 @@ class ResNet18(nn.Module):
         self.head = nn.Linear(c_in, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, num_classes]``."""
+        """Logits ``[B, num_classes]`` (input moved to channels-last, faster on CPU)."""
+        x = x.contiguous(memory_format=torch.channels_last)
         out: torch.Tensor = self.head(self.stages(self.stem(x)).mean(dim=(2, 3)))
         return out
 
