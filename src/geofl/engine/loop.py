@@ -102,6 +102,7 @@ class FederatedRun:
         )
         self.workspace = FlatModel(model)
         self.dim = self.workspace.spec.numel
+        self._round_buffer = torch.empty(0, self.dim)
         self.init_params = self.workspace.snapshot()
         self.trainer = LOCAL_TRAINERS.build(
             method.trainer.name, method.trainer.params, workspace=self.workspace, train=cfg.train
@@ -148,6 +149,10 @@ class FederatedRun:
             len(self.clients), self.cfg.federation.participation, self.seed, round_idx
         )
         accepted: list[ClientUpdate] = []
+        # Accepted deltas are copied as they arrive into rows of a [K, D] buffer reused
+        # across rounds (no per-round allocation of the update tensor).
+        if self._round_buffer.shape[0] < len(participants):
+            self._round_buffer = torch.empty(len(participants), self.dim)
         rejected: list[dict[str, Any]] = []
         train_time = 0.0
         for k in participants:
@@ -164,12 +169,13 @@ class FederatedRun:
                 log.warning("round %d: rejected update of client %d: %s", round_idx, k, reason)
                 rejected.append({"client": k, "reason": reason})
                 continue
+            self._round_buffer[len(accepted)].copy_(update.delta)
             accepted.append(update)
         t_agg = time.perf_counter()
         weights: list[float] = []
         new_params = global_params
         if accepted:
-            stacked = torch.stack([u.delta.to(torch.float32) for u in accepted])
+            stacked = self._round_buffer[: len(accepted)]
             result = self.tier(stacked, [u.meta for u in accepted], round_idx)
             new_params = global_params + self.cfg.federation.server_lr * result.delta
             weights = result.weights.tolist()
