@@ -23,7 +23,7 @@ from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import GeoDataset
 from geofl.data.cache import default_cache_dir
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
-from geofl.data.split import stratified_split
+from geofl.data.split import Split, stratified_split
 from geofl.engine.events import Subscriber
 from geofl.engine.loop import FederatedRun, PreparedData
 from geofl.engine.rundir import seed_dir, write_json_atomic
@@ -43,9 +43,12 @@ def load_dataset(cfg: ExperimentConfig) -> GeoDataset:
     return ds.select_bands(cfg.data.bands)
 
 
-def prepare_split(ds: GeoDataset, cfg: ExperimentConfig, seed: int) -> PreparedData:
+def prepare_split(
+    ds: GeoDataset, cfg: ExperimentConfig, seed: int, split: Split | None = None
+) -> PreparedData:
     """Global train/val/test split for ``seed``, standardised per band with train stats."""
-    split = stratified_split(ds.labels.numpy(), cfg.data.split, seed)
+    if split is None:
+        split = stratified_split(ds.labels.numpy(), cfg.data.split, seed)
     train, val, test = ds.subset(split.train), ds.subset(split.val), ds.subset(split.test)
     if cfg.data.normalize == "standardize":
         mean = train.images.mean(dim=(0, 2, 3), keepdim=True)
@@ -109,22 +112,22 @@ def run_experiment(
         if not stored.exists() or yaml.safe_load(stored.read_text()) != resolved:
             raise RunDirError(
                 f"{stored} differs from the requested config; resume with the same config "
-                "(geofl run {out_dir}/config.yaml --out {out_dir} --resume)"
+                f"(geofl run {out_dir}/config.yaml --out {out_dir} --resume)"
             )
     ds = load_dataset(cfg)
     # Validate every split and partition before anything is written.
-    partitions: dict[int, dict[str, Partition]] = {}
-    for seed in cfg.seeds:
-        train_index = stratified_split(ds.labels.numpy(), cfg.data.split, seed).train
-        partitions[seed] = {
-            m.name: build_partition(cfg, m, ds, train_index, seed) for m in cfg.methods
-        }
+    labels = ds.labels.numpy()
+    splits = {seed: stratified_split(labels, cfg.data.split, seed) for seed in cfg.seeds}
+    partitions: dict[int, dict[str, Partition]] = {
+        seed: {m.name: build_partition(cfg, m, ds, splits[seed].train, seed) for m in cfg.methods}
+        for seed in cfg.seeds
+    }
     created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         _write_header(cfg, out_dir, resolved)
         for seed in cfg.seeds:
-            data = prepare_split(ds, cfg, seed)
+            data = prepare_split(ds, cfg, seed, splits[seed])
             for method in cfg.methods:
                 sdir = seed_dir(out_dir, method.name, seed)
                 if resume and (sdir / "final.json").exists():
