@@ -7,18 +7,17 @@ Writes what ``EuroSAT.zip`` holds, 10 classes x 3 images::
 :func:`make_zip` writes the same members into ``<root>/EuroSAT.zip``. Images are smooth
 colour gradients so JPEG round-trips stay within a few grey levels of :func:`expected`.
 
-Usage: ``python tests/data/eurosat_rgb/data.py OUT_DIR [--seed N]``
+Usage (from the repository root): ``python -m tests.data.eurosat_rgb.data OUT_DIR [--seed N]``
 """
 
 from __future__ import annotations
 
-import argparse
 import io
-import zipfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from tests.data.fixture_io import fixture_cli, write_tree, write_zip
 
 CLASSES: tuple[str, ...] = (
     "AnnualCrop",
@@ -60,26 +59,13 @@ def encode(img: np.ndarray) -> bytes:
 
 def make_fixture(root: Path, seed: int = 0) -> Path:
     """Write the extracted layout under ``root``; returns ``root``."""
-    for rel, img in expected(seed).items():
-        path = Path(root) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(encode(img))
-    return Path(root)
+    return write_tree(root, {rel: encode(img) for rel, img in expected(seed).items()})
 
 
 def make_zip(root: Path, seed: int = 0, name: str = "EuroSAT.zip") -> Path:
     """Write ``root/name`` holding ``2750/<Class>/<Class>_<n>.jpg``; returns the zip path."""
-    path = Path(root) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w") as zf:
-        for rel, img in expected(seed).items():
-            zf.writestr(rel, encode(img))
-    return path
+    return write_zip(Path(root) / name, {rel: encode(img) for rel, img in expected(seed).items()})
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    print(make_fixture(args.out, args.seed), make_zip(args.out, args.seed))
+    fixture_cli(__doc__ or "", make_fixture, make_zip)

@@ -8,18 +8,17 @@ as uncompressed RGB TIFFs like the original. Image ``00`` of each class is
 ``side x side``; image ``01`` is slightly smaller in one dimension, like the few
 non-256 x 256 originals. :func:`make_zip` writes ``<root>/UCMerced_LandUse.zip``.
 
-Usage: ``python tests/data/ucmerced/data.py OUT_DIR [--seed N]``
+Usage (from the repository root): ``python -m tests.data.ucmerced.data OUT_DIR [--seed N]``
 """
 
 from __future__ import annotations
 
-import argparse
 import io
-import zipfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from tests.data.fixture_io import fixture_cli, write_tree, write_zip
 
 CLASSES: tuple[str, ...] = (
     "agricultural",
@@ -77,26 +76,15 @@ def encode(img: np.ndarray, ext: str = ".tif") -> bytes:
 
 def make_fixture(root: Path, seed: int = 0, *, side: int = 32, ext: str = ".tif") -> Path:
     """Write the extracted layout under ``root``; returns ``root``."""
-    for rel, img in expected(seed, side, ext).items():
-        path = Path(root) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(encode(img, ext))
-    return Path(root)
+    return write_tree(
+        root, {rel: encode(img, ext) for rel, img in expected(seed, side, ext).items()}
+    )
 
 
 def make_zip(root: Path, seed: int = 0, name: str = "UCMerced_LandUse.zip") -> Path:
     """Write ``root/name`` with the same members as :func:`make_fixture`; returns its path."""
-    path = Path(root) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w") as zf:
-        for rel, img in expected(seed).items():
-            zf.writestr(rel, encode(img))
-    return path
+    return write_zip(Path(root) / name, {rel: encode(img) for rel, img in expected(seed).items()})
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    print(make_fixture(args.out, args.seed), make_zip(args.out, args.seed))
+    fixture_cli(__doc__ or "", make_fixture, make_zip)
