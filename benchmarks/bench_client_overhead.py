@@ -177,7 +177,9 @@ def micro(run: FederatedRun, repeats: int) -> list[list[Any]]:
         (
             "apply_release([l2_clip])",
             "client",
-            lambda: apply_release(update, [clip], d, torch_generator(1, "x")),
+            lambda: apply_release(
+                update, [clip], data=client, directives=d, generator=torch_generator(1, "x")
+            ),
         ),
         ("  l2_clip: vector_norm(delta)", "client", lambda: torch.linalg.vector_norm(update.delta)),
         ("  l2_clip: delta * scale (new tensor)", "client", lambda: update.delta * 0.5),

@@ -46,7 +46,6 @@ class UpdateMeta:
             training (running, as in a training-accuracy curve).
         steps: Local optimisation steps taken.
         bytes_sent: Payload size on the wire.
-        release: What each release step did (e.g. ``{"l2_clip": {"norm": 3.1}}``).
     """
 
     client_id: int
@@ -57,12 +56,20 @@ class UpdateMeta:
     train_accuracy: float = float("nan")
     steps: int = 0
     bytes_sent: int = 0
-    release: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ClientUpdate:
-    """An update Δw = w_local − w_global (``[D]`` float32) and its metadata."""
+    """An update Δw = w_local − w_global (``[D]`` float32) and its metadata.
+
+    Attributes:
+        delta: ``[D]`` float32, what the server receives.
+        meta: Metadata the server receives with it.
+        local_log: What the client's release steps did (e.g. ``{"l2_clip": {"norm": 3.1}}``
+            or a risk level). It stays on the client: the simulation collects it for
+            analysis and accounting, the server tier never reads it.
+    """
 
     delta: torch.Tensor
     meta: UpdateMeta
+    local_log: dict[str, Any] = field(default_factory=dict)

@@ -37,12 +37,19 @@ def test_release_pipeline_reports_and_does_not_mutate() -> None:
     step = RELEASE_STEPS.build("l2_clip", {"bound": 1.0})
     delta = torch.tensor([3.0, 4.0])
     upd = ClientUpdate(delta, UpdateMeta(client_id=0, num_samples=1, round=1))
-    out = apply_release(upd, [step], ClientDirectives(1, 0), torch_generator(0))
+    data = _client(4)
+    out = apply_release(
+        upd, [step], data=data, directives=ClientDirectives(1, 0), generator=torch_generator(0)
+    )
     assert delta.tolist() == [3.0, 4.0]
     assert torch.allclose(out.delta, torch.tensor([0.6, 0.8]))
-    assert out.meta.release["l2_clip"] == {"norm": 5.0, "bound": 1.0, "clipped": True}
+    assert out.local_log["l2_clip"] == {"norm": 5.0, "bound": 1.0, "clipped": True}
     per_client = apply_release(
-        upd, [step], ClientDirectives(1, 0, {"clip_bound": 10.0}), torch_generator(0)
+        upd,
+        [step],
+        data=data,
+        directives=ClientDirectives(1, 0, {"clip_bound": 10.0}),
+        generator=torch_generator(0),
     )
     assert per_client.delta.tolist() == [3.0, 4.0]
 

@@ -20,12 +20,17 @@ class ClientData:
         images: ``[n_k, C, H, W]`` float32 (already normalised).
         labels: ``[n_k]`` int64.
         label_histogram: ``[num_classes]`` int64 counts.
+        classes: Class names, index-aligned with ``label_histogram`` (empty if unknown).
+        gsd_m: Mean ground sampling distance of the local images in metres, if the
+            dataset records it (a resolution indicator for 000 Eq. 3).
     """
 
     client_id: int
     images: torch.Tensor
     labels: torch.Tensor
     label_histogram: np.ndarray
+    classes: tuple[str, ...] = ()
+    gsd_m: float | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])

@@ -1,8 +1,13 @@
 """The release pipeline: steps applied to Δw on the client before it leaves.
 
-Each step maps ``(Δw [D], meta, directives, generator)`` to a new Δw and a small dict of
-what it did (logged in ``UpdateMeta.release``). Steps never modify their input in place.
-Later papers add noise (000 Eq. 5–8, 004 Eq. 10–13), compression and gating (003) here.
+Each step maps ``Δw [D]`` — with the client's own data, the round's directives and a
+generator derived from (seed, round, client, "release") — to a new Δw and a small dict of
+what it did. Those reports form the client's *local log* (:attr:`ClientUpdate.local_log`):
+the simulation collects it for analysis, but it is not part of what the server receives,
+so a step may log client-private facts such as its risk level (000 Alg. 1). A step that
+adds calibrated noise reports ``{"dp_event": {"mechanism": "gaussian",
+"noise_multiplier": z}}`` for the privacy accountant. Steps never modify their input in
+place. Noise steps (000 Eq. 5–8) live in :mod:`geofl.privacy.mechanisms`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any, Protocol
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from geofl.client.data import ClientData
 from geofl.registry import Registry
 from geofl.update import ClientDirectives, ClientUpdate
 
@@ -26,7 +32,12 @@ class ReleaseStep(Protocol):
     name: str
 
     def __call__(
-        self, delta: torch.Tensor, directives: ClientDirectives, generator: torch.Generator
+        self,
+        delta: torch.Tensor,
+        *,
+        data: ClientData,
+        directives: ClientDirectives,
+        generator: torch.Generator,
     ) -> tuple[torch.Tensor, dict[str, Any]]: ...
 
 
@@ -64,7 +75,12 @@ class _L2Clip:
         self.bound = bound
 
     def __call__(
-        self, delta: torch.Tensor, directives: ClientDirectives, generator: torch.Generator
+        self,
+        delta: torch.Tensor,
+        *,
+        data: ClientData,
+        directives: ClientDirectives,
+        generator: torch.Generator,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         bound = float(directives.extra.get("clip_bound", self.bound))
         clipped, norm = l2_clip(delta, bound)
@@ -80,15 +96,18 @@ def build_l2_clip(params: L2ClipParams) -> ReleaseStep:
 def apply_release(
     update: ClientUpdate,
     steps: Sequence[ReleaseStep],
+    *,
+    data: ClientData,
     directives: ClientDirectives,
     generator: torch.Generator,
 ) -> ClientUpdate:
-    """Run ``steps`` in order on ``update``; their reports go to ``meta.release``."""
+    """Run ``steps`` in order on ``update``; their reports go to ``update.local_log``."""
     if not steps:
         return update
     delta = update.delta
     report: dict[str, Any] = {}
     for step in steps:
-        delta, report[step.name] = step(delta, directives, generator)
-    meta = replace(update.meta, release={**update.meta.release, **report})
-    return ClientUpdate(delta, meta)
+        delta, report[step.name] = step(
+            delta, data=data, directives=directives, generator=generator
+        )
+    return replace(update, delta=delta, local_log={**update.local_log, **report})
