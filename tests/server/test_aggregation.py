@@ -91,6 +91,25 @@ def test_validate_update_reasons() -> None:
     assert validate_update(empty, 4) == "num_samples=0 must be positive"
 
 
+@pytest.mark.parametrize(
+    ("hist", "reason"),
+    [
+        (np.zeros(3, dtype=np.int64), "label_histogram is all zeros"),
+        (np.array([2, -1, 0]), "label_histogram has negative or non-finite counts"),
+        (np.array([1.0, np.nan]), "label_histogram has negative or non-finite counts"),
+        (
+            np.ones((2, 2)),
+            "label_histogram has shape (2, 2) and dtype float64, expected [C] counts",
+        ),
+    ],
+)
+def test_validate_rejects_malformed_label_histograms(hist: np.ndarray, reason: str) -> None:
+    meta = UpdateMeta(client_id=0, num_samples=5, round=1, label_histogram=hist)
+    assert validate_update(ClientUpdate(torch.zeros(4), meta), 4) == reason
+    good = UpdateMeta(client_id=0, num_samples=5, round=1, label_histogram=np.array([0, 5]))
+    assert validate_update(ClientUpdate(torch.zeros(4), good), 4) is None
+
+
 def test_validate_accepts_huge_but_finite_values() -> None:
     # the sum overflows to inf, but every entry is finite: not malformed
     big = ClientUpdate(torch.full((4,), 3e38), _meta(0, 5))

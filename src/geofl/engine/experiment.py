@@ -77,14 +77,21 @@ def build_partition(
     )
 
 
-def _partition_json(p: Partition, ds: GeoDataset, method: MethodConfig) -> dict[str, Any]:
-    return {
+def _partition_json(
+    p: Partition, ds: GeoDataset, method: MethodConfig, train_index: np.ndarray
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "classes": list(ds.classes),
         "histograms": p.histograms,
         "sizes": p.sizes,
         "partitioner": method.partition.name,
         "params": method.partition.params,
     }
+    gsd = ds.metadata.get("gsd_m")
+    if gsd is not None:
+        pool = np.asarray(gsd, dtype=np.float64)[train_index]
+        out["gsd_m"] = [float(pool[idx].mean()) if len(idx) else None for idx in p.indices]
+    return out
 
 
 def run_experiment(
@@ -134,13 +141,18 @@ def run_experiment(
                     log.info("%s seed=%d already finished; skipping", method.name, seed)
                     continue
                 part = partitions[seed][method.name]
-                write_json_atomic(sdir / "partition.json", _partition_json(part, ds, method))
+                write_json_atomic(
+                    sdir / "partition.json",
+                    _partition_json(part, ds, method, splits[seed].train),
+                )
                 FederatedRun(cfg, method, seed, data, part, sdir, subscribers).run(resume=resume)
             del data
     except BaseException:
         if created and not any((out_dir / "methods").glob("*/*/checkpoint.pt")):
             shutil.rmtree(out_dir, ignore_errors=True)
         raise
+    for analysis in cfg.analyses:
+        plugins.ANALYSES.build(analysis.name, analysis.params)(out_dir)
     from geofl.report import write_summary
 
     write_summary(out_dir)
@@ -170,5 +182,6 @@ def _write_header(cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any]
             "torch": torch.__version__,
             "numpy": np.__version__,
             "paper": {k: v.model_dump() for k, v in cfg.paper.items()},
+            "figures": [f.model_dump() for f in cfg.figures],
         },
     )

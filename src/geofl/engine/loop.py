@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from geofl.attacks.client import ATTACKS, Attack
+from geofl.attacks.observe import feature_names, layer_bounds, update_statistics
 from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS, ReleaseStep, apply_release
 from geofl.client.trainer import LOCAL_TRAINERS
@@ -34,6 +35,7 @@ from geofl.engine.rundir import append_jsonl, read_jsonl, to_jsonable, write_jso
 from geofl.hierarchy.tiers import TIERS
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS
+from geofl.privacy.accounting import ACCOUNTANTS, dp_event_from_log, epsilon_summary
 from geofl.rng import numpy_generator, torch_generator
 from geofl.server.aggregators import AGGREGATORS
 from geofl.server.defenses import DEFENSES
@@ -121,9 +123,23 @@ class FederatedRun:
             aggregator=AGGREGATORS.build(method.aggregator.name, method.aggregator.params),
             defenses=[DEFENSES.build(d.name, d.params) for d in method.defenses],
         )
+        self.accountant = ACCOUNTANTS.build(
+            cfg.privacy.accountant.name, cfg.privacy.accountant.params
+        )
+        self._noise_multipliers: set[float] = set()
+        self._layers = layer_bounds(self.workspace.spec)
+        self._previous_delta: torch.Tensor | None = None
         train = data.train
+        gsd = train.metadata.get("gsd_m")
         self.clients = [
-            ClientData(k, train.images[idx], train.labels[idx], partition.histograms[k])
+            ClientData(
+                k,
+                train.images[idx],
+                train.labels[idx],
+                partition.histograms[k],
+                classes=tuple(train.classes),
+                gsd_m=float(np.mean(np.asarray(gsd)[idx.numpy()])) if gsd is not None else None,
+            )
             for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices)
         ]
 
@@ -137,7 +153,21 @@ class FederatedRun:
         )
         if self.attack is not None and client in self.attack.clients:
             update = self.attack(update, directives, torch_generator(*keys, "attack"))
-        return apply_release(update, self.release, directives, torch_generator(*keys, "release"))
+        return apply_release(
+            update,
+            self.release,
+            data=self.clients[client],
+            directives=directives,
+            generator=torch_generator(*keys, "release"),
+        )
+
+    def _account(self, client: int, local_log: dict[str, Any]) -> None:
+        """Feed the privacy accountant every DpEvent the client's release reported."""
+        for report in local_log.values():
+            event = dp_event_from_log(report) if isinstance(report, dict) else None
+            if event is not None:
+                self.accountant.record(client, event)
+                self._noise_multipliers.add(float(report["dp_event"]["noise_multiplier"]))
 
     # ------------------------------------------------------------------ one round
     def round(
@@ -154,11 +184,15 @@ class FederatedRun:
         if self._round_buffer.shape[0] < len(participants):
             self._round_buffer = torch.empty(len(participants), self.dim)
         rejected: list[dict[str, Any]] = []
+        client_log: dict[str, Any] = {}
         train_time = 0.0
         for k in participants:
             t_train = time.perf_counter()
             update = self.client_step(global_params, k, round_idx)
             train_time += time.perf_counter() - t_train
+            if update.local_log:
+                client_log[str(k)] = update.local_log
+                self._account(k, update.local_log)
             delivery = self.network(
                 update.meta, numpy_generator(self.seed, "round", round_idx, "client", k, "network")
             )
@@ -174,11 +208,14 @@ class FederatedRun:
         t_agg = time.perf_counter()
         weights: list[float] = []
         new_params = global_params
+        observed: dict[str, Any] | None = None
         if accepted:
             stacked = self._round_buffer[: len(accepted)]
             result = self.tier(stacked, [u.meta for u in accepted], round_idx)
             new_params = global_params + self.cfg.federation.server_lr * result.delta
             weights = result.weights.tolist()
+            if self.cfg.eval.observe_updates:
+                observed = self._observe(stacked, result.delta, accepted, round_idx)
         else:
             log.warning("round %d: no valid update arrived; global model unchanged", round_idx)
         agg_time = time.perf_counter() - t_agg
@@ -193,11 +230,31 @@ class FederatedRun:
             "train_loss": float(n @ losses / n.sum()) if accepted else None,
             "train_accuracy": float(n @ accs / n.sum()) if accepted else None,
             "bytes_up": int(sum(u.meta.bytes_sent for u in accepted)),
-            "release": [u.meta.release for u in accepted] if self.release else [],
+            "client_log": client_log,
             "time_s": {"train": train_time, "aggregate": agg_time, "total": 0.0},
         }
+        if observed is not None:
+            record["observed"] = observed
         record["time_s"]["total"] = time.perf_counter() - t0
         return new_params, record
+
+    def _observe(
+        self,
+        stacked: torch.Tensor,
+        aggregate: torch.Tensor,
+        accepted: Sequence[ClientUpdate],
+        round_idx: int,
+    ) -> dict[str, Any]:
+        """The server's legitimate view of this round's updates (for passive attacks)."""
+        feats = update_statistics(
+            stacked, aggregate=aggregate, previous=self._previous_delta, layers=self._layers
+        )
+        self._previous_delta = aggregate.clone()
+        return {
+            "round": round_idx,
+            "clients": [u.meta.client_id for u in accepted],
+            "features": feats.tolist(),
+        }
 
     def evaluate(self, params: torch.Tensor) -> dict[str, Metrics]:
         """Val and test metrics of ``params``."""
@@ -220,7 +277,7 @@ class FederatedRun:
         out = self.out_dir
         out.mkdir(parents=True, exist_ok=True)
         final_path, ckpt_path = out / "final.json", out / "checkpoint.pt"
-        rounds_path = out / "rounds.jsonl"
+        rounds_path, obs_path = out / "rounds.jsonl", out / "observations.jsonl"
         rounds = self.cfg.federation.rounds
         params, start, best = self.init_params, 1, None
         wall_before = 0.0
@@ -228,10 +285,22 @@ class FederatedRun:
             ckpt = torch.load(ckpt_path, weights_only=False)
             params, start, best = ckpt["params"], ckpt["round"] + 1, ckpt["best"]
             wall_before = float(ckpt.get("wall_s", 0.0))
+            self._previous_delta = ckpt.get("previous_delta")
             kept = [r for r in read_jsonl(rounds_path) if r["round"] < start]
             _rewrite_jsonl(rounds_path, kept)
+            for rec in kept:  # the privacy ledger is rebuilt from the client logs
+                for k, local_log in rec.get("client_log", {}).items():
+                    self._account(int(k), local_log)
+            if obs_path.exists():
+                _rewrite_jsonl(obs_path, [o for o in read_jsonl(obs_path) if o["round"] < start])
         else:
             _rewrite_jsonl(rounds_path, [])
+            if self.cfg.eval.observe_updates:
+                _rewrite_jsonl(obs_path, [])
+                write_json_atomic(
+                    out / "observations.meta.json",
+                    {"features": feature_names(self._layers), "num_params": self.dim},
+                )
         info = RunInfo(self.method.name, self.seed, rounds, start, len(self.clients), out)
         for sub in self.subscribers:
             sub.on_run_start(info)
@@ -256,6 +325,9 @@ class FederatedRun:
                     _torch_save_atomic(out / "best.pt", {"round": r, "params": params})
             else:
                 record["time_s"]["eval"] = 0.0
+            observed = record.pop("observed", None)
+            if observed is not None:
+                append_jsonl(obs_path, observed)
             append_jsonl(rounds_path, record)
             _torch_save_atomic(
                 ckpt_path,
@@ -264,6 +336,7 @@ class FederatedRun:
                     "params": params,
                     "best": best,
                     "wall_s": wall_before + time.perf_counter() - t_run,
+                    "previous_delta": self._previous_delta,
                 },
             )
             for sub in self.subscribers:
@@ -277,6 +350,13 @@ class FederatedRun:
             "num_params": self.dim,
             "wall_s": wall_before + time.perf_counter() - t_run,
         }
+        if self._noise_multipliers:
+            final["privacy"] = epsilon_summary(
+                self.accountant,
+                delta=self.cfg.privacy.delta,
+                noise_multipliers=sorted(self._noise_multipliers),
+                kind=self.cfg.privacy.accountant.name,
+            )
         write_json_atomic(final_path, final)
         for sub in self.subscribers:
             sub.on_run_end(info, final)

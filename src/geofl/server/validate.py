@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 
 from geofl.update import ClientUpdate
@@ -21,7 +22,8 @@ def validate_update(update: ClientUpdate, dim: int) -> str | None:
     """The reason ``update`` is malformed, or None if it is acceptable.
 
     Checks, in order: the delta is a ``[dim]`` floating tensor; every entry is finite;
-    the sample count is positive.
+    the sample count is positive; a shared label histogram (000 Eq. 9–10) is a vector of
+    finite non-negative counts with a positive sum.
 
     Args:
         update: The received update.
@@ -42,4 +44,13 @@ def validate_update(update: ClientUpdate, dim: int) -> str | None:
             return f"delta has {bad} non-finite values (NaN/Inf)"
     if update.meta.num_samples <= 0:
         return f"num_samples={update.meta.num_samples} must be positive"
+    hist = update.meta.label_histogram
+    if hist is not None:
+        h = np.asarray(hist)
+        if h.ndim != 1 or not np.issubdtype(h.dtype, np.number):
+            return f"label_histogram has shape {h.shape} and dtype {h.dtype}, expected [C] counts"
+        if not np.isfinite(h).all() or (h < 0).any():
+            return "label_histogram has negative or non-finite counts"
+        if not h.sum() > 0:
+            return "label_histogram is all zeros"
     return None
