@@ -3,15 +3,21 @@
 The page is self-contained (inline CSS, images referenced relatively), so the ``report/``
 folder can be copied or served as is. Every string that comes from the run directory is
 HTML-escaped.
+
+Sections: results (in the layout of the paper's table when the paper values carry its
+columns, :mod:`geofl.report.paper`, then every metric per method), privacy (ε of noisy
+releases and the attribute-inference attack, :mod:`geofl.report.privacy`), the paper's
+figures re-drawn from our runs, the run-wide figures, aggregation weights and the config.
 """
 
 from __future__ import annotations
 
-import re
 from html import escape
 from pathlib import Path
 from typing import Any
 
+from geofl.report.fragments import BADGE_INCOMPLETE, figure_html, slug
+from geofl.report.paper import TABLE1_COLUMNS, has_table1, paper_figures, table1_html
 from geofl.report.plots import (
     plot_accuracy_trajectories,
     plot_convergence,
@@ -19,8 +25,13 @@ from geofl.report.plots import (
     plot_per_class_accuracy,
     plot_rolling_std,
 )
+from geofl.report.privacy import (
+    attack_section,
+    epsilon_sentences,
+    neighbouring,
+    weight_figures,
+)
 from geofl.report.summary import (
-    ROLLING_WINDOW,
     MethodSummary,
     RunData,
     SeedRun,
@@ -47,11 +58,8 @@ figure{margin:1.5rem 0}figure img{max-width:100%;border:1px solid #eee}
 figcaption{color:#444;font-size:.9rem;margin-top:.3rem}
 pre{background:#f6f8fa;padding:1rem;overflow-x:auto;font-size:.85rem}
 details summary{cursor:pointer;font-weight:600}
+ul.epsilon li{margin:.3rem 0}
 """
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "method"
 
 
 def _first_partition(seeds: dict[int, SeedRun]) -> dict[str, Any] | None:
@@ -73,7 +81,8 @@ def _partition_label(partition: dict[str, Any] | None) -> str:
     return f"{label}, K={_num_clients(partition)}"
 
 
-def _paper_cell(paper: dict[str, Any] | None) -> str:
+def _paper_cell(paper: dict[str, Any] | None, skip: frozenset[str] = frozenset()) -> str:
+    """Published value, other non-null entries except ``skip``, and the source (small)."""
     if not paper:
         return "–"
     value = paper.get("final_test_accuracy")
@@ -81,7 +90,7 @@ def _paper_cell(paper: dict[str, Any] | None) -> str:
     parts += [
         f"{escape(str(k))}: {escape(str(v))}"
         for k, v in paper.items()
-        if k not in ("final_test_accuracy", "source")
+        if k not in ("final_test_accuracy", "source", *skip) and v is not None
     ]
     source = paper.get("source")
     if source:
@@ -89,9 +98,9 @@ def _paper_cell(paper: dict[str, Any] | None) -> str:
     return "<br>".join(parts) or "–"
 
 
-def _row(method: str, ms: MethodSummary, seeds: dict[int, SeedRun]) -> str:
+def _row(method: str, ms: MethodSummary, seeds: dict[int, SeedRun], skip: frozenset[str]) -> str:
     flag = ' class="incomplete"' if ms["incomplete"] else ""
-    badge = '<span class="badge">incomplete</span>' if ms["incomplete"] else ""
+    badge = BADGE_INCOMPLETE if ms["incomplete"] else ""
     done = ", ".join(str(s) for s in ms["seeds_done"]) or "none"
     best_round = ms["best_val_round"]
     at_round = (
@@ -108,7 +117,7 @@ def _row(method: str, ms: MethodSummary, seeds: dict[int, SeedRun]) -> str:
         f'<td class="num">{format_pm(ms["best_val_test_accuracy"])}{at_round}</td>',
         f'<td class="num">{format_pm(ms["final_test_macro_f1"])}</td>',
         f'<td class="num">{format_pm(ms["final_rolling_std"])}</td>',
-        f"<td>{_paper_cell(ms['paper'])}</td>",
+        f"<td>{_paper_cell(ms['paper'], skip)}</td>",
     ]
     return f"<tr{flag}>" + "".join(cells) + "</tr>"
 
@@ -130,20 +139,12 @@ def _incomplete_notice(run: RunData, methods: dict[str, MethodSummary]) -> str:
     )
 
 
-def _figure(src: str, caption: str, alt: str) -> str:
-    """A ``<figure>``; ``caption`` is HTML (already escaped), ``alt`` plain text."""
-    return (
-        f'<figure><img src="{escape(src)}" alt="{escape(alt)}">'
-        f"<figcaption>{caption}</figcaption></figure>"
-    )
-
-
 def _render_figures(run: RunData, out: Path) -> list[str]:
     """Draw every PNG into ``out`` and return the ``<figure>`` blocks (captions escaped)."""
     for stale in out.glob("partition-*.png"):
         stale.unlink()
     runs = run.methods
-    w = ROLLING_WINDOW
+    w = run.rolling_window
     plot_accuracy_trajectories(runs, out / "accuracy_trajectories.png")
     plot_rolling_std(runs, out / "rolling_std.png", window=w)
     plot_convergence(runs, out / "convergence.png")
@@ -151,27 +152,27 @@ def _render_figures(run: RunData, out: Path) -> list[str]:
     classes = next((p.get("classes") for p in parts if p and p.get("classes")), None)
     plot_per_class_accuracy(runs, out / "per_class_accuracy.png", classes=classes)
     blocks = [
-        _figure(
+        figure_html(
             "accuracy_trajectories.png",
             "Test accuracy (%) per evaluated round. Thin translucent lines are individual "
             "seeds, bold lines the mean over seeds of each method (cf. paper 000 Fig. 5).",
             "Test accuracy per round",
         ),
-        _figure(
+        figure_html(
             "rolling_std.png",
             f"Rolling standard deviation of test accuracy over a window of {w} evaluated "
             "rounds, in percentage points: lower means more stable training. Thin: seeds, "
             "bold: mean (cf. paper 000 Fig. 6).",
             "Rolling standard deviation of test accuracy",
         ),
-        _figure(
+        figure_html(
             "convergence.png",
             "Convergence: validation accuracy (solid), running training accuracy over the "
             "round's local batches (dashed) and training loss per round, mean over seeds "
             "with a ±1 std band (paper 000 Fig. 4).",
             "Training and validation accuracy and training loss per round",
         ),
-        _figure(
+        figure_html(
             "per_class_accuracy.png",
             "Test accuracy (%) of each class at the final round, mean over finished seeds.",
             "Per-class test accuracy",
@@ -182,11 +183,11 @@ def _render_figures(run: RunData, out: Path) -> list[str]:
         if part is None or _num_clients(part) <= 1:
             continue  # centralized (pooled) methods have a single client
         seed = next(s for s, r in seeds.items() if r.partition is not None)
-        name = f"partition-{i:02d}-{_slug(method)}.png"
+        name = f"partition-{i:02d}-{slug(method)}.png"
         label = _partition_label(part)
         plot_partition_heatmap(part, out / name, title=f"{method} — {label}, seed {seed}")
         blocks.append(
-            _figure(
+            figure_html(
                 name,
                 f"Client partition of <strong>{escape(method)}</strong> (seed {seed}): "
                 f"training samples per client (rows) and class (columns); "
@@ -195,6 +196,57 @@ def _render_figures(run: RunData, out: Path) -> list[str]:
             )
         )
     return blocks
+
+
+def _results_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
+    """The results table(s): the paper's layout first when its columns are given."""
+    table1 = has_table1(methods)
+    skip = frozenset(k for k, _ in TABLE1_COLUMNS) if table1 else frozenset()
+    rows = [_row(m, ms, run.methods.get(m, {}), skip) for m, ms in methods.items()]
+    header = (
+        "<tr><th>method</th><th>partition</th><th>seeds</th><th>final test acc (%)</th>"
+        "<th>best-val test acc (%)</th><th>final macro-F1 (%)</th>"
+        f"<th>final rolling std (pp, w={run.rolling_window})</th><th>paper</th></tr>"
+    )
+    details = (
+        "<p>Mean ± sample standard deviation (ddof = 1) over finished seeds. Best-val test acc "
+        "is the test accuracy at the round with the best validation accuracy.</p>\n"
+        f"<table>{header}\n" + "\n".join(rows) + "\n</table>"
+    )
+    if not table1:
+        return details
+    return (
+        "<p>In the layout of the paper's results table: our final test accuracy (mean ± "
+        "sample standard deviation over finished seeds) next to the published value, one row "
+        "per method in config order.</p>\n"
+        + table1_html(run, methods)
+        + "\n<h3>All metrics</h3>\n"
+        + details
+    )
+
+
+def _privacy_html(run: RunData, out: Path) -> str:
+    """ε of the noisy releases and the attack results; ``""`` when there are neither."""
+    sentences = epsilon_sentences(run)
+    attack = attack_section(run, out)
+    parts = []
+    if sentences:
+        relation = neighbouring(run)
+        parts.append(
+            "<h3>Formal privacy accounting</h3>\n<p>(ε, δ) of the methods whose release adds "
+            "Gaussian noise, from the privacy accountant of each run"
+            + (f"; neighbouring datasets: {escape(relation)}" if relation else "")
+            + '.</p>\n<ul class="epsilon">'
+            + "".join(f"<li>{escape(s)}</li>" for s in sentences)
+            + "</ul>"
+        )
+    if attack:
+        parts.append("<h3>Passive attribute inference</h3>\n" + attack)
+    return "<h2>Privacy</h2>\n" + "\n".join(parts) if parts else ""
+
+
+def _section(heading: str, intro: str, blocks: list[str]) -> str:
+    return f"<h2>{heading}</h2>\n<p>{intro}</p>\n" + "\n".join(blocks) if blocks else ""
 
 
 def write_report(run_dir: Path) -> Path:
@@ -207,7 +259,8 @@ def write_report(run_dir: Path) -> Path:
         Path of ``RUN_DIR/report/index.html``.
 
     Raises:
-        RunDirError: ``run_dir`` or ``run.json`` is missing, or a JSON file is corrupt.
+        RunDirError: ``run_dir`` or ``run.json`` is missing, or a JSON (or ``config.yaml``)
+            file is corrupt.
     """
     run_dir = Path(run_dir)
     summary = write_summary(run_dir)
@@ -215,7 +268,17 @@ def write_report(run_dir: Path) -> Path:
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     figures = _render_figures(run, out)
-    rows = [_row(m, ms, run.methods.get(m, {})) for m, ms in summary["methods"].items()]
+    paper = _section(
+        "Paper figures, re-drawn from our runs",
+        "Each figure of the paper named in the experiment config, drawn from our runs of "
+        "the same methods (not the paper's numbers).",
+        paper_figures(run, out),
+    )
+    weights = _section(
+        "Aggregation weights",
+        "Normalised weight the server gave each accepted update, per round.",
+        weight_figures(run, out),
+    )
     config = run_dir / "config.yaml"
     config_html = (
         f"<pre>{escape(config.read_text(encoding='utf-8'))}</pre>"
@@ -231,11 +294,6 @@ def write_report(run_dir: Path) -> Path:
             f"seeds {', '.join(str(s) for s in summary['seeds']) or '–'}",
         )
     )
-    header = (
-        "<tr><th>method</th><th>partition</th><th>seeds</th><th>final test acc (%)</th>"
-        "<th>best-val test acc (%)</th><th>final macro-F1 (%)</th>"
-        f"<th>final rolling std (pp, w={ROLLING_WINDOW})</th><th>paper</th></tr>"
-    )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -245,13 +303,12 @@ def write_report(run_dir: Path) -> Path:
 <p class="meta">{meta}</p>
 {_incomplete_notice(run, summary["methods"])}
 <h2>Results</h2>
-<p>Mean ± sample standard deviation (ddof = 1) over finished seeds. Best-val test acc is the
-test accuracy at the round with the best validation accuracy.</p>
-<table>{header}
-{chr(10).join(rows)}
-</table>
+{_results_html(run, summary["methods"])}
+{_privacy_html(run, out)}
+{paper}
 <h2>Figures</h2>
 {chr(10).join(figures)}
+{weights}
 <h2>Configuration</h2>
 <details><summary>Resolved experiment config (config.yaml)</summary>
 {config_html}

@@ -24,11 +24,19 @@ from geofl.report.summary import ROLLING_WINDOW, SeedRun, num
 from geofl.tasks.metrics import rolling_std
 
 __all__ = [
+    "Runs",
+    "colour",
+    "legend",
+    "new_figure",
+    "no_data",
+    "plain",
     "plot_accuracy_trajectories",
     "plot_convergence",
     "plot_partition_heatmap",
     "plot_per_class_accuracy",
     "plot_rolling_std",
+    "save",
+    "style",
 ]
 
 #: ``method -> seed -> SeedRun`` (see :class:`geofl.report.summary.RunData`).
@@ -42,22 +50,24 @@ _PALETTE = [
 ]  # fmt: skip
 
 
-def _colour(i: int) -> str:
+def colour(i: int) -> str:
+    """Colour of the ``i``-th method of a run (the palette repeats after 10)."""
     return _PALETTE[i % len(_PALETTE)]
 
 
-def _figure(size: tuple[float, float] = _SIZE) -> Figure:
+def new_figure(size: tuple[float, float] = _SIZE) -> Figure:
+    """A constrained-layout Figure in the house size and resolution (no pyplot)."""
     return Figure(figsize=size, dpi=_DPI, layout="constrained")
 
 
-def _plain(text: object) -> str:
+def plain(text: object) -> str:
     """Escape ``$`` so that strings from the run dir are never parsed as mathtext."""
     return str(text).replace("$", r"\$")
 
 
-def _style(ax: Axes, title: str, xlabel: str, ylabel: str, grid: bool = True) -> None:
+def style(ax: Axes, title: str, xlabel: str, ylabel: str, grid: bool = True) -> None:
     """The house style, set per axes (no rcParams, so no global state)."""
-    ax.set_title(_plain(title), fontsize=10, fontweight="bold")
+    ax.set_title(plain(title), fontsize=10, fontweight="bold")
     ax.set_xlabel(xlabel, fontsize=9)
     ax.set_ylabel(ylabel, fontsize=9)
     ax.tick_params(labelsize=8)
@@ -68,11 +78,13 @@ def _style(ax: Axes, title: str, xlabel: str, ylabel: str, grid: bool = True) ->
         ax.spines[side].set_visible(False)
 
 
-def _legend(ax: Axes, **kwargs: Any) -> None:
+def legend(ax: Axes, **kwargs: Any) -> None:
+    """A small frameless legend on ``ax`` (``kwargs`` go to :meth:`Axes.legend`)."""
     ax.legend(fontsize=8, frameon=False, **kwargs)
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save(fig: Figure, path: Path) -> Path:
+    """Write ``fig`` as PNG to ``path`` atomically (temporary file + rename); returns it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -81,7 +93,8 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _no_data(ax: Axes, what: str) -> None:
+def no_data(ax: Axes, what: str) -> None:
+    """Replace the axes content by a grey "no ``what`` yet" note."""
     ax.text(0.5, 0.5, f"no {what} yet", ha="center", va="center", transform=ax.transAxes,
             color="#666666")  # fmt: skip
     ax.set_xticks([])
@@ -106,12 +119,22 @@ def _mean_by_round(
 
 def _draw_seeds_and_mean(ax: Axes, runs: Runs, split: str, key: str, scale: float,
                          window: int | None = None, band: bool = False,
-                         ls: str = "-", suffix: str = "") -> bool:  # fmt: skip
+                         ls: str = "-", suffix: str = "",
+                         colours: Mapping[str, int] | None = None) -> bool:  # fmt: skip
+    """Thin line per seed and bold mean per method; False when nothing was drawn.
+
+    Rounds where the metric is undefined (e.g. not evaluated, ``eval.every > 1``) are
+    skipped, so lines join the evaluated rounds and rolling windows count evaluated rounds.
+    ``colours`` maps a method to its palette index (default: its position in ``runs``).
+    """
     drawn = False
     for i, (method, seeds) in enumerate(runs.items()):
+        c = colour(colours.get(method, i) if colours else i)
         curves = []
         for run in seeds.values():
             xs, ys = run.series(split, key)
+            keep = np.isfinite(xs) & np.isfinite(ys)
+            xs, ys = xs[keep], ys[keep]
             if xs.size == 0:
                 continue
             ys = ys * scale
@@ -119,56 +142,76 @@ def _draw_seeds_and_mean(ax: Axes, runs: Runs, split: str, key: str, scale: floa
                 ys = rolling_std(ys, window)
             curves.append((xs, ys))
             if not band:
-                ax.plot(xs, ys, color=_colour(i), lw=0.8, alpha=0.3)
+                ax.plot(xs, ys, color=c, lw=0.8, alpha=0.3)
         if not curves:
             continue
         xs, mean, std = _mean_by_round(curves)
-        label = _plain(f"{method}{suffix} (n={len(curves)})")
-        ax.plot(xs, mean, color=_colour(i), lw=2.0, ls=ls, label=label)
+        label = plain(f"{method}{suffix} (n={len(curves)})")
+        ax.plot(xs, mean, color=c, lw=2.0, ls=ls, label=label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if band and len(curves) > 1:
-            ax.fill_between(xs, mean - std, mean + std, color=_colour(i), alpha=0.15, lw=0)
+            ax.fill_between(xs, mean - std, mean + std, color=c, alpha=0.15, lw=0)
         drawn = True
     return drawn
 
 
-def plot_accuracy_trajectories(runs: Runs, path: Path) -> Path:
+def plot_accuracy_trajectories(
+    runs: Runs,
+    path: Path,
+    *,
+    title: str | None = None,
+    colours: Mapping[str, int] | None = None,
+) -> Path:
     """Test accuracy (%) vs round: thin line per seed, bold mean per method (000 Fig. 5).
 
     Args:
-        runs: ``method -> seed -> SeedRun``.
+        runs: ``method -> seed -> SeedRun`` (the keys label the legend).
         path: PNG to write.
+        title: Axes title (default: a description of the plot).
+        colours: ``method -> palette index``, to keep a method's colour when ``runs`` is a
+            subset of the run's methods (default: position in ``runs``).
     """
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot()
-    if _draw_seeds_and_mean(ax, runs, "test", "accuracy", 100.0):
-        _legend(ax, loc="lower right")
+    if _draw_seeds_and_mean(ax, runs, "test", "accuracy", 100.0, colours=colours):
+        legend(ax, loc="lower right")
     else:
-        _no_data(ax, "evaluated rounds")
-    _style(ax, "Test accuracy per round (thin: seeds, bold: mean over seeds)",
+        no_data(ax, "evaluated rounds")
+    style(ax, title or "Test accuracy per round (thin: seeds, bold: mean over seeds)",
            "communication round", "test accuracy (%)")  # fmt: skip
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def plot_rolling_std(runs: Runs, path: Path, window: int = ROLLING_WINDOW) -> Path:
+def plot_rolling_std(
+    runs: Runs,
+    path: Path,
+    window: int = ROLLING_WINDOW,
+    *,
+    title: str | None = None,
+    colours: Mapping[str, int] | None = None,
+) -> Path:
     """Rolling std (window ``window``) of test accuracy in percentage points (000 Fig. 6).
 
     Args:
-        runs: ``method -> seed -> SeedRun``.
+        runs: ``method -> seed -> SeedRun`` (the keys label the legend).
         path: PNG to write.
         window: Rolling window in evaluated rounds.
+        title: Axes title (default: a description of the plot with the window).
+        colours: ``method -> palette index`` (see :func:`plot_accuracy_trajectories`).
     """
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot()
-    drawn = _draw_seeds_and_mean(ax, runs, "test", "accuracy", 100.0, window=window)
+    drawn = _draw_seeds_and_mean(
+        ax, runs, "test", "accuracy", 100.0, window=window, colours=colours
+    )
     if drawn and any(np.isfinite(np.asarray(ln.get_ydata())).any() for ln in ax.get_lines()):
-        _legend(ax, loc="upper right")
+        legend(ax, loc="upper right")
         ax.set_ylim(bottom=0.0)
     else:
-        _no_data(ax, f"runs with ≥ {window} evaluated rounds")
-    _style(ax, f"Training stability: rolling std of test accuracy (window {window})",
+        no_data(ax, f"runs with ≥ {window} evaluated rounds")
+    style(ax, title or f"Training stability: rolling std of test accuracy (window {window})",
            "communication round", "rolling std (percentage points)")  # fmt: skip
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_convergence(runs: Runs, path: Path) -> Path:
@@ -182,21 +225,21 @@ def plot_convergence(runs: Runs, path: Path) -> Path:
         runs: ``method -> seed -> SeedRun``.
         path: PNG to write.
     """
-    fig = _figure((_SIZE[0] * 1.4, _SIZE[1]))
+    fig = new_figure((_SIZE[0] * 1.4, _SIZE[1]))
     ax_acc, ax_loss = fig.subplots(1, 2)
     if _draw_seeds_and_mean(ax_acc, runs, "val", "accuracy", 100.0, band=True):
         _draw_seeds_and_mean(ax_acc, runs, "train_accuracy", "", 100.0, band=True, ls="--",
                              suffix=" train")  # fmt: skip
-        _legend(ax_acc, loc="lower right")
+        legend(ax_acc, loc="lower right")
     else:
-        _no_data(ax_acc, "evaluated rounds")
+        no_data(ax_acc, "evaluated rounds")
     if not _draw_seeds_and_mean(ax_loss, runs, "train_loss", "", 1.0, band=True):
-        _no_data(ax_loss, "evaluated rounds")
-    _style(ax_acc, "Accuracy: validation (solid), training (dashed)",
+        no_data(ax_loss, "evaluated rounds")
+    style(ax_acc, "Accuracy: validation (solid), training (dashed)",
            "communication round", "accuracy (%)")  # fmt: skip
-    _style(ax_loss, "Training loss (mean ± std over seeds)",
+    style(ax_loss, "Training loss (mean ± std over seeds)",
            "communication round", "train loss (cross-entropy)")  # fmt: skip
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_partition_heatmap(partition: Mapping[str, Any], path: Path, title: str) -> Path:
@@ -209,16 +252,16 @@ def plot_partition_heatmap(partition: Mapping[str, Any], path: Path, title: str)
     """
     counts = np.atleast_2d(np.asarray(partition.get("histograms") or [[]], dtype=np.float64))
     k, c = counts.shape
-    classes = [_plain(x) for x in partition.get("classes") or []][:c]
+    classes = [plain(x) for x in partition.get("classes") or []][:c]
     classes += [str(j) for j in range(len(classes), c)]
     sizes = [num(s) for s in partition.get("sizes") or []]
     height = min(max(2.6, 0.3 * k + 1.9), 8.0)
-    fig = _figure((max(_SIZE[0], 0.45 * c + 2.5), height))
+    fig = new_figure((max(_SIZE[0], 0.45 * c + 2.5), height))
     ax = fig.add_subplot()
-    _style(ax, title, "class", "client (training samples)", grid=False)
+    style(ax, title, "class", "client (training samples)", grid=False)
     if counts.size == 0:
-        _no_data(ax, "partition")
-        return _save(fig, path)
+        no_data(ax, "partition")
+        return save(fig, path)
     im = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
     cbar = fig.colorbar(im, ax=ax, shrink=0.9)
     cbar.set_label("samples", fontsize=9)
@@ -236,7 +279,7 @@ def plot_partition_heatmap(partition: Mapping[str, Any], path: Path, title: str)
         for i in ticks
     ]
     ax.set_yticks(ticks, labels)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _per_class_means(runs: Runs) -> dict[str, np.ndarray]:
@@ -267,25 +310,23 @@ def plot_per_class_accuracy(runs: Runs, path: Path, classes: Sequence[str] | Non
     """
     means = _per_class_means(runs)
     c = max((m.size for m in means.values()), default=0)
-    names = [_plain(x) for x in classes or []][:c]
+    names = [plain(x) for x in classes or []][:c]
     names += [str(j) for j in range(len(names), c)]
     order = {m: i for i, m in enumerate(runs)}
-    fig = _figure((max(_SIZE[0], 0.55 * c + 2.5), _SIZE[1] + 0.6))
+    fig = new_figure((max(_SIZE[0], 0.55 * c + 2.5), _SIZE[1] + 0.6))
     ax = fig.add_subplot()
-    _style(ax, "Per-class test accuracy at the final round (mean over seeds)",
+    style(ax, "Per-class test accuracy at the final round (mean over seeds)",
            "", "final test accuracy (%)")  # fmt: skip
     if not means:
-        _no_data(ax, "finished runs")
-        return _save(fig, path)
+        no_data(ax, "finished runs")
+        return save(fig, path)
     bar_w = 0.8 / len(means)
     for g, (method, m) in enumerate(means.items()):
         xs = np.arange(m.size) + (g - (len(means) - 1) / 2) * bar_w
-        ax.bar(
-            xs, np.nan_to_num(m), width=bar_w, color=_colour(order[method]), label=_plain(method)
-        )
+        ax.bar(xs, np.nan_to_num(m), width=bar_w, color=colour(order[method]), label=plain(method))
     ax.set_xticks(range(c), names, rotation=40, ha="right", rotation_mode="anchor")
     ax.set_ylim(0.0, 105.0)
     ax.set_yticks(range(0, 101, 20))
     ax.grid(False, axis="x")
     fig.legend(loc="outside lower center", ncols=min(len(means), 4), fontsize=8, frameon=False)
-    return _save(fig, path)
+    return save(fig, path)

@@ -12,6 +12,8 @@ Conventions:
       mean and std are NaN in memory and ``null`` in ``summary.json``.
     * A seed without ``final.json`` is unfinished: it is listed under ``incomplete`` and left
       out of every statistic.
+    * The rolling-std window is the run's ``eval.rolling_window`` (``config.yaml``), else
+      :data:`ROLLING_WINDOW`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import numpy as np
+import yaml
 
 from geofl.errors import RunDirError
 from geofl.tasks.metrics import rolling_std
@@ -39,11 +42,12 @@ __all__ = [
     "load_run",
     "make_stat",
     "num",
+    "read_json",
     "summarize_run",
     "write_summary",
 ]
 
-#: Window of the rolling standard deviation of test accuracy (000 Fig. 6).
+#: Default window of the rolling std of test accuracy (000 Fig. 6), if the config sets none.
 ROLLING_WINDOW = 10
 
 
@@ -57,7 +61,13 @@ class Stat(TypedDict):
 
 
 class MethodSummary(TypedDict):
-    """Per-method entry of :class:`RunSummary` (accuracies as fractions in [0, 1])."""
+    """Per-method entry of :class:`RunSummary` (accuracies as fractions in [0, 1]).
+
+    ``epsilon_max`` is the per-seed ``final.json["privacy"]["epsilon_max"]`` (ε of the worst
+    client at the run's δ) over finished seeds, None for a method whose release adds no
+    noise. An infinite ε (``null`` in ``final.json``) is left out of the Stat like any
+    undefined value.
+    """
 
     seeds_done: list[int]
     incomplete: list[int]
@@ -68,6 +78,7 @@ class MethodSummary(TypedDict):
     best_val_round: Stat
     final_rolling_std: Stat
     paper: dict[str, Any] | None
+    epsilon_max: Stat | None
 
 
 class RunSummary(TypedDict):
@@ -124,11 +135,14 @@ class RunData:
         info: Content of ``run.json``.
         methods: ``method -> seed -> SeedRun``, methods in ``run.json`` order, seeds in
             ``run.json`` order (directories found on disk but not listed come after).
+        config: Content of ``config.yaml`` (the resolved experiment config), ``{}`` if the
+            file is missing or not a mapping.
     """
 
     run_dir: Path
     info: dict[str, Any]
     methods: dict[str, dict[int, SeedRun]]
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -140,6 +154,27 @@ class RunData:
         """Seeds listed in ``run.json``."""
         return [int(s) for s in self.info.get("seeds") or []]
 
+    @property
+    def rolling_window(self) -> int:
+        """``eval.rolling_window`` of the config, else :data:`ROLLING_WINDOW`."""
+        window = (self.config.get("eval") or {}).get("rolling_window")
+        if isinstance(window, int) and not isinstance(window, bool) and window >= 1:
+            return window
+        return ROLLING_WINDOW
+
+    def label(self, method: str) -> str:
+        """Display name of ``method`` (``run.json["labels"]``), else the method name."""
+        labels = self.info.get("labels")
+        label = labels.get(method) if isinstance(labels, dict) else None
+        return str(label) if label else method
+
+    def method_config(self, method: str) -> dict[str, Any]:
+        """The ``methods`` entry of the config named ``method`` (``{}`` if not found)."""
+        for entry in self.config.get("methods") or []:
+            if isinstance(entry, dict) and entry.get("name") == method:
+                return entry
+        return {}
+
 
 def num(x: Any) -> float:
     """``float(x)``, with None (JSON null) and non-numbers mapped to NaN."""
@@ -148,7 +183,12 @@ def num(x: Any) -> float:
     return float(x)
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """Parse a JSON file of the run directory.
+
+    Raises:
+        RunDirError: The file is not valid JSON.
+    """
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -172,6 +212,22 @@ def _read_rounds(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _read_config(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        what = getattr(exc, "problem", None) or type(exc).__name__
+        raise RunDirError(
+            f"{path}: invalid YAML ({where}{what}); restore it or re-run the experiment to "
+            "rewrite it"
+        ) from exc
+    return config if isinstance(config, dict) else {}
+
+
 def _seed_dirs(method_dir: Path) -> list[int]:
     if not method_dir.is_dir():
         return []
@@ -190,7 +246,8 @@ def load_run(run_dir: Path) -> RunData:
         run_dir: The run directory.
 
     Raises:
-        RunDirError: ``run_dir`` or its ``run.json`` is missing, or a JSON file is corrupt.
+        RunDirError: ``run_dir`` or its ``run.json`` is missing, or a JSON (or
+            ``config.yaml``) file is corrupt.
     """
     run_dir = Path(run_dir)
     info_path = run_dir / "run.json"
@@ -200,7 +257,7 @@ def load_run(run_dir: Path) -> RunData:
         raise RunDirError(
             f"{info_path} not found; pass a run directory written by the engine (has run.json)"
         )
-    info = _read_json(info_path)
+    info = read_json(info_path)
     if not isinstance(info, dict):
         raise RunDirError(f"{info_path}: expected a JSON object; re-run to regenerate it")
     methods_root = run_dir / "methods"
@@ -221,11 +278,13 @@ def load_run(run_dir: Path) -> RunData:
             runs[seed] = SeedRun(
                 seed=seed,
                 rounds=_read_rounds(d / "rounds.jsonl"),
-                partition=_read_json(part) if part.is_file() else None,
-                final=_read_json(final) if final.is_file() else None,
+                partition=read_json(part) if part.is_file() else None,
+                final=read_json(final) if final.is_file() else None,
             )
         methods[name] = runs
-    return RunData(run_dir=run_dir, info=info, methods=methods)
+    return RunData(
+        run_dir=run_dir, info=info, methods=methods, config=_read_config(run_dir / "config.yaml")
+    )
 
 
 def make_stat(values: Sequence[float]) -> Stat:
@@ -253,13 +312,21 @@ def _final_metric(final: dict[str, Any], *path: str) -> float:
     return num(node)
 
 
-def _summarize_method(runs: dict[int, SeedRun], paper: Any) -> MethodSummary:
+def _epsilon_max(finals: Sequence[dict[str, Any]]) -> Stat | None:
+    privacy = [f["privacy"] for f in finals if isinstance(f.get("privacy"), dict)]
+    if not privacy:
+        return None
+    return make_stat([num(p.get("epsilon_max")) for p in privacy])
+
+
+def _summarize_method(runs: dict[int, SeedRun], paper: Any, window: int) -> MethodSummary:
     done = [r for r in runs.values() if r.final is not None]
     finals = [r.final for r in done if r.final is not None]
     last_std = []
     for r in done:
         _, acc = r.series("test")
-        rs = rolling_std(acc, ROLLING_WINDOW) if acc.size else acc
+        acc = acc[np.isfinite(acc)]  # rounds without evaluation (eval.every > 1)
+        rs = rolling_std(acc, window) if acc.size else acc
         last_std.append(float(rs[-1]) if rs.size else math.nan)
     return MethodSummary(
         seeds_done=[r.seed for r in done],
@@ -277,15 +344,17 @@ def _summarize_method(runs: dict[int, SeedRun], paper: Any) -> MethodSummary:
         best_val_round=make_stat([_final_metric(f, "best_val", "round") for f in finals]),
         final_rolling_std=make_stat(last_std),
         paper=dict(paper) if isinstance(paper, dict) else None,
+        epsilon_max=_epsilon_max(finals),
     )
 
 
 def summarize_run(run_dir: Path) -> RunSummary:
     """Mean ± std over finished seeds of each method's final metrics.
 
-    ``final_rolling_std`` is the rolling std (window 10, :func:`~geofl.tasks.metrics.rolling_std`)
-    of test accuracy at the last evaluated round, as a fraction; it is undefined (left out)
-    for seeds with fewer than 10 evaluated rounds.
+    ``final_rolling_std`` is the rolling std (window :attr:`RunData.rolling_window`, 10 by
+    default; :func:`~geofl.tasks.metrics.rolling_std`) of test accuracy at the last evaluated
+    round, as a fraction; it is undefined (left out) for seeds with fewer evaluated rounds
+    than the window.
 
     Args:
         run_dir: The run directory.
@@ -299,7 +368,10 @@ def summarize_run(run_dir: Path) -> RunSummary:
     return RunSummary(
         name=run.name,
         seeds=run.seeds,
-        methods={m: _summarize_method(runs, paper.get(m)) for m, runs in run.methods.items()},
+        methods={
+            m: _summarize_method(runs, paper.get(m), run.rolling_window)
+            for m, runs in run.methods.items()
+        },
     )
 
 

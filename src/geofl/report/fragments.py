@@ -1,0 +1,67 @@
+"""Small HTML pieces shared by the report sections (figures, file names, numbers).
+
+Every string that comes from the run directory is escaped by the caller or here, as noted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from html import escape
+
+__all__ = ["BADGE_INCOMPLETE", "figure_html", "fmt_e", "fmt_number", "fmt_sci", "slug"]
+
+#: Marks a method with unfinished seeds (no ``final.json``).
+BADGE_INCOMPLETE = '<span class="badge">incomplete</span>'
+
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
+def slug(name: str) -> str:
+    """A file-name-safe form of ``name`` (``"method"`` if nothing is left)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "method"
+
+
+def figure_html(src: str, caption: str, alt: str) -> str:
+    """A ``<figure>``; ``caption`` is HTML (already escaped), ``src`` and ``alt`` plain text."""
+    return (
+        f'<figure><img src="{escape(src)}" alt="{escape(alt)}">'
+        f"<figcaption>{caption}</figcaption></figure>"
+    )
+
+
+def fmt_sci(x: float, digits: int = 2) -> str:
+    """Scientific notation as plain text: ``5e7`` → ``"5.0 × 10⁷"``, ``1e-5`` → ``"10⁻⁵"``.
+
+    A mantissa of 1 is dropped; ``inf`` → ``"∞"``, NaN → ``"–"``.
+
+    Args:
+        x: The number.
+        digits: Significant digits of the mantissa.
+    """
+    if math.isnan(x):
+        return "–"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    if x == 0:
+        return "0"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
+    if float(mantissa) in (1.0, -1.0):
+        return power if float(mantissa) > 0 else f"−{power}"
+    return f"{mantissa} × {power}"
+
+
+def fmt_number(x: float, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant digits, in :func:`fmt_sci` form if tiny or huge."""
+    if math.isfinite(x) and (x == 0 or 1e-2 <= abs(x) < 1e3):
+        return f"{x:.{digits}g}"
+    return fmt_sci(x, digits)
+
+
+def fmt_e(x: float) -> str:
+    """Compact e-notation for small factors: ``2.5e-4``, ``0.5`` (plain when 0.01 ≤ x < 1000)."""
+    if not math.isfinite(x) or x == 0 or 1e-2 <= abs(x) < 1e3:
+        return f"{x:.2g}"
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
