@@ -8,6 +8,7 @@ exit code 2.
 from __future__ import annotations
 
 __all__ = [
+    "AggregationError",
     "ConfigError",
     "DataError",
     "GeoflError",
@@ -52,3 +53,54 @@ class MalformedUpdateError(GeoflError, ValueError):
 
 class RunDirError(GeoflError, ValueError):
     """A run directory is missing, incomplete or does not match the config."""
+
+
+class AggregationError(GeoflError, ValueError):
+    """A round's updates cannot be aggregated as configured.
+
+    E.g. too few updates for Krum's ``K > 2f + 2``, or label histograms that are missing,
+    all zero or negative for the consistency weighting.
+    """
+
+
+class GovernanceError(GeoflError, ValueError):
+    """A governance input or action is invalid.
+
+    E.g. non-finite reputation inputs, rounds out of order, fewer validators than committee
+    seats, a stale or no-op permission proposal.
+    """
+
+
+__all__ += ["GovernanceError"]
+
+
+class LedgerError(GeoflError):
+    """The governance ledger cannot do what was asked (node unreachable, bad artifact, ...)."""
+
+
+class LedgerRevertError(LedgerError):
+    """The governance contract rejected a transaction; ``reason`` is its revert message."""
+
+    def __init__(self, method: str, sender: str, reason: str) -> None:
+        self.method = method
+        self.sender = sender
+        self.reason = reason
+        super().__init__(f"{method} by {sender} reverted: {reason}")
+
+
+class LedgerIntegrityError(LedgerError, ValueError):
+    """A stored ledger does not replay to the chain it recorded.
+
+    The message names the file and, where one is at fault, the transaction record
+    (0-based ``record``; -1 for the file as a whole).
+    """
+
+    def __init__(self, file: str, record: int, message: str) -> None:
+        self.file = file
+        self.record = record
+        self.message = message
+        where = f"{file} record {record}" if record >= 0 else file
+        super().__init__(f"{where}: {message}")
+
+
+__all__ += ["LedgerError", "LedgerIntegrityError", "LedgerRevertError"]

@@ -1,0 +1,318 @@
+"""Robust aggregators: trimmed mean, coordinate median, Krum / Multi-Krum."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from geofl.errors import AggregationError, ConfigError
+from geofl.server import robust
+from geofl.server.aggregators import AGGREGATORS
+from geofl.server.robust import (
+    coordinate_median,
+    krum,
+    krum_scores,
+    multi_krum,
+    pairwise_squared_distances,
+    trim_count,
+    trimmed_mean,
+)
+
+# ----------------------------------------------------------------------------- by hand
+
+
+def test_trimmed_mean_by_hand() -> None:
+    # column 0: 1 2 3 4 100, K=5, β=0.2 → b=⌊0.2·5⌋=1: drop 1 and 100, mean(2,3,4) = 3
+    # column 1: 2 5 1 0 -7  → sorted -7 0 1 2 5, drop -7 and 5: mean(0,1,2) = 1
+    u = torch.tensor([[1.0, 2.0], [2.0, 5.0], [3.0, 1.0], [4.0, 0.0], [100.0, -7.0]])
+    assert trimmed_mean(u, trim_fraction=0.2).tolist() == [3.0, 1.0]
+    # β=0.4 → b=2: only the middle value stays: 3 and 1
+    assert trimmed_mean(u, trim_fraction=0.4).tolist() == [3.0, 1.0]
+    # β=0.1 → b=⌊0.5⌋=0: the plain mean: (1+2+3+4+100)/5 = 22, (2+5+1+0-7)/5 = 0.2
+    assert torch.equal(trimmed_mean(u, trim_fraction=0.1), u.mean(0))
+
+
+def test_trimmed_mean_ties_by_hand() -> None:
+    # K=6, β=0.2 → b=1. Column 5 5 5 1 9 5: drop one 1 and the 9, mean(5,5,5,5) = 5.
+    # Column 2 2 2 2 2 7: drop one 2 and the 7, mean(2,2,2,2) = 2.
+    u = torch.tensor([[5.0, 2.0], [5.0, 2.0], [5.0, 2.0], [1.0, 2.0], [9.0, 2.0], [5.0, 7.0]])
+    assert trimmed_mean(u, trim_fraction=0.2).tolist() == [5.0, 2.0]
+
+
+def test_trim_count_floor_and_slack() -> None:
+    assert trim_count(100, 0.1) == 10
+    assert trim_count(100, 0.29) == 29  # 0.29·100 = 28.999999999999996 in floating point
+    assert trim_count(9, 0.25) == 2  # ⌊2.25⌋
+    assert trim_count(3, 0.3) == 0  # ⌊0.9⌋: nothing trimmed
+
+
+def test_median_by_hand() -> None:
+    # odd K=5: sorted 1 2 3 4 100 → 3;  -7 0 1 2 5 → 1
+    u = torch.tensor([[1.0, 2.0], [2.0, 5.0], [3.0, 1.0], [4.0, 0.0], [100.0, -7.0]])
+    assert coordinate_median(u).tolist() == [3.0, 1.0]
+    # even K=4: sorted 1 2 3 4 → (2+3)/2 = 2.5;  0 1 2 5 → (1+2)/2 = 1.5
+    assert coordinate_median(u[:4]).tolist() == [2.5, 1.5]
+    # K=1: the row itself; K=2: the midpoint
+    assert coordinate_median(u[:1]).tolist() == [1.0, 2.0]
+    assert coordinate_median(u[:2]).tolist() == [1.5, 3.5]
+
+
+def test_median_midpoint_does_not_overflow() -> None:
+    # float32 max ≈ 3.4e38: the float32 sum 3e38 + 3.2e38 of the middle values overflows
+    u = torch.tensor([[3.3e38], [3e38], [-1.0], [3.2e38]])
+    assert coordinate_median(u).tolist() == [pytest.approx(3.1e38, rel=1e-6)]
+
+
+def test_krum_by_hand() -> None:
+    # 1-D points 0 1 2 3 100, K=5, f=1 (K > 2f+2 = 4), K−f−2 = 2 nearest neighbours:
+    #   x=0:   1² + 2² = 1 + 4 = 5
+    #   x=1:   1² + 1² = 2        (neighbours 0 and 2)
+    #   x=2:   1² + 1² = 2        (neighbours 1 and 3)
+    #   x=3:   1² + 2² = 5
+    #   x=100: 97² + 98² = 9409 + 9604 = 19013
+    u = torch.tensor([[0.0], [1.0], [2.0], [3.0], [100.0]])
+    assert krum_scores(u, num_byzantine=1).tolist() == [5.0, 2.0, 2.0, 5.0, 19013.0]
+    res = krum(u, num_byzantine=1)
+    assert res.selected.tolist() == [1]  # tie 1 vs 2: the lower index
+    assert res.aggregate.tolist() == [1.0]
+    # m=2: rows 1, 2 → (1+2)/2 = 1.5;  m=3: rows 1, 2, then 0 (ties 0/3 → 0) → (1+2+0)/3 = 1
+    assert multi_krum(u, num_byzantine=1, num_selected=2).aggregate.tolist() == [1.5]
+    res3 = multi_krum(u, num_byzantine=1, num_selected=3)
+    assert res3.selected.tolist() == [1, 2, 0]
+    assert res3.aggregate.tolist() == [1.0]
+
+
+def test_pairwise_squared_distances_by_hand() -> None:
+    # (0,0), (3,4), (1,0): 25, 1, (3-1)²+4² = 20
+    d = pairwise_squared_distances(torch.tensor([[0.0, 0.0], [3.0, 4.0], [1.0, 0.0]]))
+    assert d.dtype == torch.float64
+    assert d.tolist() == [[0.0, 25.0, 1.0], [25.0, 0.0, 20.0], [1.0, 20.0, 0.0]]
+
+
+def test_krum_picks_the_honest_cluster() -> None:
+    gen = torch.Generator().manual_seed(0)
+    honest = torch.ones(7, 50) + 0.01 * torch.randn(7, 50, generator=gen)
+    attacker = torch.full((1, 50), -30.0)
+    u = torch.cat([honest[:3], attacker, honest[3:]])  # outlier at row 3, K=8
+    res = krum(u, num_byzantine=2)  # K=8 > 2·2+2 = 6
+    assert int(res.selected[0]) != 3
+    assert int(torch.argmax(res.scores)) == 3
+    multi = multi_krum(u, num_byzantine=2, num_selected=6)  # m = K − f
+    assert 3 not in multi.selected.tolist()
+    assert torch.allclose(multi.aggregate, u[multi.selected].mean(0), atol=1e-6)
+    assert float((multi.aggregate - 1.0).abs().max()) < 0.05
+
+
+def test_aggregators_do_not_modify_inputs_and_accept_views() -> None:
+    gen = torch.Generator().manual_seed(1)
+    base = torch.randn(30, 9, generator=gen)
+    u = base.T  # [9, 30], non-contiguous
+    before = u.clone()
+    for out in (
+        trimmed_mean(u, trim_fraction=0.2),
+        coordinate_median(u),
+        multi_krum(u, num_byzantine=1, num_selected=3).aggregate,
+    ):
+        assert out.shape == (30,)
+    assert torch.equal(u, before)
+    ref = torch.sort(u.contiguous(), dim=0).values
+    assert torch.allclose(coordinate_median(u), ref[4])
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_registry_entries_ignore_weights() -> None:
+    u = torch.tensor([[1.0], [2.0], [3.0], [4.0], [100.0]])
+    w = torch.tensor([100.0, 1.0, 1.0, 1.0, 1.0])
+    assert AGGREGATORS.build("trimmed_mean", {"trim_fraction": 0.2})(u, w).tolist() == [3.0]
+    assert AGGREGATORS.build("trimmed_mean")(u, w).tolist() == [22.0]  # β=0.1 → b=0
+    assert AGGREGATORS.build("median")(u, w).tolist() == [3.0]
+    assert AGGREGATORS.build("krum")(u, w).tolist() == [2.0]  # f=1: scores 5 2 2 5 19013
+    krum2 = AGGREGATORS.build("krum", {"num_byzantine": 1, "num_selected": 2})
+    assert krum2(u, w).tolist() == [2.5]
+
+
+def test_registry_params_are_validated() -> None:
+    with pytest.raises(ConfigError, match="trim_fraction"):
+        AGGREGATORS.validate("trimmed_mean", {"trim_fraction": 0.5})
+    with pytest.raises(ConfigError, match="unknown field"):
+        AGGREGATORS.validate("median", {"k": 1})
+    with pytest.raises(ConfigError, match="num_selected"):
+        AGGREGATORS.validate("krum", {"num_selected": 0})
+    with pytest.raises(ConfigError, match="num_byzantine"):
+        AGGREGATORS.validate("krum", {"num_byzantine": -1})
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+
+@pytest.mark.parametrize("beta", [0.5, 0.7, 1.0, -0.1, -1.0, math.nan])
+def test_trim_fraction_out_of_range(beta: float) -> None:
+    with pytest.raises(ValueError, match=r"trim_fraction must be in \[0, 0\.5\), got"):
+        trimmed_mean(torch.ones(4, 2), trim_fraction=beta)
+
+
+def test_trim_leaving_nothing() -> None:
+    # 0.4999999999995·2 + slack ≥ 1 → b = 1 → K − 2b = 0
+    with pytest.raises(ValueError, match="leaving none"):
+        trimmed_mean(torch.ones(2, 3), trim_fraction=0.4999999999995)
+
+
+def test_krum_too_few_updates() -> None:
+    msg = r"Krum needs more than 2f\+2 = 8 updates, got 6; lower num_byzantine or raise"
+    with pytest.raises(AggregationError, match=msg):
+        krum(torch.ones(6, 3), num_byzantine=3)
+    with pytest.raises(AggregationError, match="2f\\+2 = 2 updates, got 2"):
+        krum_scores(torch.ones(2, 3), num_byzantine=0)
+    with pytest.raises(AggregationError, match=r"num_selected=5 exceeds K − f = 4"):
+        multi_krum(torch.ones(5, 3), num_byzantine=1, num_selected=5)
+    with pytest.raises(ValueError, match="num_byzantine must be an integer ≥ 0, got -1"):
+        krum(torch.ones(5, 3), num_byzantine=-1)
+    with pytest.raises(ValueError, match="num_selected must be an integer ≥ 1, got 0"):
+        multi_krum(torch.ones(5, 3), num_byzantine=1, num_selected=0)
+
+
+@pytest.mark.parametrize("bad", [torch.ones(3), torch.ones(0, 4), torch.ones(2, 2, 2)])
+def test_shape_errors(bad: torch.Tensor) -> None:
+    for fn in (
+        lambda u: trimmed_mean(u, trim_fraction=0.1),
+        coordinate_median,
+        lambda u: krum(u, num_byzantine=0),
+    ):
+        with pytest.raises(ValueError, match=r"expected updates \[K, D\]"):
+            fn(bad)
+    with pytest.raises(ValueError, match="floating"):
+        coordinate_median(torch.ones(3, 2, dtype=torch.int64))
+
+
+# ----------------------------------------------------------------------------- fast vs slow
+
+
+def _reference(u: torch.Tensor, cols: list[int], beta: float) -> tuple[list[float], list[float]]:
+    """Trimmed mean and median of a few columns with Python's sorted()."""
+    k = u.shape[0]
+    b = math.floor(beta * k + 1e-9)
+    tm, med = [], []
+    for j in cols:
+        v = sorted(float(x) for x in u[:, j])
+        kept = v[b : k - b]
+        tm.append(sum(kept) / len(kept))
+        med.append(v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2)
+    return tm, med
+
+
+@pytest.mark.parametrize(
+    ("k", "d", "threads", "block", "dtype"),
+    [
+        (7, 50, 1, robust.SORT_BLOCK_ELEMENTS, torch.float32),  # one block, serial
+        (20, 60_001, 2, 20 * 1000, torch.float32),  # threaded, many blocks, ragged tail
+        (16, 3_000, 1, 16 * 64, torch.float64),
+        (9, 500, 1, 9 * 100, torch.float16),  # torch.sort fallback path
+    ],
+)
+def test_fast_path_matches_sorted_reference(
+    k: int, d: int, threads: int, block: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(robust, "SORT_BLOCK_ELEMENTS", block)
+    gen = torch.Generator().manual_seed(k * d)
+    u = torch.randint(-3, 4, (k, d), generator=gen).to(dtype)  # small integers: many ties
+    u[:, 1::2] = torch.randn(k, d // 2, generator=gen).to(dtype)
+    cols = [0, 1, 2, d // 2, d // 2 + 1, d - 2, d - 1]
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        tm = trimmed_mean(u, trim_fraction=0.2)
+        med = coordinate_median(u)
+    finally:
+        torch.set_num_threads(prev)
+    ref_tm, ref_med = _reference(u, cols, 0.2)
+    tol = 1e-3 if dtype == torch.float16 else 1e-6
+    assert tm.dtype == dtype and med.dtype == dtype
+    assert tm[cols].double().tolist() == pytest.approx(ref_tm, abs=tol)
+    assert med[cols].double().tolist() == pytest.approx(ref_med, abs=tol)
+    # every column, against torch.sort
+    srt = torch.sort(u.double(), dim=0).values
+    b = trim_count(k, 0.2)
+    assert torch.allclose(tm.double(), srt[b : k - b].mean(0), atol=tol)
+
+
+def test_krum_scores_match_float64_reference() -> None:
+    gen = torch.Generator().manual_seed(3)
+    u = torch.randn(12, 700_000, generator=gen)  # > one Gram block
+    scores = krum_scores(u, num_byzantine=2)
+    u64 = u.double()
+    d = torch.cdist(u64, u64) ** 2 + torch.diag(torch.full((12,), math.inf))
+    ref = torch.sort(d, dim=1).values[:, : 12 - 2 - 2].sum(1)
+    assert torch.allclose(scores, ref, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- properties
+
+finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
+matrices = arrays(np.float32, st.tuples(st.integers(1, 9), st.integers(1, 6)), elements=finite)
+
+
+def _within_bounds(out: torch.Tensor, u: torch.Tensor) -> bool:
+    tol = 1e-3 + 1e-5 * float(u.abs().max())
+    return bool((out >= u.min(0).values - tol).all() and (out <= u.max(0).values + tol).all())
+
+
+@settings(max_examples=40, deadline=None)
+@given(matrices, st.floats(0.0, 0.49), st.data())
+def test_trimmed_mean_and_median_properties(
+    arr: np.ndarray, beta: float, data: st.DataObject
+) -> None:
+    u = torch.from_numpy(arr)
+    k = u.shape[0]
+    perm = torch.tensor(data.draw(st.permutations(list(range(k)))), dtype=torch.long)
+    tm, med = trimmed_mean(u, trim_fraction=beta), coordinate_median(u)
+    # sorting makes both bit-identical under a row permutation (b = 0 is mean(0): rounding)
+    tm_p = trimmed_mean(u[perm], trim_fraction=beta)
+    assert torch.equal(tm_p, tm) if trim_count(k, beta) else torch.allclose(tm_p, tm, atol=1e-3)
+    assert torch.equal(coordinate_median(u[perm]), med)
+    assert _within_bounds(tm, u) and _within_bounds(med, u)
+    # nothing trimmed (β·K < 1): the plain mean, exactly
+    small = min(0.99 / k, 0.49)
+    assert torch.equal(trimmed_mean(u, trim_fraction=small), u.mean(0))
+    assert torch.equal(trimmed_mean(u, trim_fraction=0.0), u.mean(0))
+    # median of K copies of one row is that row
+    assert torch.equal(coordinate_median(u[:1].expand(k, -1)), u[0])
+    same = trimmed_mean(u[:1].repeat(k, 1), trim_fraction=beta)
+    if trim_count(k, beta) > 0:  # float64 sum of equal values: exact
+        assert torch.equal(same, u[0])
+    else:  # updates.mean(0) in float32
+        assert torch.allclose(same, u[0], rtol=1e-6, atol=1e-30)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    arrays(np.float32, st.tuples(st.integers(4, 9), st.integers(1, 6)), elements=finite),
+    st.data(),
+)
+def test_krum_properties(arr: np.ndarray, data: st.DataObject) -> None:
+    u = torch.from_numpy(arr)
+    k = u.shape[0]
+    f = data.draw(st.integers(0, (k - 3) // 2))  # K > 2f + 2
+    m = data.draw(st.integers(1, k - f))
+    perm = torch.tensor(data.draw(st.permutations(list(range(k)))), dtype=torch.long)
+    res = multi_krum(u, num_byzantine=f, num_selected=m)
+    assert _within_bounds(res.aggregate, u)
+    assert res.selected.shape == (m,) and len(set(res.selected.tolist())) == m
+    # scores are permutation-equivariant …
+    res_p = multi_krum(u[perm], num_byzantine=f, num_selected=m)
+    # float32 Gram: d_ij is off by ~1e-7·(‖u_i‖² + ‖u_j‖²) (identical rows can get ~1 ulp)
+    scale = k * (1.0 + float((u.double() ** 2).sum(1).max()))
+    assert torch.allclose(res_p.scores, res.scores[perm], atol=1e-4 * scale)
+    # … so the aggregate is permutation-invariant unless a tie sits at the m-th place
+    srt = torch.sort(res.scores).values
+    assume(m == k or float(srt[m] - srt[m - 1]) > 1e-3 * scale)
+    assert torch.allclose(res_p.aggregate, res.aggregate, atol=1e-3)
+    # the selected rows are the m lowest scores
+    assert float(res.scores[res.selected].max()) <= float(srt[m - 1]) + 1e-9 * scale
