@@ -1,0 +1,652 @@
+"""Node reputation: contribution, participation and behavioural consistency (000 Eq. 18–22).
+
+The paper defines the three sub-indicators and their weighted sum but leaves the inputs'
+scales, the participation formula and the variance of a set of behaviour vectors open.
+geofl makes them explicit; every constant below is a field of :class:`ReputationParams`.
+
+Inputs, per node ``i`` and round ``t`` (one :class:`NodeObservation`):
+
+* ``ΔAcc_i^(t)`` — the update's marginal effect on global validation accuracy, as a
+  fraction (0.01 = one accuracy point). The intended definition is leave-one-out::
+
+      ΔAcc_i^(t) = acc_val(aggregate of round t) − acc_val(aggregate of round t without i)
+
+  (positive = the update helped); any cheaper proxy on the same scale works.
+* ``S_i^(t)`` — the spatial consistency score of 000 Eq. 15, in (0, 1].
+* participation — ``True`` if the node's update was accepted, ``False`` if it was expected
+  but failed, was missing or was rejected; ``None`` (or the node absent from the round's
+  observations) if the node was not expected this round.
+* the update's L2 norm ``‖Δw̃_i^(t)‖`` and its perturbation intensity ``σ_i^(t)``.
+
+Sub-indicators (all in [0, 1]):
+
+* **Contribution** (Eq. 18–19): ``Rep_contrib,i = mean_t Quality_i^(t)`` over the rounds of
+  the last ``T`` in which node ``i`` delivered an update, with
+  ``Quality = λ1·g(ΔAcc) + λ2·S`` and ``g`` mapping ΔAcc into [0, 1] (``delta_acc_map``):
+  ``linear``: ``clip(½ + ΔAcc/(2s), 0, 1)`` (±s ↦ 1/0, no effect ↦ ½); ``tanh``:
+  ``½(1 + tanh(ΔAcc/s))``; ``clip``: ``clip(ΔAcc, 0, 1)`` for proxies already in [0, 1].
+  If only one of ΔAcc and S is given, Quality is that term alone. Failed rounds are skipped
+  (or count as ``missing_quality``); a window without any quality gives
+  ``contribution_default``.
+* **Participation** (§3.5.2 item 2, §4.7 "smoothed ratio"): an asymmetric exponential
+  moving average of the participation indicator ``x ∈ {0, 1}`` over the rounds the node
+  was expected in, times a penalty for the current run of consecutive misses ``m``::
+
+      r ← r + ρ_up·(1 − r)     if x = 1        (recovery)
+      r ← (1 − ρ_down)·r       if x = 0        (exponential decay)
+      Rep_part = r · exp(−κ·m)
+
+  With ``ρ_up = ρ_down = ρ`` and ``κ = 0`` this is the exponentially weighted ratio of
+  actual to expected participations. ``r`` starts at ``participation_init`` and rounds in
+  which the node was not expected change neither ``r`` nor ``m``. ``r`` has memory beyond
+  the window ``T``, which is what makes a node's reputation recover only slowly after an
+  outage (000 Fig. 13); set ``participation_recovery = 1`` for an immediate recovery.
+* **Consistency** (Eq. 20–21): the behaviour vector of round ``r`` is
+  ``b_i^(r) = (‖Δw̃‖, σ, x)``; in a failed round the node released nothing, so
+  ``‖Δw̃‖ = σ = 0``; rounds the node was not expected in are left out. Each feature is divided
+  by its largest absolute value over all nodes × window rounds (so features lie in [0, 1]
+  and are comparable), and ``Var(Behavior_i)`` is the ``behavior_weights``-weighted mean of
+  the per-feature population variances over the window. Then::
+
+      Rep_consist,i = (1 − Var_i / max(max_j Var_j, v_floor)) · (1 − π·miss_i)
+
+  where ``miss_i`` is the fraction of the node's expected rounds in the window that failed
+  (the §4.7 prototype's inactivity penalty: a node that fails every round has zero
+  variance but must not look stable). If all variances are 0 (and ``v_floor = 0``) the
+  first factor is 1 for every node. ``v_floor > 0`` keeps Eq. 21 from giving the least
+  stable node 0 when every node is in fact stable; ``v_floor = 0`` is Eq. 21 as printed.
+* **Total** (Eq. 22): ``Rep_i = w1·contrib + w2·part + w3·consist`` with ``w > 0``, Σw = 1.
+
+Use :class:`ReputationTracker` round by round, or the pure per-equation functions on
+``[N, T]`` arrays (nodes × window; NaN marks "no value").
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from geofl.errors import GovernanceError
+
+__all__ = [
+    "BEHAVIOR_FEATURES",
+    "NodeObservation",
+    "ReputationComponents",
+    "ReputationParams",
+    "ReputationTracker",
+    "behavior_matrix",
+    "behavior_variance",
+    "consistency_reputation",
+    "contribution_reputation",
+    "normalize_behavior",
+    "normalize_delta_acc",
+    "participation_reputation",
+    "participation_step",
+    "total_reputation",
+    "update_quality",
+]
+
+FloatArray = npt.NDArray[np.float64]
+DeltaAccMap = Literal["linear", "tanh", "clip"]
+
+#: Feature order of a behaviour vector b_i^(r) (000 Eq. 20).
+BEHAVIOR_FEATURES = ("update_norm", "noise_sigma", "participation")
+
+_SUM_TOL = 1e-9
+
+
+class ReputationParams(BaseModel):
+    """Parameters of the reputation model (000 Eq. 18–22); see the module docstring."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: int = Field(3, ge=1, description="T: statistical window in rounds (000 §4.7: 3)")
+    lambda_acc: float = Field(0.5, ge=0.0, le=1.0, description="λ1: weight of g(ΔAcc), Eq. 19")
+    lambda_consistency: float = Field(0.5, ge=0.0, le=1.0, description="λ2: weight of S, Eq. 19")
+    delta_acc_map: DeltaAccMap = Field("linear", description="g: ΔAcc → [0, 1]")
+    delta_acc_scale: float = Field(
+        0.05, gt=0.0, description="s: ΔAcc (fraction) mapped to the top of the range"
+    )
+    missing_quality: float | None = Field(
+        None, ge=0.0, le=1.0, description="Quality of a failed round; None = skip the round"
+    )
+    contribution_default: float = Field(
+        0.5, ge=0.0, le=1.0, description="contribution when the window holds no quality"
+    )
+    participation_init: float = Field(1.0, ge=0.0, le=1.0, description="r of a new node")
+    participation_recovery: float = Field(
+        0.25, gt=0.0, le=1.0, description="ρ_up: EMA rate towards 1 after a participation"
+    )
+    participation_decay: float = Field(
+        0.5, gt=0.0, le=1.0, description="ρ_down: r ← (1 − ρ_down)·r after a miss"
+    )
+    miss_streak_penalty: float = Field(
+        0.25, ge=0.0, description="κ: participation × exp(−κ·consecutive misses)"
+    )
+    behavior_weights: tuple[float, float, float] = Field(
+        (1.0, 1.0, 1.0), description="weights of (update norm, σ, participation) variances"
+    )
+    variance_floor: float = Field(
+        0.01, ge=0.0, description="v_floor: Eq. 21 denominator is max(max_j Var_j, v_floor)"
+    )
+    inactivity_penalty: float = Field(
+        0.5, ge=0.0, le=1.0, description="π: consistency × (1 − π·failed fraction of window)"
+    )
+    w_contribution: float = Field(0.4, gt=0.0, description="w1 of Eq. 22")
+    w_participation: float = Field(0.3, gt=0.0, description="w2 of Eq. 22")
+    w_consistency: float = Field(0.3, gt=0.0, description="w3 of Eq. 22")
+
+    @model_validator(mode="after")
+    def _check(self) -> ReputationParams:
+        lam = self.lambda_acc + self.lambda_consistency
+        if not math.isclose(lam, 1.0, abs_tol=_SUM_TOL):
+            raise ValueError(
+                f"lambda_acc + lambda_consistency must equal 1 (000 Eq. 19), got {lam:g}"
+            )
+        w = self.w_contribution + self.w_participation + self.w_consistency
+        if not math.isclose(w, 1.0, abs_tol=_SUM_TOL):
+            raise ValueError(
+                "w_contribution + w_participation + w_consistency must equal 1 "
+                f"(000 Eq. 22), got {w:g}"
+            )
+        if any(b < 0 for b in self.behavior_weights) or sum(self.behavior_weights) <= 0:
+            raise ValueError(
+                f"behavior_weights must be non-negative with a positive sum, "
+                f"got {self.behavior_weights}"
+            )
+        return self
+
+
+# --------------------------------------------------------------------------- pure functions
+
+
+def _f64(x: npt.ArrayLike) -> FloatArray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def normalize_delta_acc(
+    *, delta_acc: npt.ArrayLike, mapping: DeltaAccMap = "linear", scale: float = 0.05
+) -> FloatArray:
+    """g(ΔAcc): map marginal accuracy effects into [0, 1] (000 Eq. 19, normalisation).
+
+    Args:
+        delta_acc: ΔAcc values as fractions (any shape); NaN stays NaN.
+        mapping: ``linear`` = clip(½ + ΔAcc/(2·scale), 0, 1), ``tanh`` =
+            ½(1 + tanh(ΔAcc/scale)), ``clip`` = clip(ΔAcc, 0, 1).
+        scale: s > 0, the ΔAcc mapped to 1 by ``linear``.
+
+    Returns:
+        Array of the input's shape with values in [0, 1] (or NaN).
+    """
+    d = _f64(delta_acc)
+    if mapping == "linear":
+        return np.clip(0.5 + d / (2.0 * scale), 0.0, 1.0)
+    if mapping == "tanh":
+        return 0.5 * (1.0 + np.tanh(d / scale))
+    if mapping == "clip":
+        return np.clip(d, 0.0, 1.0)
+    raise GovernanceError(f"delta_acc_map: unknown mapping {mapping!r}; use linear, tanh, clip")
+
+
+def update_quality(
+    *,
+    delta_acc: npt.ArrayLike,
+    consistency: npt.ArrayLike,
+    lambda_acc: float,
+    lambda_consistency: float,
+    mapping: DeltaAccMap = "linear",
+    scale: float = 0.05,
+) -> FloatArray:
+    """Quality(Δw_i^(t)) = λ1·g(ΔAcc_i^(t)) + λ2·S_i^(t) (000 Eq. 19).
+
+    Where exactly one term is NaN the other is used alone; where both are NaN the
+    quality is NaN (no update delivered).
+
+    Args:
+        delta_acc: ΔAcc, ``[N, T]`` (or any shape broadcasting with ``consistency``).
+        consistency: S of 000 Eq. 15 in [0, 1], same shape.
+        lambda_acc: λ1.
+        lambda_consistency: λ2 (λ1 + λ2 = 1).
+        mapping: g, see :func:`normalize_delta_acc`.
+        scale: s of g.
+
+    Returns:
+        Quality in [0, 1] or NaN.
+    """
+    g = normalize_delta_acc(delta_acc=delta_acc, mapping=mapping, scale=scale)
+    s = _f64(consistency)
+    g, s = np.broadcast_arrays(g, s)
+    both = lambda_acc * g + lambda_consistency * s
+    return np.where(np.isnan(g), s, np.where(np.isnan(s), g, both))
+
+
+def contribution_reputation(*, quality: npt.ArrayLike, default: float = 0.5) -> FloatArray:
+    """Rep_contrib,i = (1/T) Σ_t Quality(Δw_i^(t)) over the window (000 Eq. 18).
+
+    Args:
+        quality: ``[N, T]``; NaN entries (no update) are left out of the mean.
+        default: value for a node whose window holds no quality at all.
+
+    Returns:
+        ``[N]`` contributions.
+    """
+    q = _f64(quality)
+    valid = ~np.isnan(q)
+    cnt = valid.sum(axis=-1)
+    total = np.where(valid, q, 0.0).sum(axis=-1)
+    return np.where(cnt > 0, total / np.maximum(cnt, 1), default)
+
+
+def participation_step(
+    *,
+    ratio: npt.ArrayLike,
+    streak: npt.ArrayLike,
+    participated: npt.ArrayLike,
+    recovery: float,
+    decay: float,
+    streak_penalty: float,
+) -> tuple[FloatArray, npt.NDArray[np.int64], FloatArray]:
+    """One round of the participation reputation (000 §3.5.2 item 2; module docstring).
+
+    Args:
+        ratio: ``[N]`` smoothed participation ratio r before the round.
+        streak: ``[N]`` consecutive misses m before the round.
+        participated: ``[N]`` 1 = accepted, 0 = expected but failed, NaN = not expected.
+        recovery: ρ_up.
+        decay: ρ_down.
+        streak_penalty: κ.
+
+    Returns:
+        ``(ratio, streak, participation)`` after the round, participation = r·exp(−κ·m).
+    """
+    r = _f64(ratio)
+    m = np.asarray(streak, dtype=np.int64)
+    x = _f64(participated)
+    hit, miss = x == 1.0, x == 0.0
+    r = np.where(hit, r + recovery * (1.0 - r), np.where(miss, (1.0 - decay) * r, r))
+    m = np.where(hit, 0, np.where(miss, m + 1, m)).astype(np.int64)
+    return r, m, r * np.exp(-streak_penalty * m)
+
+
+def participation_reputation(
+    *,
+    participated: npt.ArrayLike,
+    init: float = 1.0,
+    recovery: float = 0.25,
+    decay: float = 0.5,
+    streak_penalty: float = 0.25,
+) -> FloatArray:
+    """Rep_part of every node after every round of a history (000 §3.5.2 item 2).
+
+    Args:
+        participated: ``[N, R]`` over the rounds so far: 1 / 0 / NaN (not expected).
+        init: r before the first round.
+        recovery: ρ_up.
+        decay: ρ_down.
+        streak_penalty: κ.
+
+    Returns:
+        ``[N, R]``: column t is Rep_part after round t.
+    """
+    x = np.atleast_2d(_f64(participated))
+    r = np.full(x.shape[0], init)
+    m = np.zeros(x.shape[0], dtype=np.int64)
+    out = np.empty_like(x)
+    for t in range(x.shape[1]):
+        r, m, out[:, t] = participation_step(
+            ratio=r,
+            streak=m,
+            participated=x[:, t],
+            recovery=recovery,
+            decay=decay,
+            streak_penalty=streak_penalty,
+        )
+    return out
+
+
+def behavior_matrix(
+    *, update_norm: npt.ArrayLike, noise_sigma: npt.ArrayLike, participated: npt.ArrayLike
+) -> FloatArray:
+    """Stack the behaviour vectors b_i^(r) = (‖Δw̃‖, σ, x) of a window (000 Eq. 20).
+
+    A failed round (x = 0) released nothing: its norm and σ are 0. A round the node was
+    not expected in (x NaN) is NaN in every feature and left out of the variance.
+
+    Args:
+        update_norm: ``[N, T]``.
+        noise_sigma: ``[N, T]``.
+        participated: ``[N, T]`` 1 / 0 / NaN.
+
+    Returns:
+        ``[N, T, 3]`` in the order of :data:`BEHAVIOR_FEATURES`.
+    """
+    x = _f64(participated)
+    feats = []
+    for f in (_f64(update_norm), _f64(noise_sigma)):
+        f = np.where(x == 0.0, 0.0, f)
+        feats.append(np.where(np.isnan(x), np.nan, f))
+    feats.append(x)
+    return np.stack(feats, axis=-1)
+
+
+def normalize_behavior(*, behavior: npt.ArrayLike) -> FloatArray:
+    """Divide each feature by its largest |value| over all nodes × rounds (to [0, 1]).
+
+    A feature that is 0 (or NaN) everywhere is left unchanged.
+
+    Args:
+        behavior: ``[N, T, F]``.
+
+    Returns:
+        ``[N, T, F]``.
+    """
+    b = _f64(behavior)
+    absb = np.where(np.isnan(b), 0.0, np.abs(b))
+    top = absb.reshape(-1, b.shape[-1]).max(axis=0) if b.size else np.zeros(b.shape[-1])
+    return b / np.where(top > 0, top, 1.0)
+
+
+def behavior_variance(
+    *, behavior: npt.ArrayLike, weights: npt.ArrayLike = (1.0, 1.0, 1.0)
+) -> FloatArray:
+    """Var(Behavior_i): weighted mean over features of the window's variances (000 Eq. 21).
+
+    Per feature, the population variance (ddof = 0) over the node's non-NaN rounds; a
+    feature with fewer than two values has variance 0.
+
+    Args:
+        behavior: ``[N, T, F]`` (normalise first with :func:`normalize_behavior`).
+        weights: ``[F]`` non-negative feature weights.
+
+    Returns:
+        ``[N]`` variances.
+    """
+    b = _f64(behavior)
+    w = _f64(weights)
+    valid = ~np.isnan(b)
+    cnt = valid.sum(axis=1)  # [N, F]
+    safe = np.maximum(cnt, 1)
+    mean = np.where(valid, b, 0.0).sum(axis=1) / safe
+    sq = np.where(valid, (b - mean[:, None, :]) ** 2, 0.0).sum(axis=1) / safe
+    var = np.where(cnt >= 2, sq, 0.0)  # [N, F]
+    return np.asarray((var * w).sum(axis=-1) / w.sum(), dtype=np.float64)
+
+
+def consistency_reputation(
+    *,
+    variance: npt.ArrayLike,
+    miss_fraction: npt.ArrayLike | None = None,
+    variance_floor: float = 0.0,
+    inactivity_penalty: float = 0.0,
+) -> FloatArray:
+    """Rep_consist,i = (1 − Var_i / max_j Var_j) · (1 − π·miss_i) (000 Eq. 21, §4.7).
+
+    Args:
+        variance: ``[N]`` Var(Behavior_i) of the nodes compared with each other.
+        miss_fraction: ``[N]`` failed / expected rounds in the window (None = all 0).
+        variance_floor: v_floor; the denominator is max(max_j Var_j, v_floor). When it is
+            0 (all variances 0, no floor) the first factor is 1.
+        inactivity_penalty: π in [0, 1].
+
+    Returns:
+        ``[N]`` in [0, 1].
+    """
+    v = _f64(variance)
+    denom = max(float(v.max()) if v.size else 0.0, variance_floor)
+    stable = np.ones_like(v) if denom <= 0.0 else 1.0 - v / denom
+    miss = np.zeros_like(v) if miss_fraction is None else _f64(miss_fraction)
+    return np.asarray(np.clip(stable * (1.0 - inactivity_penalty * miss), 0.0, 1.0))
+
+
+def total_reputation(
+    *,
+    contribution: npt.ArrayLike,
+    participation: npt.ArrayLike,
+    consistency: npt.ArrayLike,
+    weights: tuple[float, float, float],
+) -> FloatArray:
+    """Rep_i = w1·Rep_contrib,i + w2·Rep_part,i + w3·Rep_consist,i (000 Eq. 22).
+
+    Args:
+        contribution: ``[N]``.
+        participation: ``[N]``.
+        consistency: ``[N]``.
+        weights: (w1, w2, w3), each > 0, summing to 1.
+
+    Returns:
+        ``[N]`` reputations.
+
+    Raises:
+        GovernanceError: if the weights are not positive or do not sum to 1.
+    """
+    w1, w2, w3 = weights
+    if min(weights) <= 0 or not math.isclose(w1 + w2 + w3, 1.0, abs_tol=_SUM_TOL):
+        raise GovernanceError(f"weights: need w1, w2, w3 > 0 summing to 1, got {weights}")
+    return w1 * _f64(contribution) + w2 * _f64(participation) + w3 * _f64(consistency)
+
+
+# --------------------------------------------------------------------------- tracker
+
+
+@dataclass(frozen=True)
+class NodeObservation:
+    """What the server saw of one node in one round (inputs of 000 Eq. 18–21).
+
+    Attributes:
+        participated: True = update accepted; False = expected but failed, missing or
+            rejected; None = not expected this round (same as leaving the node out).
+        delta_acc: ΔAcc as a fraction (leave-one-out, see the module docstring) or None.
+        consistency: S of 000 Eq. 15 in [0, 1], or None.
+        update_norm: L2 norm of the released update, or None.
+        noise_sigma: perturbation intensity σ of the release, or None.
+    """
+
+    participated: bool | None = True
+    delta_acc: float | None = None
+    consistency: float | None = None
+    update_norm: float | None = None
+    noise_sigma: float | None = None
+
+    def check(self, node: int) -> None:
+        """Raise :class:`GovernanceError` naming the field if a value is out of range."""
+        for name in ("delta_acc", "consistency", "update_norm", "noise_sigma"):
+            v = getattr(self, name)
+            if v is not None and not math.isfinite(v):
+                raise GovernanceError(f"node {node}: {name} must be finite, got {v}")
+        if self.consistency is not None and not 0.0 <= self.consistency <= 1.0:
+            raise GovernanceError(f"node {node}: consistency must lie in [0, 1]")
+        if self.delta_acc is not None and not -1.0 <= self.delta_acc <= 1.0:
+            raise GovernanceError(f"node {node}: delta_acc is a fraction in [-1, 1]")
+        for name in ("update_norm", "noise_sigma"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise GovernanceError(f"node {node}: {name} must be >= 0, got {v}")
+
+
+@dataclass(frozen=True)
+class ReputationComponents:
+    """Reputation of one node after one round (one point of each curve of 000 Fig. 13).
+
+    Attributes:
+        node: Node id.
+        round_id: Round the components were computed after.
+        contribution: Rep_contrib (Eq. 18).
+        participation: Rep_part.
+        consistency: Rep_consist (Eq. 21, with the inactivity penalty).
+        reputation: Rep (Eq. 22).
+        participation_ratio: Smoothed ratio r before the miss-streak penalty.
+        miss_streak: Consecutive expected-but-failed rounds up to this one.
+        behavior_variance: Var(Behavior_i) of the window (normalised features).
+    """
+
+    node: int
+    round_id: int
+    contribution: float
+    participation: float
+    consistency: float
+    reputation: float
+    participation_ratio: float
+    miss_streak: int
+    behavior_variance: float
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else float(v)
+
+
+class ReputationTracker:
+    """Round-by-round reputation of every node seen so far (000 Eq. 18–22).
+
+    Keeps the last ``T`` rounds of observations and each node's participation state.
+    A node enters at its first observation and is then scored every round; in rounds it
+    is absent from it counts as not expected.
+
+    Example:
+        >>> tr = ReputationTracker(ReputationParams())
+        >>> out = tr.update(1, {7: NodeObservation(True, 0.0, 1.0, 1.0, 0.1)})
+        >>> round(out[7].participation, 3)
+        1.0
+    """
+
+    def __init__(self, params: ReputationParams | None = None) -> None:
+        self.params = params or ReputationParams()
+        self._window: deque[tuple[int, dict[int, NodeObservation]]] = deque(
+            maxlen=self.params.window
+        )
+        self._nodes: list[int] = []
+        self._ratio: dict[int, float] = {}
+        self._streak: dict[int, int] = {}
+        self._history: list[ReputationComponents] = []
+        self._last_round: int | None = None
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """Nodes seen so far, sorted."""
+        return tuple(self._nodes)
+
+    @property
+    def history(self) -> tuple[ReputationComponents, ...]:
+        """Every component record so far, in round then node order."""
+        return tuple(self._history)
+
+    def series(self, node: int) -> dict[str, FloatArray]:
+        """Per-round arrays of one node (keys: round_id and the four components)."""
+        rows = [c for c in self._history if c.node == node]
+        keys = ("round_id", "contribution", "participation", "consistency", "reputation")
+        return {k: np.array([float(getattr(c, k)) for c in rows]) for k in keys}
+
+    def update(
+        self, round_id: int, observations: Mapping[int, NodeObservation]
+    ) -> dict[int, ReputationComponents]:
+        """Add one round's observations and return every known node's components.
+
+        Args:
+            round_id: Strictly increasing round number.
+            observations: node id → observation; nodes left out were not expected.
+
+        Returns:
+            node id → :class:`ReputationComponents` after this round.
+
+        Raises:
+            GovernanceError: on a non-increasing round id or an out-of-range observation.
+        """
+        p = self.params
+        if self._last_round is not None and round_id <= self._last_round:
+            raise GovernanceError(
+                f"round_id {round_id} must exceed the previous round {self._last_round}"
+            )
+        for node, obs in observations.items():
+            obs.check(node)
+        self._last_round = round_id
+        for node in observations:
+            if node not in self._ratio:
+                self._ratio[node] = p.participation_init
+                self._streak[node] = 0
+        self._nodes = sorted(self._ratio)
+        self._window.append((round_id, dict(observations)))
+        nodes = self._nodes
+
+        # participation: one EMA step for every known node
+        x_now = np.array([self._participation(observations.get(n)) for n in nodes])
+        r, m, part = participation_step(
+            ratio=np.array([self._ratio[n] for n in nodes]),
+            streak=np.array([self._streak[n] for n in nodes], dtype=np.int64),
+            participated=x_now,
+            recovery=p.participation_recovery,
+            decay=p.participation_decay,
+            streak_penalty=p.miss_streak_penalty,
+        )
+        for k, n in enumerate(nodes):
+            self._ratio[n] = float(r[k])
+            self._streak[n] = int(m[k])
+
+        # window arrays [N, T]
+        def grid(field: str) -> FloatArray:
+            return np.array(
+                [[_nan(getattr(obs.get(n), field, None)) for _, obs in self._window] for n in nodes]
+            )
+
+        x = np.array([[self._participation(obs.get(n)) for _, obs in self._window] for n in nodes])
+        delivered = x == 1.0
+        quality = update_quality(
+            delta_acc=np.where(delivered, grid("delta_acc"), np.nan),
+            consistency=np.where(delivered, grid("consistency"), np.nan),
+            lambda_acc=p.lambda_acc,
+            lambda_consistency=p.lambda_consistency,
+            mapping=p.delta_acc_map,
+            scale=p.delta_acc_scale,
+        )
+        if p.missing_quality is not None:
+            quality = np.where(x == 0.0, p.missing_quality, quality)
+        contrib = contribution_reputation(quality=quality, default=p.contribution_default)
+
+        behavior = normalize_behavior(
+            behavior=behavior_matrix(
+                update_norm=grid("update_norm"), noise_sigma=grid("noise_sigma"), participated=x
+            )
+        )
+        var = behavior_variance(behavior=behavior, weights=p.behavior_weights)
+        expected = (~np.isnan(x)).sum(axis=1)
+        misses = (x == 0.0).sum(axis=1)
+        miss_frac = np.where(expected > 0, misses / np.maximum(expected, 1), 0.0)
+        consist = consistency_reputation(
+            variance=var,
+            miss_fraction=miss_frac,
+            variance_floor=p.variance_floor,
+            inactivity_penalty=p.inactivity_penalty,
+        )
+        rep = total_reputation(
+            contribution=contrib,
+            participation=part,
+            consistency=consist,
+            weights=(p.w_contribution, p.w_participation, p.w_consistency),
+        )
+        out = {
+            n: ReputationComponents(
+                node=n,
+                round_id=round_id,
+                contribution=float(contrib[k]),
+                participation=float(part[k]),
+                consistency=float(consist[k]),
+                reputation=float(rep[k]),
+                participation_ratio=float(r[k]),
+                miss_streak=int(m[k]),
+                behavior_variance=float(var[k]),
+            )
+            for k, n in enumerate(nodes)
+        }
+        self._history.extend(out.values())
+        return out
+
+    @staticmethod
+    def _participation(obs: NodeObservation | None) -> float:
+        if obs is None or obs.participated is None:
+            return math.nan
+        return 1.0 if obs.participated else 0.0
