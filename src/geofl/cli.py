@@ -164,6 +164,11 @@ def data_describe(
         raise _fail(str(err)) from None
 
 
+from geofl.cli_ledger import ledger_app  # noqa: E402  (after _fail, which it reuses)
+
+app.add_typer(ledger_app, name="ledger")
+
+
 def main() -> None:
     """Console-script entry point."""
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")

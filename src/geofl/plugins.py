@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 
+from geofl.attacks.analyses import ANALYSES
 from geofl.attacks.client import ATTACKS
 from geofl.client.release import RELEASE_STEPS
 from geofl.client.trainer import LOCAL_TRAINERS
@@ -21,6 +22,7 @@ from geofl.server.weighting import WEIGHTINGS
 __all__ = [
     "ACCOUNTANTS",
     "AGGREGATORS",
+    "ANALYSES",
     "ATTACKS",
     "DATASETS",
     "DEFENSES",
@@ -43,6 +45,10 @@ _PLUGIN_MODULES = (
     "geofl.models.cnn",
     "geofl.models.resnet",
     "geofl.server.strategy",
+    "geofl.server.robust",
+    "geofl.server.consistency",
+    "geofl.privacy.mechanisms",
+    "geofl.attacks.inference",
 )
 
 

@@ -67,7 +67,7 @@ def test_overrides_by_index_by_name_and_seeds(tmp_path: Path) -> None:
         ),
         ("methods.1.partition.alpha=-1", r"^methods.1.partition.alpha: Input should be greater"),
         ("methods.1.partition.name=nope", r"^methods.1.partition.name: unknown partitioner 'nope'"),
-        ("methods.0.aggregator.name=median", r"^methods.0.aggregator.name: unknown aggregator"),
+        ("methods.0.aggregator.name=medoid", r"^methods.0.aggregator.name: unknown aggregator"),
         ("data.params.size=4", r"^data.params.size: Input should be greater than or equal to 16"),
         ("data.dataset=imagenet", r"^data.dataset: unknown dataset 'imagenet'"),
         ("federation.num_clients=5000", r"^federation.num_clients: 5000 clients but only ~280"),
@@ -105,3 +105,42 @@ def test_override_syntax_errors() -> None:
         apply_override({}, "rounds")
     with pytest.raises(ConfigError, match=r"cannot set a field inside a int"):
         apply_override({"a": 1}, "a.b=2")
+
+
+def test_paper000_presets_match_the_paper_settings() -> None:
+    for name in ("paper000-noise", "paper000-aggregation", "paper000-table1"):
+        cfg = load_config(name)
+        assert cfg.seeds == [1, 42, 2024] and cfg.federation.num_clients == 10
+        assert cfg.federation.participation == 1.0
+        t = cfg.train
+        assert (t.optimizer, t.lr, t.momentum, t.weight_decay, t.batch_size) == (
+            "sgd", 0.01, 0.9, 1e-4, 64,
+        )  # fmt: skip
+        for m in cfg.methods:
+            if m.partition.name == "dirichlet" and m.name not in ("fedavg-dir0.5",):
+                assert m.partition.params["alpha"] == 0.1, (name, m.name)
+    table1 = load_config("paper000-table1")
+    integrated = next(m for m in table1.methods if m.name == "integrated")
+    assert [s.name for s in integrated.release] == ["risk_aware"]
+    assert integrated.weighting.name == "consistency" and integrated.weighting.params["beta"] == 5.0
+    assert len(table1.methods) == 7 and set(table1.paper) == {m.name for m in table1.methods}
+
+
+def test_krum_needs_more_than_2f_plus_2_participants(tmp_path: Path) -> None:
+    raw = tiny_raw()
+    raw["methods"][1]["aggregator"] = {"name": "krum", "num_byzantine": 1}  # 4 clients ≤ 2·1+2
+    with pytest.raises(ConfigError, match=r"methods\.1\.aggregator\.num_byzantine: Krum needs"):
+        load_config(_write(tmp_path, raw))
+    raw["federation"]["num_clients"] = 5
+    assert load_config(_write(tmp_path, raw)).methods[1].aggregator.name == "krum"
+
+
+def test_unknown_analysis_and_figure_methods_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"analyses\.0\.name"):
+        load_config(_write(tmp_path, tiny_raw(analyses=[{"name": "nope"}])))
+    with pytest.raises(ConfigError, match=r"figures\.0 names unknown methods"):
+        load_config(
+            _write(tmp_path, tiny_raw(figures=[{"title": "t", "methods": ["fedavg", "x"]}]))
+        )
+    with pytest.raises(ConfigError, match=r"privacy\.delta"):
+        load_config(_write(tmp_path, tiny_raw(privacy={"delta": 0})))

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from geofl.config.schema import Component, ExperimentConfig
+from geofl.config.schema import Component, ExperimentConfig, MethodConfig
 from geofl.errors import ConfigError
 from geofl.registry import Registry, format_validation_error
 
@@ -159,6 +159,10 @@ def validate_config(cfg: ExperimentConfig) -> None:
                     f"client ids {bad} do not exist (federation.num_clients="
                     f"{cfg.federation.num_clients})",
                 )
+        _check_krum(cfg, m, p)
+    _component(plugins.ACCOUNTANTS, cfg.privacy.accountant, "privacy.accountant")
+    for i, a in enumerate(cfg.analyses):
+        _component(plugins.ANALYSES, a, f"analyses.{i}")
     n = cfg.data.params.get("num_samples")
     if isinstance(n, int):
         n_train = int(n * (1 - cfg.data.split.val - cfg.data.split.test))
@@ -168,6 +172,21 @@ def validate_config(cfg: ExperimentConfig) -> None:
                 f"{cfg.federation.num_clients} clients but only ~{n_train} training samples; "
                 "use fewer clients or raise data.params.num_samples",
             )
+
+
+def _check_krum(cfg: ExperimentConfig, m: MethodConfig, path: str) -> None:
+    """Krum needs K > 2f + 2 updates per round (Blanchard et al. 2017): check it up front."""
+    if m.aggregator.name not in ("krum", "multi_krum"):
+        return
+    f = int(m.aggregator.params.get("num_byzantine", 1))
+    fed = cfg.federation
+    k = max(1, round(fed.participation * fed.num_clients))
+    if not k > 2 * f + 2:
+        raise ConfigError(
+            f"{path}.aggregator.num_byzantine",
+            f"Krum needs more than 2f+2 = {2 * f + 2} updates per round but only {k} clients "
+            "take part; lower num_byzantine or raise federation.num_clients/participation",
+        )
 
 
 def _check(reg: Registry[Any], key: str, params: dict[str, Any], path: str, key_path: str) -> None:

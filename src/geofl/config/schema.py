@@ -18,6 +18,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from geofl.data.split import SplitParams
+from geofl.governance.committee import CommitteeParams
+from geofl.governance.permissions import PermissionRules
+from geofl.governance.reputation import ReputationParams
 
 __all__ = [
     "Component",
@@ -25,9 +28,12 @@ __all__ = [
     "EvalConfig",
     "ExperimentConfig",
     "FederationConfig",
+    "FigureSpec",
+    "GovernanceConfig",
     "MethodConfig",
     "ModelConfig",
     "PaperValue",
+    "PrivacyConfig",
     "TrainConfig",
 ]
 
@@ -100,6 +106,18 @@ class EvalConfig(_Strict):
     every: int = Field(1, ge=1, description="evaluate val and test every N rounds (and last)")
     batch_size: int = Field(256, ge=1)
     rolling_window: int = Field(10, ge=1, description="rolling std window (000 Fig. 6)")
+    observe_updates: bool = Field(
+        False,
+        description="record what an honest-but-curious server sees of each update "
+        "(per-client statistics, observations.jsonl) for the passive attacks",
+    )
+
+
+class PrivacyConfig(_Strict):
+    """How ε is accounted for releases that add calibrated noise."""
+
+    accountant: Component = Field(default_factory=lambda: Component(name="rdp"))
+    delta: float = Field(1e-5, gt=0.0, lt=1.0, description="δ of the reported (ε, δ)")
 
 
 class MethodConfig(_Strict):
@@ -118,10 +136,51 @@ class MethodConfig(_Strict):
 
 
 class PaperValue(_Strict):
-    """A published number to print next to ours in the report."""
+    """A published number to print next to ours in the report.
+
+    The optional columns reproduce the layout of a paper's results table (000 Table 1:
+    setting, privacy perturbation, aggregation strategy).
+    """
 
     final_test_accuracy: str
     source: str
+    setting: str | None = None
+    perturbation: str | None = None
+    aggregation: str | None = None
+
+
+class GovernanceConfig(_Strict):
+    """The on-chain governance layer of 000 §3.5 (records and coordinates; never optimises).
+
+    Training nodes are the clients; ``nodes`` restricts governance to a subset (000 §4.7
+    observes 6 of 10 clients) and ``validators`` names the nodes that may sit on the
+    committee (default: the governed nodes).
+    """
+
+    backend: Component = Field(
+        default_factory=lambda: Component(name="embedded"),
+        description="ledger backend: embedded (in-process EVM) or rpc {url: ...}",
+    )
+    label: str = Field("rule", min_length=1, max_length=64, description="rule record label")
+    nodes: list[int] | None = Field(None, description="governed client ids (default: all)")
+    validators: list[int] | None = Field(None, description="committee-eligible client ids")
+    reputation: ReputationParams = Field(default_factory=ReputationParams)
+    committee: CommitteeParams = Field(default_factory=CommitteeParams)
+    permissions: PermissionRules = Field(default_factory=PermissionRules)
+    consistency_beta: float = Field(
+        5.0, gt=0.0, description="β of the consistency score S_i used in Quality (000 Eq. 15)"
+    )
+    methods: list[str] | None = Field(
+        None, description="methods whose runs are governed (default: all)"
+    )
+
+
+class FigureSpec(_Strict):
+    """A paper figure re-drawn from a subset of the methods."""
+
+    title: str = Field(..., min_length=1)
+    methods: list[str] = Field(..., min_length=1)
+    kind: Literal["accuracy", "rolling_std"] = "accuracy"
 
 
 class ExperimentConfig(_Strict):
@@ -135,8 +194,16 @@ class ExperimentConfig(_Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     federation: FederationConfig = Field(default_factory=FederationConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    governance: GovernanceConfig | None = Field(
+        None, description="on-chain governance layer (000 §3.5); absent = off"
+    )
     methods: list[MethodConfig] = Field(..., min_length=1)
+    analyses: list[Component] = Field(
+        default_factory=list, description="post-run analyses, e.g. attribute_inference"
+    )
     paper: dict[str, PaperValue] = Field(default_factory=dict)
+    figures: list[FigureSpec] = Field(default_factory=list, description="paper figures")
 
     @field_validator("seeds")
     @classmethod
@@ -154,4 +221,8 @@ class ExperimentConfig(_Strict):
         unknown = sorted(set(self.paper) - set(names))
         if unknown:
             raise ValueError(f"paper values name unknown methods {unknown}")
+        for i, fig in enumerate(self.figures):
+            missing = sorted(set(fig.methods) - set(names))
+            if missing:
+                raise ValueError(f"figures.{i} names unknown methods {missing}")
         return self

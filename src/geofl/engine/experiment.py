@@ -129,6 +129,10 @@ def run_experiment(
         seed: {m.name: build_partition(cfg, m, ds, splits[seed].train, seed) for m in cfg.methods}
         for seed in cfg.seeds
     }
+    if cfg.governance is not None:
+        from geofl.governance.subscriber import GovernanceSubscriber
+
+        subscribers = [*subscribers, GovernanceSubscriber(cfg)]
     created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

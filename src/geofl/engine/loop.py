@@ -31,6 +31,7 @@ from geofl.data.base import GeoDataset
 from geofl.data.partition import Partition
 from geofl.engine.evaluate import evaluate
 from geofl.engine.events import RunInfo, Subscriber
+from geofl.engine.hashing import params_sha256, update_set_sha256
 from geofl.engine.rundir import append_jsonl, read_jsonl, to_jsonable, write_json_atomic
 from geofl.hierarchy.tiers import TIERS
 from geofl.models.base import MODELS, FlatModel
@@ -161,6 +162,14 @@ class FederatedRun:
             generator=torch_generator(*keys, "release"),
         )
 
+    def _allowed(self, client: int, round_idx: int) -> bool:
+        """False if a subscriber's permission gate bars ``client`` from ``round_idx``."""
+        for sub in self.subscribers:
+            allows = getattr(sub, "allows", None)
+            if allows is not None and not allows(client, round_idx):
+                return False
+        return True
+
     def _account(self, client: int, local_log: dict[str, Any]) -> None:
         """Feed the privacy accountant every DpEvent the client's release reported."""
         for report in local_log.values():
@@ -178,6 +187,10 @@ class FederatedRun:
         participants = sample_participants(
             len(self.clients), self.cfg.federation.participation, self.seed, round_idx
         )
+        # The only feedback path from subscribers: a permission gate (000 §3.5.3) may bar
+        # suspended or removed nodes from the round.
+        excluded = [k for k in participants if not self._allowed(k, round_idx)]
+        participants = [k for k in participants if k not in excluded]
         accepted: list[ClientUpdate] = []
         # Accepted deltas are copied as they arrive into rows of a [K, D] buffer reused
         # across rounds (no per-round allocation of the update tensor).
@@ -230,11 +243,23 @@ class FederatedRun:
             "train_loss": float(n @ losses / n.sum()) if accepted else None,
             "train_accuracy": float(n @ accs / n.sum()) if accepted else None,
             "bytes_up": int(sum(u.meta.bytes_sent for u in accepted)),
+            "excluded": excluded,
+            "update_norms": (
+                torch.linalg.vector_norm(self._round_buffer[: len(accepted)], dim=1).tolist()
+                if accepted
+                else []
+            ),
             "client_log": client_log,
             "time_s": {"train": train_time, "aggregate": agg_time, "total": 0.0},
         }
         if observed is not None:
             record["observed"] = observed
+        # Content hashes for commitments and audits (000 §3.5): the new global model and
+        # the set of updates it came from.
+        record["model_sha256"] = params_sha256(new_params)
+        record["update_set_sha256"] = update_set_sha256(
+            [u.meta.client_id for u in accepted], self._round_buffer[: len(accepted)]
+        )
         record["time_s"]["total"] = time.perf_counter() - t0
         return new_params, record
 

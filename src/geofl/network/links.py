@@ -32,7 +32,7 @@ class NetworkModel(Protocol):
     def __call__(self, meta: UpdateMeta, rng: np.random.Generator) -> Delivery: ...
 
 
-#: Network-model registry: ``ideal``, ``lossy``.
+#: Network-model registry: ``ideal``, ``lossy``, ``scripted_outage``.
 NETWORK_MODELS: Registry[NetworkModel] = Registry("network model")
 
 
@@ -62,5 +62,26 @@ def build_lossy(params: LossyParams) -> NetworkModel:
     def model(meta: UpdateMeta, rng: np.random.Generator) -> Delivery:
         delay = meta.bytes_sent * 8 / (params.bandwidth_mbps * 1e6)
         return Delivery(bool(rng.random() >= params.drop_prob), delay, meta.bytes_sent)
+
+    return model
+
+
+class ScriptedOutageParams(BaseModel):
+    """Outages at given rounds for given clients (e.g. 000 §4.7.2: client 7, rounds 4–5)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    outages: dict[int, list[int]] = Field(
+        ..., description="client id → rounds (1-based) in which its upload is lost"
+    )
+
+
+@NETWORK_MODELS.register("scripted_outage", params=ScriptedOutageParams)
+def build_scripted_outage(params: ScriptedOutageParams) -> NetworkModel:
+    """Uploads are lost exactly in the scripted (client, round) pairs; otherwise ideal."""
+    lost = {(c, r) for c, rounds in params.outages.items() for r in rounds}
+
+    def model(meta: UpdateMeta, rng: np.random.Generator) -> Delivery:
+        return Delivery((meta.client_id, meta.round) not in lost, 0.0, meta.bytes_sent)
 
     return model

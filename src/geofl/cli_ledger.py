@@ -1,0 +1,252 @@
+"""``geofl ledger …``: audit queries over a run's governance ledgers (000 §3.5, §4.7).
+
+Exit codes: 0 success; 1 ``verify`` found a mismatch (each named on stderr); 2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from geofl.errors import GeoflError
+
+ledger_app = typer.Typer(no_args_is_help=True, help="Audit a run's governance ledger.")
+
+RunDirArg = Annotated[Path, typer.Argument(help="A run directory written by `geofl run`.")]
+MethodOpt = Annotated[str | None, typer.Option(help="Only this method.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Only this seed.")]
+out = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _fail(message: str) -> typer.Exit:
+    from geofl.cli import _fail as fail
+
+    return fail(message)
+
+
+def _short(h: str) -> str:
+    return h[:10] + "…" if len(h) > 12 else h
+
+
+@ledger_app.command("show")
+def show(
+    run_dir: RunDirArg,
+    method: MethodOpt = None,
+    seed: SeedOpt = None,
+    round_: Annotated[int | None, typer.Option("--round", help="Only this round.")] = None,
+) -> None:
+    """Per-round governance records (000 Table 2 layout), each checked against the chain."""
+    from geofl.governance.audit import find_ledgers, governance_log, open_readonly
+
+    try:
+        for run in find_ledgers(run_dir, method, seed):
+            ledger = open_readonly(run)
+            try:
+                rule = ledger.rule(1)
+                table = Table(title=f"{run.name}: governance records ({rule.label})")
+                for col in ("Round", "Rule", "Aggregation commitment", "Committee record",
+                            "Members", "Permission changes", "Audit query"):  # fmt: skip
+                    table.add_column(col)
+                for e in governance_log(run):
+                    r = e["round"]
+                    if round_ is not None and r != round_:
+                        continue
+                    agg = ledger.aggregation(r)
+                    ok = agg is not None and agg.model_hash == "0x" + e["aggregation"]["model_hash"]
+                    com = e.get("committee")
+                    members = ""
+                    if com is not None:
+                        onchain = ledger.committee(int(com["election_id"]))
+                        members = ", ".join(m.removeprefix("client") for m in onchain.members)
+                        ok = ok and [f"client{m}" for m in com["members"]] == list(onchain.members)
+                    perms = "; ".join(
+                        f"client{p['node']} {p['old']}→{p['new']} (#{p['proposal_id']})"
+                        for p in e.get("permissions", [])
+                    )
+                    table.add_row(
+                        f"Round {r}",
+                        rule.label,
+                        f"agg_r{r} {_short(agg.model_hash) if agg else '—'}",
+                        f"committee_e{com['election_id']}" if com else "—",
+                        f"[{members}]" if com else "",
+                        perms,
+                        "Success" if ok else "MISMATCH",
+                    )
+                out.print(table)
+            finally:
+                ledger.close()
+    except GeoflError as err:
+        raise _fail(str(err)) from None
+
+
+@ledger_app.command("verify")
+def verify(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -> None:
+    """Replay every ledger and recompute config and model hashes; exit 1 on any mismatch."""
+    from geofl.governance.audit import verify_run
+
+    try:
+        checked, problems = verify_run(run_dir, method, seed)
+    except GeoflError as err:
+        raise _fail(str(err)) from None
+    for name in checked:
+        out.print(f"ok: {name} (chain replayed, rule, aggregation and checkpoint hashes match)")
+    if problems:
+        err_console = Console(stderr=True)
+        for p in problems:
+            err_console.print(f"[bold red]mismatch:[/] {p}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1)
+
+
+@ledger_app.command("committee")
+def committee(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -> None:
+    """Every committee election: members, candidates, Rep and P (000 Eq. 23)."""
+    from geofl.governance.audit import find_ledgers, governance_log, open_readonly
+
+    try:
+        for run in find_ledgers(run_dir, method, seed):
+            ledger = open_readonly(run)
+            try:
+                table = Table(title=f"{run.name}: committee elections")
+                for col in ("Election", "Round", "Members (chain)", "Candidates: Rep / P",
+                            "Seed commitment"):  # fmt: skip
+                    table.add_column(col)
+                for e in governance_log(run):
+                    com = e.get("committee")
+                    if com is None:
+                        continue
+                    rec = ledger.committee(int(com["election_id"]))
+                    cands = ", ".join(
+                        f"{c['node']}: {c['reputation']:.3f}/{c['probability']:.2f}"
+                        for c in com["candidates"]
+                    )
+                    table.add_row(
+                        str(rec.election_id),
+                        str(rec.round_id),
+                        ", ".join(rec.members),
+                        cands,
+                        _short(rec.seed_hash),
+                    )
+                out.print(table)
+            finally:
+                ledger.close()
+    except GeoflError as err:
+        raise _fail(str(err)) from None
+
+
+@ledger_app.command("permissions")
+def permissions(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -> None:
+    """Permission proposals and changes from the chain's events (000 Table 3 layout)."""
+    from geofl.governance.audit import find_ledgers, open_readonly
+    from geofl.governance.ledger import PermissionApproved, PermissionChanged, PermissionProposed
+
+    try:
+        for run in find_ledgers(run_dir, method, seed):
+            ledger = open_readonly(run)
+            try:
+                approvals: dict[int, list[str]] = {}
+                for ev in ledger.events(PermissionApproved):
+                    approvals.setdefault(ev.proposal_id, []).append(ev.member)
+                changed = {ev.proposal_id for ev in ledger.events(PermissionChanged)}
+                table = Table(title=f"{run.name}: permission governance")
+                for col in ("Client", "Trigger", "Round", "Old status", "New status",
+                            "Approver", "Applied", "Record ID"):  # fmt: skip
+                    table.add_column(col)
+                for prop in ledger.events(PermissionProposed):
+                    approvers = ", ".join(approvals.get(prop.proposal_id, []))
+                    table.add_row(
+                        prop.node,
+                        prop.reason,
+                        f"Round {prop.round_id}",
+                        prop.old.name.lower(),
+                        prop.new.name.lower(),
+                        f"committee_e{prop.election_id} ({approvers})",
+                        "yes" if prop.proposal_id in changed else "no",
+                        f"perm_{prop.node}_r{prop.round_id} (#{prop.proposal_id})",
+                    )
+                out.print(table)
+            finally:
+                ledger.close()
+    except GeoflError as err:
+        raise _fail(str(err)) from None
+
+
+@ledger_app.command("reputation")
+def reputation(
+    run_dir: RunDirArg,
+    node: Annotated[int, typer.Option(help="Client id.")],
+    method: MethodOpt = None,
+    seed: SeedOpt = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the Fig. 13-style plot here.")] = None,
+) -> None:
+    """A node's reputation components over rounds (000 Eq. 18–22, Fig. 13)."""
+    from geofl.governance.audit import find_ledgers, governance_log
+
+    try:
+        runs = find_ledgers(run_dir, method, seed)
+        run = runs[0]
+        rows: list[dict[str, Any]] = []
+        for e in governance_log(run):
+            comp = e["reputation"].get(str(node))
+            if comp is not None:
+                rows.append({"round": e["round"], **comp, "level": e["levels"].get(str(node))})
+        if not rows:
+            raise GeoflError(f"--node: client {node} is not governed in {run.name}")
+        table = Table(title=f"{run.name}: reputation of client {node}")
+        for col in ("Round", "Contribution", "Participation", "Consistency", "Reputation",
+                    "Miss streak", "Level"):  # fmt: skip
+            table.add_column(col)
+        for r in rows:
+            table.add_row(
+                str(r["round"]),
+                f"{r['contribution']:.3f}",
+                f"{r['participation']:.3f}",
+                f"{r['consistency']:.3f}",
+                f"{r['reputation']:.3f}",
+                str(r["miss_streak"]),
+                str(r["level"]),
+            )
+        out.print(table)
+        if plot is not None:
+            from geofl.report.governance_plots import plot_reputation
+
+            out.print(f"plot: {plot_reputation(rows, plot, title=f'{run.name}, client {node}')}")
+    except GeoflError as err:
+        raise _fail(str(err)) from None
+
+
+@ledger_app.command("build")
+def build(
+    run_dir: RunDirArg,
+    method: Annotated[str, typer.Option(help="Method whose run to govern.")],
+    seed: Annotated[int, typer.Option(help="Seed whose run to govern.")],
+    governance: Annotated[
+        Path | None, typer.Option(help="YAML governance section (default: the run's, or defaults).")
+    ] = None,
+) -> None:
+    """Offline mode: build a governance ledger from a finished run's round log."""
+    import yaml
+    from pydantic import ValidationError
+
+    from geofl.config.schema import GovernanceConfig
+    from geofl.governance.subscriber import build_offline
+    from geofl.registry import format_validation_error
+
+    try:
+        raw: Any = None
+        if governance is not None:
+            raw = yaml.safe_load(governance.read_text())
+        elif (run_dir / "config.yaml").exists():
+            raw = yaml.safe_load((run_dir / "config.yaml").read_text()).get("governance")
+        try:
+            cfg = GovernanceConfig.model_validate(raw or {})
+        except ValidationError as err:
+            raise format_validation_error(err, "governance") from None
+        sd = build_offline(run_dir, method, seed, cfg)
+        out.print(f"ledger: {sd / 'ledger'}")
+    except GeoflError as err:
+        raise _fail(str(err)) from None

@@ -1,0 +1,271 @@
+"""The governance closed loop of 000 §3.5 and §4.7, driven by a run's round records.
+
+Per round (after aggregation): observe every governed node → reputation (Eq. 18–22) →
+committee election every R rounds (Eq. 23) → aggregation commitment → permission
+triggers → proposals ⟨u, L_old, L_new, reason, round⟩ (Eq. 24) approved on chain by the
+current committee → the permission levels the engine enforces next round.
+
+The same :class:`GovernanceProcess` runs live (as an engine subscriber,
+:mod:`geofl.governance.subscriber`) and offline from a finished run directory (the
+paper's setting, "real off-chain training results"): it reads only the round records, the
+partition's label histograms and the resolved config, so both modes write identical
+ledgers. It never changes the optimisation; the only feedback is :meth:`allows`, which
+bars suspended and removed nodes from later rounds.
+
+Observation choices (the paper leaves them open; all documented in the record):
+    * participated: the node's update was accepted this round (True); it was sampled but
+      lost or rejected (False); it was not sampled or was barred (not expected).
+    * ΔAcc_i (Eq. 19) is the update's weight share of the round's change in global
+      validation accuracy, α_i·(Acc_val^(t) − Acc_val^(t−1)) — a first-order attribution
+      that needs no extra evaluation and is reproducible from the round log; None in
+      round 1 (no previous accuracy).
+    * S_i (Eq. 19) is the JS-consistency score of 000 Eq. 15 of the node's shared label
+      histogram against the participants' pool (β = ``consistency_beta``).
+    * Behaviour: the L2 norm of the received update and the σ the client declared in its
+      release log (0 without noise).
+    * Committee members approve a proposal after re-checking its trigger off-chain; here
+      every member of the current committee approves in turn until the majority is
+      reached, each approval a transaction signed by that member.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import torch
+
+from geofl.config.schema import GovernanceConfig
+from geofl.governance.committee import (
+    elect_committee,
+    election_id_for_round,
+    is_election_round,
+)
+from geofl.governance.ledger import Ledger, PermissionState, Role, hash_json
+from geofl.governance.permissions import (
+    PermissionLevel,
+    PermissionObservation,
+    PermissionPolicy,
+    committee_eligible,
+    participation_allowed,
+)
+from geofl.governance.permissions import (
+    PermissionState as PolicyState,
+)
+from geofl.governance.reputation import NodeObservation, ReputationTracker
+from geofl.server.consistency import consistency_scores
+
+__all__ = ["COORDINATOR", "GovernanceProcess", "node_name", "rule_document"]
+
+log = logging.getLogger("geofl")
+
+#: Node id of the coordinator (the contract's deployer).
+COORDINATOR = "coordinator"
+#: Node id of the audit node.
+AUDITOR = "auditor"
+#: A lost upload is a participation failure, not a validation rejection.
+_TRANSPORT_FAILURE = "lost in transit"
+
+
+def node_name(client: int) -> str:
+    """The ledger's node id of a client (``client7``)."""
+    return f"client{client}"
+
+
+def rule_document(resolved_config: dict[str, Any]) -> dict[str, Any]:
+    """What the rule commitment hashes: the resolved config, governance rules included."""
+    return {"config": resolved_config, "governance": resolved_config.get("governance")}
+
+
+def _sigma(client_log: dict[str, Any] | None) -> float:
+    if not client_log:
+        return 0.0
+    return float(sum(v.get("sigma", 0.0) for v in client_log.values() if isinstance(v, dict)))
+
+
+class GovernanceProcess:
+    """Reputation, committees and permissions of one (method, seed) run, on a ledger.
+
+    Args:
+        cfg: Governance configuration.
+        ledger: A fresh ledger with the contract deployed.
+        seed: The run's seed (committee draws derive from it).
+        num_clients: K.
+        histograms: ``[K, C]`` label histograms of the clients (shared with the server).
+        resolved_config: The run's resolved config (hashed into the rule commitment).
+    """
+
+    def __init__(
+        self,
+        cfg: GovernanceConfig,
+        *,
+        ledger: Ledger,
+        seed: int,
+        num_clients: int,
+        histograms: np.ndarray,
+        resolved_config: dict[str, Any],
+    ) -> None:
+        self.cfg, self.ledger, self.seed = cfg, ledger, seed
+        self.nodes = sorted(cfg.nodes if cfg.nodes is not None else range(num_clients))
+        self.validators = sorted(cfg.validators if cfg.validators is not None else self.nodes)
+        self.histograms = np.asarray(histograms)
+        self.resolved_config = resolved_config
+        self.tracker = ReputationTracker(cfg.reputation)
+        self.policy = PermissionPolicy(cfg.permissions)
+        self.levels: dict[int, PermissionLevel] = {}
+        self.committee: list[int] = []
+        self._prev_val: float | None = None
+
+    # ------------------------------------------------------------------ setup
+    def start(self, label: str) -> dict[str, Any]:
+        """Bind roles and commit the rule record; returns the log entry."""
+        led = self.ledger
+        led.grant_role(AUDITOR, Role.AUDIT)
+        for n in self.nodes:
+            role = Role.TRAINING | (Role.VALIDATION if n in self.validators else Role(0))
+            led.grant_role(node_name(n), role)
+        rule_hash = hash_json(rule_document(self.resolved_config))
+        rc = led.commit_rule(rule_hash, label)
+        return {"event": "rule", "label": label, "rule_hash": rule_hash, "tx": rc.tx_hash}
+
+    def allows(self, client: int) -> bool:
+        """Whether the permission level lets ``client`` train (000 §3.5.3)."""
+        return participation_allowed(self.levels.get(client, PermissionLevel.ACTIVE))
+
+    # ------------------------------------------------------------------ one round
+    def _observations(self, record: dict[str, Any]) -> dict[int, NodeObservation]:
+        participants = [int(c) for c in record["participants"]]
+        failed = {int(r["client"]) for r in record.get("rejected", [])}
+        weights = dict(zip(participants, record.get("weights", []), strict=False))
+        norms = dict(zip(participants, record.get("update_norms", []), strict=False))
+        val = (record.get("val") or {}).get("accuracy")
+        gain = None if val is None or self._prev_val is None else float(val) - self._prev_val
+        if val is not None:
+            self._prev_val = float(val)
+        scores: dict[int, float] = {}
+        if participants:
+            s = consistency_scores(
+                torch.as_tensor(self.histograms[participants]), beta=self.cfg.consistency_beta
+            )
+            scores = dict(zip(participants, s.tolist(), strict=True))
+        logs = record.get("client_log", {})
+        out: dict[int, NodeObservation] = {}
+        for n in self.nodes:
+            if n in weights:
+                d_acc = None if gain is None else float(np.clip(weights[n] * gain, -1, 1))
+                out[n] = NodeObservation(
+                    participated=True,
+                    delta_acc=d_acc,
+                    consistency=float(np.clip(scores[n], 0.0, 1.0)),
+                    update_norm=float(norms.get(n, 0.0)),
+                    noise_sigma=_sigma(logs.get(str(n))),
+                )
+            elif n in failed:
+                out[n] = NodeObservation(participated=False)
+        return out
+
+    def round(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Run the governance steps for one round record; returns the round's log entry."""
+        r = int(record["round"])
+        led, cfg = self.ledger, self.cfg
+        comps = self.tracker.update(r, self._observations(record))
+        entry: dict[str, Any] = {
+            "round": r,
+            "reputation": {str(n): asdict(c) for n, c in comps.items()},
+        }
+        if is_election_round(r, every=cfg.committee.every, first_round=cfg.committee.first_round):
+            # 1-based on chain (the contract requires strictly increasing ids from 0).
+            eid = 1 + election_id_for_round(
+                r, every=cfg.committee.every, first_round=cfg.committee.first_round
+            )
+            eligible = [
+                v
+                for v in self.validators
+                if v in comps and committee_eligible(self.levels.get(v, PermissionLevel.ACTIVE))
+            ]
+            rec = elect_committee(
+                reputation={n: c.reputation for n, c in comps.items()},
+                params=cfg.committee,
+                seed=self.seed,
+                election_id=eid,
+                round_id=r,
+                validators=eligible,
+            )
+            self.committee = list(rec.members)
+            rc = led.record_committee(
+                eid, r, [node_name(m) for m in rec.members], "0x" + rec.seed_commitment
+            )
+            entry["committee"] = {**rec.to_dict(), "tx": rc.tx_hash}
+        if "model_sha256" in record:
+            rc = led.commit_aggregation(
+                r, "0x" + record["model_sha256"], "0x" + record["update_set_sha256"]
+            )
+            entry["aggregation"] = {
+                "model_hash": record["model_sha256"],
+                "update_set_hash": record["update_set_sha256"],
+                "tx": rc.tx_hash,
+            }
+        entry["permissions"] = self._permissions(r, record, comps)
+        entry["levels"] = {str(n): int(self.levels.get(n, 0)) for n in self.nodes}
+        return entry
+
+    def _permissions(
+        self, r: int, record: dict[str, Any], comps: dict[int, Any]
+    ) -> list[dict[str, Any]]:
+        rejected = {
+            int(x["client"])
+            for x in record.get("rejected", [])
+            if x.get("reason") != _TRANSPORT_FAILURE
+        }
+        obs = {
+            n: PermissionObservation(
+                reputation=c.reputation, failure_streak=c.miss_streak, rejected=n in rejected
+            )
+            for n, c in comps.items()
+        }
+        out = []
+        state = PolicyState(levels=dict(self.levels))
+        for prop in self.policy.evaluate(r, state, obs):
+            pid, rc = self.ledger.propose_permission(
+                node_name(prop.node),
+                PermissionState(int(prop.old)),
+                PermissionState(int(prop.new)),
+                f"{prop.reason}: {prop.detail}" if prop.detail else str(prop.reason),
+                r,
+            )
+            approvers: list[int] = []
+            for member in self.committee:
+                if self.ledger.proposal(pid).status != 1:  # no longer pending: executed
+                    break
+                self.ledger.approve(pid, node_name(member))
+                approvers.append(member)
+            level = int(self.ledger.permission(node_name(prop.node)))
+            self.levels[prop.node] = PermissionLevel(level)
+            out.append(
+                {
+                    **prop.to_dict(),
+                    "proposal_id": pid,
+                    "approvers": approvers,
+                    "committee": list(self.committee),
+                    "applied": level == int(prop.new),
+                    "tx": rc.tx_hash,
+                }
+            )
+            log.info(
+                "round %d: permission %s %s→%s (%s), approved by %s",
+                r,
+                node_name(prop.node),
+                prop.old.name.lower(),
+                PermissionLevel(level).name.lower(),
+                prop.reason,
+                approvers,
+            )
+        return out
+
+
+def dumps(entry: dict[str, Any]) -> str:
+    """One JSON line of the governance log."""
+    return json.dumps(entry, sort_keys=True, default=str)

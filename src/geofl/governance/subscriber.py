@@ -1,0 +1,154 @@
+"""Governance as an engine subscriber (live) and from a finished run directory (offline).
+
+Live: :class:`GovernanceSubscriber` opens a ledger for every governed (method, seed) run
+in ``<seed dir>/ledger/``, commits the rule record at run start and the reputation,
+committee, aggregation and permission records after every round, writing a readable log
+to ``<seed dir>/governance.jsonl``. It observes only; its :meth:`allows` gate is the one
+way permissions act on training (suspended/removed nodes sit out).
+
+Offline: :func:`build_offline` replays a finished run's ``rounds.jsonl`` through the same
+:class:`~geofl.governance.process.GovernanceProcess`, producing the same ledger (000 §4.7:
+governance built from "real off-chain training results").
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geofl.config.schema import ExperimentConfig, GovernanceConfig
+from geofl.engine.events import RunInfo
+from geofl.engine.rundir import append_jsonl, read_jsonl, write_json_atomic
+from geofl.errors import GovernanceError
+from geofl.governance.ledger import EmbeddedLedger, Ledger, RpcLedger
+from geofl.governance.process import COORDINATOR, GovernanceProcess, rule_document
+
+__all__ = ["GovernanceSubscriber", "build_offline", "open_ledger"]
+
+LEDGER_DIR = "ledger"
+LOG_FILE = "governance.jsonl"
+#: The exact document whose hash is the rule commitment (for audits).
+RULE_FILE = "governance.rule.json"
+
+
+def open_ledger(cfg: GovernanceConfig, seed_dir: Path, seed: int) -> Ledger:
+    """A fresh ledger for one run: embedded in ``seed_dir/ledger`` or on a JSON-RPC node."""
+    backend = cfg.backend
+    if backend.name == "embedded":
+        path = seed_dir / LEDGER_DIR
+        if path.exists():
+            shutil.rmtree(path)
+        return EmbeddedLedger.create(path, seed=seed, coordinator=COORDINATOR)
+    if backend.name == "rpc":
+        url = backend.params.get("url")
+        if not isinstance(url, str) or not url:
+            raise GovernanceError("governance.backend.url: give the node's JSON-RPC URL")
+        ledger = RpcLedger.create(url, seed=seed, coordinator=COORDINATOR)
+        (seed_dir / LEDGER_DIR).mkdir(parents=True, exist_ok=True)
+        (seed_dir / LEDGER_DIR / "rpc.json").write_text(
+            json.dumps({"url": url, "address": ledger.contract_address, "seed": seed})
+        )
+        return ledger
+    raise GovernanceError(
+        f"governance.backend.name: unknown backend {backend.name!r}; use embedded or rpc"
+    )
+
+
+def _close(ledger: Ledger) -> None:
+    close = getattr(ledger, "close", None)
+    if close is not None:
+        close()
+
+
+def _process(
+    cfg: GovernanceConfig, resolved: dict[str, Any], seed_dir: Path, seed: int, method: str
+) -> GovernanceProcess:
+    part = json.loads((seed_dir / "partition.json").read_text())
+    hist = np.asarray(part["histograms"], dtype=np.int64)
+    ledger = open_ledger(cfg, seed_dir, seed)
+    proc = GovernanceProcess(
+        cfg,
+        ledger=ledger,
+        seed=seed,
+        num_clients=len(hist),
+        histograms=hist,
+        resolved_config=resolved,
+    )
+    write_json_atomic(seed_dir / RULE_FILE, rule_document(resolved))
+    log_path = seed_dir / LOG_FILE
+    log_path.write_text("")
+    append_jsonl(log_path, proc.start(f"{cfg.label}_{method}_seed{seed}"))
+    return proc
+
+
+class GovernanceSubscriber:
+    """Commits a run's governance records as it trains (000 §3.5; never changes metrics).
+
+    Args:
+        cfg: The experiment; ``cfg.governance`` must be set.
+    """
+
+    def __init__(self, cfg: ExperimentConfig) -> None:
+        if cfg.governance is None:
+            raise GovernanceError("governance: the experiment config has no governance section")
+        self.gov = cfg.governance
+        self.resolved = cfg.model_dump(mode="json")
+        self._proc: GovernanceProcess | None = None
+        self._dir: Path | None = None
+
+    def on_run_start(self, info: RunInfo) -> None:
+        self._proc = None
+        if self.gov.methods is not None and info.method not in self.gov.methods:
+            return
+        self._dir = info.out_dir
+        self._proc = _process(self.gov, self.resolved, info.out_dir, info.seed, info.method)
+        if info.start_round > 1:  # resume: rebuild the same chain from the kept rounds
+            for rec in read_jsonl(info.out_dir / "rounds.jsonl"):
+                if rec["round"] < info.start_round:
+                    append_jsonl(info.out_dir / LOG_FILE, self._proc.round(rec))
+
+    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None:
+        if self._proc is not None and self._dir is not None:
+            append_jsonl(self._dir / LOG_FILE, self._proc.round(record))
+
+    def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None:
+        if self._proc is not None:
+            _close(self._proc.ledger)
+            self._proc = None
+
+    def allows(self, client: int, round_idx: int) -> bool:
+        """The permission gate the engine consults before each round."""
+        return self._proc is None or self._proc.allows(client)
+
+
+def build_offline(run_dir: Path, method: str, seed: int, cfg: GovernanceConfig) -> Path:
+    """Build the governance record of a finished run from its round log.
+
+    Returns:
+        The seed directory now holding ``ledger/`` and ``governance.jsonl``.
+    """
+    import yaml
+
+    run_dir = Path(run_dir)
+    seed_dir = run_dir / "methods" / method / f"seed-{seed}"
+    rounds_path = seed_dir / "rounds.jsonl"
+    if not rounds_path.exists():
+        raise GovernanceError(f"{rounds_path} not found; run the experiment first")
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    resolved["governance"] = cfg.model_dump(mode="json")
+    proc = _process(cfg, resolved, seed_dir, seed, method)
+    try:
+        for rec in read_jsonl(rounds_path):
+            if "model_sha256" not in rec:
+                raise GovernanceError(
+                    f"{rounds_path}: round {rec['round']} has no model hash; it was written "
+                    "by an older geofl, rerun the experiment"
+                )
+            append_jsonl(seed_dir / LOG_FILE, proc.round(rec))
+    finally:
+        _close(proc.ledger)
+    return seed_dir
