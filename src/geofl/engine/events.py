@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rich.progress import (
     BarColumn,
@@ -24,7 +24,14 @@ from rich.progress import (
 
 from geofl.registry import Registry
 
-__all__ = ["SUBSCRIBERS", "LogSubscriber", "ProgressSubscriber", "RunInfo", "Subscriber"]
+__all__ = [
+    "SUBSCRIBERS",
+    "LogSubscriber",
+    "ParticipationGate",
+    "ProgressSubscriber",
+    "RunInfo",
+    "Subscriber",
+]
 
 log = logging.getLogger("geofl")
 
@@ -49,6 +56,18 @@ class Subscriber(Protocol):
     def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None: ...
 
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ParticipationGate(Protocol):
+    """A subscriber that may bar clients from rounds (the governance permission gate).
+
+    This is the one feedback path from subscribers into training: before sampling a
+    round's participants the engine asks every subscriber that has ``allows`` (000 §3.5.3:
+    suspended and removed nodes sit out). Without such a subscriber nothing changes.
+    """
+
+    def allows(self, client: int, round_idx: int) -> bool: ...
 
 
 #: Subscriber registry: ``log``, ...

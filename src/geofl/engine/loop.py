@@ -30,7 +30,7 @@ from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import GeoDataset
 from geofl.data.partition import Partition
 from geofl.engine.evaluate import evaluate
-from geofl.engine.events import RunInfo, Subscriber
+from geofl.engine.events import ParticipationGate, RunInfo, Subscriber
 from geofl.engine.hashing import params_sha256, update_set_sha256
 from geofl.engine.rundir import append_jsonl, read_jsonl, to_jsonable, write_json_atomic
 from geofl.hierarchy.tiers import TIERS
@@ -94,6 +94,7 @@ class FederatedRun:
         self.cfg, self.method, self.seed, self.data = cfg, method, seed, data
         self.out_dir = Path(out_dir)
         self.subscribers = tuple(subscribers)
+        self._gates = [s for s in self.subscribers if isinstance(s, ParticipationGate)]
         self.partition = partition
         self.num_classes = data.train.num_classes
         model = MODELS.build(
@@ -163,12 +164,8 @@ class FederatedRun:
         )
 
     def _allowed(self, client: int, round_idx: int) -> bool:
-        """False if a subscriber's permission gate bars ``client`` from ``round_idx``."""
-        for sub in self.subscribers:
-            allows = getattr(sub, "allows", None)
-            if allows is not None and not allows(client, round_idx):
-                return False
-        return True
+        """False if a subscriber's permission gate (:class:`ParticipationGate`) bars it."""
+        return all(g.allows(client, round_idx) for g in self._gates)
 
     def _account(self, client: int, local_log: dict[str, Any]) -> None:
         """Feed the privacy accountant every DpEvent the client's release reported."""
