@@ -92,7 +92,8 @@ def plot_attack_auc(
                        hatch="///", lw=1.0)  # fmt: skip
             ax.text(x, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
     ax.axhline(0.5, color="#444444", ls="--", lw=1.0)
-    ax.set_ylim(0.0, 1.08)
+    ax.set_ylim(0.0, 1.25)  # room for the value labels under the legend
+    ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     tilt = 20 if len(methods) > 4 else 0
     ax.set_xticks(range(len(methods)), [plain(m) for m in methods], rotation=tilt,
                   ha="right" if tilt else "center", rotation_mode="anchor")  # fmt: skip
