@@ -6,6 +6,7 @@ Exit codes: 0 success; 1 ``verify`` found a mismatch (each named on stderr); 2 b
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +30,18 @@ def _fail(message: str) -> typer.Exit:
     return fail(message)
 
 
+def _ledgers(run_dir: Path, method: str | None, seed: int | None) -> Iterator[tuple[Any, Any]]:
+    """Each governed run of ``run_dir`` with its ledger opened read-only (closed after)."""
+    from geofl.governance.audit import find_ledgers, open_readonly
+
+    for run in find_ledgers(run_dir, method, seed):
+        ledger = open_readonly(run)
+        try:
+            yield run, ledger
+        finally:
+            ledger.close()
+
+
 def _short(h: str) -> str:
     return h[:10] + "…" if len(h) > 12 else h
 
@@ -41,45 +54,41 @@ def show(
     round_: Annotated[int | None, typer.Option("--round", help="Only this round.")] = None,
 ) -> None:
     """Per-round governance records (000 Table 2 layout), each checked against the chain."""
-    from geofl.governance.audit import find_ledgers, governance_log, open_readonly
+    from geofl.governance.audit import governance_log
 
     try:
-        for run in find_ledgers(run_dir, method, seed):
-            ledger = open_readonly(run)
-            try:
-                rule = ledger.rule(1)
-                table = Table(title=f"{run.name}: governance records ({rule.label})")
-                for col in ("Round", "Rule", "Aggregation commitment", "Committee record",
-                            "Members", "Permission changes", "Audit query"):  # fmt: skip
-                    table.add_column(col)
-                for e in governance_log(run):
-                    r = e["round"]
-                    if round_ is not None and r != round_:
-                        continue
-                    agg = ledger.aggregation(r)
-                    ok = agg is not None and agg.model_hash == "0x" + e["aggregation"]["model_hash"]
-                    com = e.get("committee")
-                    members = ""
-                    if com is not None:
-                        onchain = ledger.committee(int(com["election_id"]))
-                        members = ", ".join(m.removeprefix("client") for m in onchain.members)
-                        ok = ok and [f"client{m}" for m in com["members"]] == list(onchain.members)
-                    perms = "; ".join(
-                        f"client{p['node']} {p['old']}→{p['new']} (#{p['proposal_id']})"
-                        for p in e.get("permissions", [])
-                    )
-                    table.add_row(
-                        f"Round {r}",
-                        rule.label,
-                        f"agg_r{r} {_short(agg.model_hash) if agg else '—'}",
-                        f"committee_e{com['election_id']}" if com else "—",
-                        f"[{members}]" if com else "",
-                        perms,
-                        "Success" if ok else "MISMATCH",
-                    )
-                out.print(table)
-            finally:
-                ledger.close()
+        for run, ledger in _ledgers(run_dir, method, seed):
+            rule = ledger.rule(1)
+            table = Table(title=f"{run.name}: governance records ({rule.label})")
+            for col in ("Round", "Rule", "Aggregation commitment", "Committee record",
+                        "Members", "Permission changes", "Audit query"):  # fmt: skip
+                table.add_column(col)
+            for e in governance_log(run):
+                r = e["round"]
+                if round_ is not None and r != round_:
+                    continue
+                agg = ledger.aggregation(r)
+                ok = agg is not None and agg.model_hash == "0x" + e["aggregation"]["model_hash"]
+                com = e.get("committee")
+                members = ""
+                if com is not None:
+                    onchain = ledger.committee(int(com["election_id"]))
+                    members = ", ".join(m.removeprefix("client") for m in onchain.members)
+                    ok = ok and [f"client{m}" for m in com["members"]] == list(onchain.members)
+                perms = "; ".join(
+                    f"client{p['node']} {p['old']}→{p['new']} (#{p['proposal_id']})"
+                    for p in e.get("permissions", [])
+                )
+                table.add_row(
+                    f"Round {r}",
+                    rule.label,
+                    f"agg_r{r} {_short(agg.model_hash) if agg else '—'}",
+                    f"committee_e{com['election_id']}" if com else "—",
+                    f"[{members}]" if com else "",
+                    perms,
+                    "Success" if ok else "MISMATCH",
+                )
+            out.print(table)
     except GeoflError as err:
         raise _fail(str(err)) from None
 
@@ -105,35 +114,31 @@ def verify(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -
 @ledger_app.command("committee")
 def committee(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -> None:
     """Every committee election: members, candidates, Rep and P (000 Eq. 23)."""
-    from geofl.governance.audit import find_ledgers, governance_log, open_readonly
+    from geofl.governance.audit import governance_log
 
     try:
-        for run in find_ledgers(run_dir, method, seed):
-            ledger = open_readonly(run)
-            try:
-                table = Table(title=f"{run.name}: committee elections")
-                for col in ("Election", "Round", "Members (chain)", "Candidates: Rep / P",
-                            "Seed commitment"):  # fmt: skip
-                    table.add_column(col)
-                for e in governance_log(run):
-                    com = e.get("committee")
-                    if com is None:
-                        continue
-                    rec = ledger.committee(int(com["election_id"]))
-                    cands = ", ".join(
-                        f"{c['node']}: {c['reputation']:.3f}/{c['probability']:.2f}"
-                        for c in com["candidates"]
-                    )
-                    table.add_row(
-                        str(rec.election_id),
-                        str(rec.round_id),
-                        ", ".join(rec.members),
-                        cands,
-                        _short(rec.seed_hash),
-                    )
-                out.print(table)
-            finally:
-                ledger.close()
+        for run, ledger in _ledgers(run_dir, method, seed):
+            table = Table(title=f"{run.name}: committee elections")
+            for col in ("Election", "Round", "Members (chain)", "Candidates: Rep / P",
+                        "Seed commitment"):  # fmt: skip
+                table.add_column(col)
+            for e in governance_log(run):
+                com = e.get("committee")
+                if com is None:
+                    continue
+                rec = ledger.committee(int(com["election_id"]))
+                cands = ", ".join(
+                    f"{c['node']}: {c['reputation']:.3f}/{c['probability']:.2f}"
+                    for c in com["candidates"]
+                )
+                table.add_row(
+                    str(rec.election_id),
+                    str(rec.round_id),
+                    ", ".join(rec.members),
+                    cands,
+                    _short(rec.seed_hash),
+                )
+            out.print(table)
     except GeoflError as err:
         raise _fail(str(err)) from None
 
@@ -141,36 +146,31 @@ def committee(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None
 @ledger_app.command("permissions")
 def permissions(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -> None:
     """Permission proposals and changes from the chain's events (000 Table 3 layout)."""
-    from geofl.governance.audit import find_ledgers, open_readonly
     from geofl.governance.ledger import PermissionApproved, PermissionChanged, PermissionProposed
 
     try:
-        for run in find_ledgers(run_dir, method, seed):
-            ledger = open_readonly(run)
-            try:
-                approvals: dict[int, list[str]] = {}
-                for ev in ledger.events(PermissionApproved):
-                    approvals.setdefault(ev.proposal_id, []).append(ev.member)
-                changed = {ev.proposal_id for ev in ledger.events(PermissionChanged)}
-                table = Table(title=f"{run.name}: permission governance")
-                for col in ("Client", "Trigger", "Round", "Old status", "New status",
-                            "Approver", "Applied", "Record ID"):  # fmt: skip
-                    table.add_column(col)
-                for prop in ledger.events(PermissionProposed):
-                    approvers = ", ".join(approvals.get(prop.proposal_id, []))
-                    table.add_row(
-                        prop.node,
-                        prop.reason,
-                        f"Round {prop.round_id}",
-                        prop.old.name.lower(),
-                        prop.new.name.lower(),
-                        f"committee_e{prop.election_id} ({approvers})",
-                        "yes" if prop.proposal_id in changed else "no",
-                        f"perm_{prop.node}_r{prop.round_id} (#{prop.proposal_id})",
-                    )
-                out.print(table)
-            finally:
-                ledger.close()
+        for run, ledger in _ledgers(run_dir, method, seed):
+            approvals: dict[int, list[str]] = {}
+            for ev in ledger.events(PermissionApproved):
+                approvals.setdefault(ev.proposal_id, []).append(ev.member)
+            changed = {ev.proposal_id for ev in ledger.events(PermissionChanged)}
+            table = Table(title=f"{run.name}: permission governance")
+            for col in ("Client", "Trigger", "Round", "Old status", "New status",
+                        "Approver", "Applied", "Record ID"):  # fmt: skip
+                table.add_column(col)
+            for prop in ledger.events(PermissionProposed):
+                approvers = ", ".join(approvals.get(prop.proposal_id, []))
+                table.add_row(
+                    prop.node,
+                    prop.reason,
+                    f"Round {prop.round_id}",
+                    prop.old.name.lower(),
+                    prop.new.name.lower(),
+                    f"committee_e{prop.election_id} ({approvers})",
+                    "yes" if prop.proposal_id in changed else "no",
+                    f"perm_{prop.node}_r{prop.round_id} (#{prop.proposal_id})",
+                )
+            out.print(table)
     except GeoflError as err:
         raise _fail(str(err)) from None
 
