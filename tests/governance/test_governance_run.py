@@ -161,3 +161,23 @@ def test_ledger_commands_on_a_run_without_governance_fail_clearly(runs: dict[str
     res = _cli("show", str(runs["off"]))
     assert res.exit_code == 2 and "no governance ledger" in res.output
     assert json.loads((runs["off"] / "run.json").read_text())["name"] == "tiny"
+
+
+def test_live_governance_on_a_json_rpc_node(ganache_url: str, tmp_path: Path) -> None:
+    # A fresh seed per session so the deterministic coordinator account has a fresh nonce
+    # history on this node (several xdist workers may share nothing, but be safe).
+    gov = {"committee": {"size": 2}, "backend": {"name": "rpc", "url": ganache_url}}
+    raw = _raw(gov, network=OUTAGE)
+    raw["seeds"] = [11]
+    raw["federation"]["rounds"] = 5
+    run = _run(tmp_path, "rpc", raw)
+    sd = seed_dir(run, "fedavg", 11)
+    info = json.loads((sd / "ledger" / "rpc.json").read_text())
+    assert info["url"] == ganache_url and info["address"].startswith("0x")
+    log = read_jsonl(sd / "governance.jsonl")
+    changes = [p for e in log[1:] for p in e["permissions"]]
+    assert [(c["node"], c["new"], c["applied"]) for c in changes] == [(4, 1, True)]
+    ok = _cli("verify", str(run))
+    assert ok.exit_code == 0, ok.output
+    perms = _cli("permissions", str(run))
+    assert perms.exit_code == 0 and "client4" in perms.output
