@@ -15,10 +15,11 @@ bars suspended and removed nodes from later rounds.
 Observation choices (the paper leaves them open; all documented in the record):
     * participated: the node's update was accepted this round (True); it was sampled but
       lost or rejected (False); it was not sampled or was barred (not expected).
-    * ΔAcc_i (Eq. 19) is the update's weight share of the round's change in global
-      validation accuracy, α_i·(Acc_val^(t) − Acc_val^(t−1)) — a first-order attribution
-      that needs no extra evaluation and is reproducible from the round log; None in
-      round 1 (no previous accuracy).
+    * ΔAcc_i (Eq. 19) is the round's change in global validation accuracy attributed by
+      aggregation weight, α_i·|P|·(Acc_val^(t) − Acc_val^(t−1)): a participant with the
+      mean weight is credited with the whole change, one weighted twice as much with
+      twice of it. It is a first-order stand-in for leave-one-out that needs no extra
+      evaluation and is reproducible from the round log; None in round 1.
     * S_i (Eq. 19) is the JS-consistency score of 000 Eq. 15 of the node's shared label
       histogram against the participants' pool (β = ``consistency_beta``).
     * Behaviour: the L2 norm of the received update and the σ the client declared in its
@@ -155,7 +156,8 @@ class GovernanceProcess:
         out: dict[int, NodeObservation] = {}
         for n in self.nodes:
             if n in weights:
-                d_acc = None if gain is None else float(np.clip(weights[n] * gain, -1, 1))
+                share = weights[n] * len(participants)  # α_i / mean α
+                d_acc = None if gain is None else float(np.clip(share * gain, -1, 1))
                 out[n] = NodeObservation(
                     participated=True,
                     delta_acc=d_acc,

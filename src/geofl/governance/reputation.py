@@ -11,7 +11,9 @@ Inputs, per node ``i`` and round ``t`` (one :class:`NodeObservation`):
 
       ΔAcc_i^(t) = acc_val(aggregate of round t) − acc_val(aggregate of round t without i)
 
-  (positive = the update helped); any cheaper proxy on the same scale works.
+  (positive = the update helped); any cheaper proxy on the same scale works. The engine's
+  governance process passes the weight-attributed change α_i·|P|·ΔAcc_val, computable
+  from the round log (:mod:`geofl.governance.process`).
 * ``S_i^(t)`` — the spatial consistency score of 000 Eq. 15, in (0, 1].
 * participation — ``True`` if the node's update was accepted, ``False`` if it was expected
   but failed, was missing or was rejected; ``None`` (or the node absent from the round's
