@@ -238,10 +238,14 @@ def build(
 
     try:
         raw: Any = None
-        if governance is not None:
-            raw = yaml.safe_load(governance.read_text())
-        elif (run_dir / "config.yaml").exists():
-            raw = yaml.safe_load((run_dir / "config.yaml").read_text()).get("governance")
+        source = governance if governance is not None else run_dir / "config.yaml"
+        try:
+            if governance is not None:
+                raw = yaml.safe_load(governance.read_text())
+            elif source.exists():
+                raw = (yaml.safe_load(source.read_text()) or {}).get("governance")
+        except (OSError, yaml.YAMLError) as err:
+            raise GeoflError(f"--governance: cannot read {source}: {err}") from None
         try:
             cfg = GovernanceConfig.model_validate(raw or {})
         except ValidationError as err:

@@ -144,3 +144,43 @@ def test_unknown_analysis_and_figure_methods_are_named(tmp_path: Path) -> None:
         )
     with pytest.raises(ConfigError, match=r"privacy\.delta"):
         load_config(_write(tmp_path, tiny_raw(privacy={"delta": 0})))
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"governance": {"nodes": [1, 9]}}, r"governance\.nodes: clients \[9\] do not exist"),
+        ({"governance": {"nodes": [0, 1], "validators": [2]}}, r"governance\.validators"),
+        ({"governance": {"nodes": [0]}}, r"governance\.committee\.size: 2 seats"),
+        ({"governance": {"methods": ["nope"]}}, r"governance\.methods"),
+        ({"analyses": [{"name": "attribute_inference"}]}, r"analyses\.0: .*observe_updates"),
+        (
+            {"analyses": [{"name": "attribute_inference", "window": 9}],
+             "eval": {"observe_updates": True}},
+            r"analyses\.0\.window",
+        ),
+        (
+            {"analyses": [{"name": "attribute_inference", "methods": ["x"]}],
+             "eval": {"observe_updates": True}},
+            r"analyses\.0\.methods",
+        ),
+    ],
+)  # fmt: skip
+def test_governance_and_attack_settings_are_checked_at_load(
+    tmp_path: Path, over: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ConfigError, match=field):
+        load_config(_write(tmp_path, tiny_raw(**over)))
+
+
+def test_noise_with_batch_norm_and_too_many_krum_selections_are_refused(tmp_path: Path) -> None:
+    raw = tiny_raw(
+        model={"name": "small_cnn", "params": {"width": 8, "blocks": 2, "norm": "batch"}}
+    )
+    raw["methods"][1]["release"] = [{"name": "risk_aware"}]
+    with pytest.raises(ConfigError, match=r"methods\.1\.release\.0: noise release steps"):
+        load_config(_write(tmp_path, raw))
+    raw = tiny_raw(federation={"num_clients": 6, "rounds": 2})
+    raw["methods"][1]["aggregator"] = {"name": "krum", "num_byzantine": 1, "num_selected": 6}
+    with pytest.raises(ConfigError, match=r"aggregator\.num_selected: Multi-Krum"):
+        load_config(_write(tmp_path, raw))

@@ -181,3 +181,50 @@ def test_live_governance_on_a_json_rpc_node(ganache_url: str, tmp_path: Path) ->
     assert ok.exit_code == 0, ok.output
     perms = _cli("permissions", str(run))
     assert perms.exit_code == 0 and "client4" in perms.output
+
+
+def test_krum_round_with_too_few_updates_keeps_the_model(tmp_path: Path) -> None:
+    raw = _raw(None, network={"name": "scripted_outage", "outages": {4: [2]}})
+    raw["methods"][0]["aggregator"] = {"name": "krum", "num_byzantine": 1}  # needs > 4 of 6
+    raw["federation"]["rounds"] = 3
+    raw["methods"][0]["network"]["outages"] = {4: [2], 5: [2]}  # 4 updates left in round 2
+    run = _run(tmp_path, "krum", raw)
+    rounds = read_jsonl(seed_dir(run, "fedavg", 3) / "rounds.jsonl")
+    assert [r["aggregation_error"] is not None for r in rounds] == [False, True, False]
+    assert "Krum" in rounds[1]["aggregation_error"]
+    assert rounds[1]["model_sha256"] == rounds[0]["model_sha256"]  # global model unchanged
+
+
+def test_process_tolerates_missing_accuracy_and_empty_validator_pool() -> None:
+    import numpy as np
+
+    from geofl.config.schema import GovernanceConfig
+    from geofl.governance.ledger import EmbeddedLedger
+    from geofl.governance.process import GovernanceProcess
+
+    cfg = GovernanceConfig.model_validate({"nodes": [0, 1, 2], "committee": {"size": 2}})
+    proc = GovernanceProcess(
+        cfg,
+        ledger=EmbeddedLedger.create(None, seed=1),
+        seed=1,
+        num_clients=3,
+        histograms=np.array([[3, 1], [1, 3], [2, 2]]),
+        resolved_config={"name": "t"},
+        num_params=100,
+    )
+    proc.start("rule_t")
+
+    def rec(r: int, parts: list[int], val: float) -> dict[str, Any]:
+        return {
+            "round": r, "participants": parts, "rejected": [],
+            "weights": [1 / len(parts)] * len(parts), "update_norms": [10.0] * len(parts),
+            "val": {"accuracy": val}, "model_sha256": f"{r:064x}", "update_set_sha256": "0" * 64,
+        }  # fmt: skip
+
+    e1 = proc.round(rec(1, [0, 1, 2], float("nan")))  # no validation split: NaN accuracy
+    assert len(e1["committee"]["members"]) == 2
+    obs = e1["reputation"]["0"]
+    assert 0.0 <= obs["reputation"] <= 1.0
+    e2 = proc.round(rec(2, [0], 0.5))  # only one validator seen this round
+    assert "committee_skipped" not in e2  # the tracker still knows all three nodes
+    assert proc.committee == e2["committee"]["members"]

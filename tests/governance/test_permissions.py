@@ -167,7 +167,6 @@ def test_enforcement() -> None:
     [({"failure_streak": 0}, "failure_streak"),
      ({"suspend_below": 0.5, "watchlist_below": 0.3}, "suspend_below"),
      ({"restore_above": 0.1}, "restore_above"),
-     ({"watchlist_weight": 1.5}, "watchlist_weight"),
      ({"review": 5}, "review")],
 )  # fmt: skip
 def test_bad_rules_name_the_field(kwargs: dict[str, object], field: str) -> None:

@@ -63,3 +63,12 @@ def test_non_private_release_is_infinite() -> None:
     acc = ACCOUNTANTS.build("rdp", {})
     acc.record(2, dpa.NonPrivateDpEvent())
     assert math.isinf(acc.epsilon(2, 1e-5))
+
+
+def test_pld_defers_to_rdp_for_astronomically_weak_noise() -> None:
+    # z = 5e-4 would need ~1e9 PLD points; the PLD accountant answers with the RDP bound.
+    rdp, pld = ACCOUNTANTS.build("rdp", {}), ACCOUNTANTS.build("pld", {})
+    for acc in (rdp, pld):
+        for _ in range(25):
+            acc.record(0, dpa.GaussianDpEvent(5e-4))
+    assert pld.epsilon(0, 1e-5) == rdp.epsilon(0, 1e-5)

@@ -67,7 +67,8 @@ def test_risk_aware_picks_the_level_setting(
     out = _release("risk_aware", {}, _data(hist), delta)
     log = out.local_log["risk_aware"]
     assert (log["level"], log["clip"], log["sigma"], log["clipped"]) == (level, clip, sigma, True)
-    assert log["dp_event"] == {"mechanism": "gaussian", "noise_multiplier": sigma / clip}
+    # replace-one neighbours: clipped updates differ by ≤ 2C, so z = σ / (2C)
+    assert log["dp_event"] == {"mechanism": "gaussian", "noise_multiplier": sigma / (2 * clip)}
     noise = out.delta - delta * (clip / float(torch.linalg.vector_norm(delta)))
     assert float(noise.std()) == pytest.approx(sigma, rel=0.03)
     # What the server receives carries no risk information.

@@ -159,9 +159,39 @@ def attack_auc(
     }
 
 
+def _run_risk_map(run_dir: Path, params: AttributeInferenceParams) -> AttributeInferenceParams:
+    """Use the run's own ``risk_aware`` map R for the ground truth, when it has one."""
+    import yaml
+
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.exists():
+        return params
+    cfg = yaml.safe_load(cfg_path.read_text()) or {}
+    maps = {
+        json.dumps(step.get("risk", {}), sort_keys=True)
+        for m in cfg.get("methods", [])
+        for step in m.get("release", [])
+        if step.get("name") == "risk_aware"
+    }
+    if not maps:
+        return params
+    if len(maps) > 1:
+        raise ValueError(
+            f"{cfg_path}: the risk_aware steps use different risk maps; the attack's ground "
+            "truth needs one — give every risk_aware step the same risk parameters"
+        )
+    risk = RiskParams.model_validate(json.loads(maps.pop()))
+    return params.model_copy(update={"risk": risk})
+
+
 def run_attribute_inference(run_dir: Path, params: AttributeInferenceParams) -> dict[str, Any]:
-    """Attack every observed method of ``run_dir``; writes ``analysis/attribute_inference.json``."""
+    """Attack every observed method of ``run_dir``; writes ``analysis/attribute_inference.json``.
+
+    The high-risk ground truth uses the run's ``risk_aware`` risk map when the run has one
+    (so labels match the levels the clients used), else ``params.risk``.
+    """
     run_dir = Path(run_dir)
+    params = _run_risk_map(run_dir, params)
     methods_dir = run_dir / "methods"
     names = params.methods or sorted(
         p.name for p in methods_dir.iterdir() if any(p.glob("*/observations.jsonl"))

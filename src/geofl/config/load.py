@@ -160,9 +160,12 @@ def validate_config(cfg: ExperimentConfig) -> None:
                     f"{cfg.federation.num_clients})",
                 )
         _check_krum(cfg, m, p)
+        _check_noise_and_norm(cfg, m, p)
     _component(plugins.ACCOUNTANTS, cfg.privacy.accountant, "privacy.accountant")
     for i, a in enumerate(cfg.analyses):
         _component(plugins.ANALYSES, a, f"analyses.{i}")
+        _check_attack(cfg, a, f"analyses.{i}")
+    _check_governance(cfg)
     n = cfg.data.params.get("num_samples")
     if isinstance(n, int):
         n_train = int(n * (1 - cfg.data.split.val - cfg.data.split.test))
@@ -187,6 +190,74 @@ def _check_krum(cfg: ExperimentConfig, m: MethodConfig, path: str) -> None:
             f"Krum needs more than 2f+2 = {2 * f + 2} updates per round but only {k} clients "
             "take part; lower num_byzantine or raise federation.num_clients/participation",
         )
+    sel = int(m.aggregator.params.get("num_selected", 1))
+    if sel > k - f:
+        raise ConfigError(
+            f"{path}.aggregator.num_selected",
+            f"Multi-Krum can select at most K − f = {k - f} of the {k} updates per round",
+        )
+
+
+#: Release steps that add Gaussian noise to the whole flat vector.
+_NOISE_STEPS = ("gaussian", "risk_aware")
+
+
+def _check_noise_and_norm(cfg: ExperimentConfig, m: MethodConfig, path: str) -> None:
+    """Noise on Δw also hits float buffers; BatchNorm running variances could go negative."""
+    noisy = [i for i, s in enumerate(m.release) if s.name in _NOISE_STEPS]
+    if noisy and cfg.model.params.get("norm") == "batch":
+        raise ConfigError(
+            f"{path}.release.{noisy[0]}",
+            "noise release steps perturb BatchNorm running statistics too; use "
+            "model.params.norm=group (the default) with noise",
+        )
+
+
+def _check_attack(cfg: ExperimentConfig, a: Component, path: str) -> None:
+    """The attack needs the server's recorded view and enough rounds for one window."""
+    if a.name != "attribute_inference":
+        return
+    if not cfg.eval.observe_updates:
+        raise ConfigError(
+            path, "attribute_inference needs eval.observe_updates: true (the server's view)"
+        )
+    names = {m.name for m in cfg.methods}
+    unknown = sorted(set(a.params.get("methods") or []) - names)
+    if unknown:
+        raise ConfigError(
+            f"{path}.methods", f"unknown methods {unknown}; choose from {sorted(names)}"
+        )
+    window = int(a.params.get("window", 5))
+    if window > cfg.federation.rounds:
+        raise ConfigError(
+            f"{path}.window",
+            f"window={window} exceeds federation.rounds={cfg.federation.rounds}; lower it",
+        )
+
+
+def _check_governance(cfg: ExperimentConfig) -> None:
+    """Governed nodes must exist, validators must be governed, seats must be fillable."""
+    g = cfg.governance
+    if g is None:
+        return
+    k = cfg.federation.num_clients
+    nodes = g.nodes if g.nodes is not None else list(range(k))
+    bad = sorted(n for n in nodes if not 0 <= n < k)
+    if bad:
+        raise ConfigError("governance.nodes", f"clients {bad} do not exist (K={k})")
+    validators = g.validators if g.validators is not None else nodes
+    outside = sorted(set(validators) - set(nodes))
+    if outside:
+        raise ConfigError("governance.validators", f"{outside} are not governed nodes {nodes}")
+    if len(set(validators)) < g.committee.size:
+        raise ConfigError(
+            "governance.committee.size",
+            f"{g.committee.size} seats but only {len(set(validators))} validators",
+        )
+    names = {m.name for m in cfg.methods}
+    unknown = sorted(set(g.methods or []) - names)
+    if unknown:
+        raise ConfigError("governance.methods", f"unknown methods {unknown}")
 
 
 def _check(reg: Registry[Any], key: str, params: dict[str, Any], path: str, key_path: str) -> None:

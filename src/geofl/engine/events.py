@@ -46,6 +46,7 @@ class RunInfo:
     start_round: int
     num_clients: int
     out_dir: Path
+    num_params: int = 0
 
 
 class Subscriber(Protocol):

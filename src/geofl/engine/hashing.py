@@ -17,9 +17,10 @@ import torch
 __all__ = ["params_sha256", "update_set_sha256"]
 
 
-def _le_bytes(x: torch.Tensor) -> bytes:
-    arr = x.detach().to(torch.float32).contiguous().numpy()
-    return arr.astype("<f4", copy=False).tobytes()
+def _le_bytes(x: torch.Tensor) -> memoryview:
+    """The float32 little-endian bytes of ``x`` without a copy where it already is so."""
+    arr = x.detach().to(torch.float32).contiguous().numpy().astype("<f4", copy=False)
+    return memoryview(arr.data).cast("B")
 
 
 def params_sha256(params: torch.Tensor) -> str:

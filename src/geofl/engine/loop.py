@@ -33,6 +33,7 @@ from geofl.engine.evaluate import evaluate
 from geofl.engine.events import ParticipationGate, RunInfo, Subscriber
 from geofl.engine.hashing import params_sha256, update_set_sha256
 from geofl.engine.rundir import append_jsonl, read_jsonl, to_jsonable, write_json_atomic
+from geofl.errors import AggregationError
 from geofl.hierarchy.tiers import TIERS
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS
@@ -140,7 +141,11 @@ class FederatedRun:
                 train.labels[idx],
                 partition.histograms[k],
                 classes=tuple(train.classes),
-                gsd_m=float(np.mean(np.asarray(gsd)[idx.numpy()])) if gsd is not None else None,
+                gsd_m=(
+                    float(np.asarray(gsd, dtype=np.float64)[idx.numpy()].mean())
+                    if gsd is not None
+                    else None
+                ),
             )
             for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices)
         ]
@@ -219,13 +224,19 @@ class FederatedRun:
         weights: list[float] = []
         new_params = global_params
         observed: dict[str, Any] | None = None
+        aggregation_error: str | None = None
         if accepted:
             stacked = self._round_buffer[: len(accepted)]
-            result = self.tier(stacked, [u.meta for u in accepted], round_idx)
-            new_params = global_params + self.cfg.federation.server_lr * result.delta
-            weights = result.weights.tolist()
-            if self.cfg.eval.observe_updates:
-                observed = self._observe(stacked, result.delta, accepted, round_idx)
+            try:
+                result = self.tier(stacked, [u.meta for u in accepted], round_idx)
+            except AggregationError as err:  # e.g. too few updates left for Krum
+                log.warning("round %d: %s; global model unchanged", round_idx, err)
+                aggregation_error = str(err)
+            else:
+                new_params = global_params + self.cfg.federation.server_lr * result.delta
+                weights = result.weights.tolist()
+                if self.cfg.eval.observe_updates:
+                    observed = self._observe(stacked, result.delta, accepted, round_idx)
         else:
             log.warning("round %d: no valid update arrived; global model unchanged", round_idx)
         agg_time = time.perf_counter() - t_agg
@@ -241,6 +252,7 @@ class FederatedRun:
             "train_accuracy": float(n @ accs / n.sum()) if accepted else None,
             "bytes_up": int(sum(u.meta.bytes_sent for u in accepted)),
             "excluded": excluded,
+            "aggregation_error": aggregation_error,
             "update_norms": (
                 torch.linalg.vector_norm(self._round_buffer[: len(accepted)], dim=1).tolist()
                 if accepted
@@ -323,7 +335,7 @@ class FederatedRun:
                     out / "observations.meta.json",
                     {"features": feature_names(self._layers), "num_params": self.dim},
                 )
-        info = RunInfo(self.method.name, self.seed, rounds, start, len(self.clients), out)
+        info = RunInfo(self.method.name, self.seed, rounds, start, len(self.clients), out, self.dim)
         for sub in self.subscribers:
             sub.on_run_start(info)
         t_run = time.perf_counter()

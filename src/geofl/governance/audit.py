@@ -94,8 +94,12 @@ def _checks(run: LedgerRun, ledger: Ledger, run_dir: Path) -> Iterator[str]:
         return
     if hash_json(rule_doc) != rule.rule_hash:
         yield f"{run.name}: rule record 1 ({rule.label}) does not match {RULE_FILE}"
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    if _strip(rule_doc["config"]) != _strip(config):
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError) as err:
+        yield f"{run.name}: config.yaml cannot be read ({err})"
+        return
+    if _strip(rule_doc.get("config", {})) != _strip(config or {}):
         yield f"{run.name}: config.yaml differs from the committed rule ({rule.label})"
     by_round: dict[int, tuple[str, str]] = {}
     for rec in read_jsonl(sd / "rounds.jsonl"):
@@ -106,8 +110,8 @@ def _checks(run: LedgerRun, ledger: Ledger, run_dir: Path) -> Iterator[str]:
             continue
         by_round[r] = (agg.model_hash, agg.update_set_hash)
         if (agg.model_hash, agg.update_set_hash) != (
-            "0x" + rec["model_sha256"],
-            "0x" + rec["update_set_sha256"],
+            "0x" + str(rec.get("model_sha256")),
+            "0x" + str(rec.get("update_set_sha256")),
         ):
             yield f"{run.name}: aggregation record of round {r} does not match rounds.jsonl"
     for name in ("checkpoint.pt", "best.pt"):

@@ -29,9 +29,10 @@ proposal and the condition persists, the next round proposes again. ``removed`` 
 for the automatic rules.
 
 Enforcement for the engine: :func:`participation_allowed` (active and watchlist train;
-suspended and removed are excluded), :func:`weight_factor` (active 1, watchlist
-``watchlist_weight``, default 1.0 = flagged but not down-weighted; others 0) and
-:func:`committee_eligible` (active only).
+suspended and removed are excluded; the engine applies this through its permission gate)
+and :func:`committee_eligible` (active only). :func:`weight_factor` (active 1, watchlist
+``watchlist_weight`` — 1.0 = flagged but not down-weighted —, others 0) is offered for a
+strategy that wants to down-weight watchlisted nodes; the engine does not apply it.
 """
 
 from __future__ import annotations
@@ -142,9 +143,6 @@ class PermissionRules(BaseModel):
     )
     restore_above: float = Field(
         0.6, ge=0.0, le=1.0, description="review: watchlist → active if Rep ≥ this"
-    )
-    watchlist_weight: float = Field(
-        1.0, ge=0.0, le=1.0, description="aggregation weight factor of a watchlisted node"
     )
 
     @model_validator(mode="after")

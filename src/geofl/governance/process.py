@@ -22,8 +22,13 @@ Observation choices (the paper leaves them open; all documented in the record):
       evaluation and is reproducible from the round log; None in round 1.
     * S_i (Eq. 19) is the JS-consistency score of 000 Eq. 15 of the node's shared label
       histogram against the participants' pool (β = ``consistency_beta``).
-    * Behaviour: the L2 norm of the received update and the σ the client declared in its
-      release log (0 without noise).
+    * Behaviour: the L2 norm of the received update and its perturbation intensity as the
+      server observes it, the update's RMS ‖Δw̃‖/√D (≈ σ when the noise dominates). The
+      client's own release log (its σ and risk level) is never read.
+    * A round without a finite validation accuracy, or whose previous round was not
+      evaluated, gives no ΔAcc (the accuracy term is skipped for that round).
+    * If fewer committee-eligible validators than seats remain (absent, suspended, …) the
+      previous committee stays in office and the round's log says why.
     * Committee members approve a proposal after re-checking its trigger off-chain; here
       every member of the current committee approves in turn until the majority is
       reached, each approval a transaction signed by that member.
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import asdict
 from typing import Any
 
@@ -81,12 +87,6 @@ def rule_document(resolved_config: dict[str, Any]) -> dict[str, Any]:
     return {"config": resolved_config, "governance": resolved_config.get("governance")}
 
 
-def _sigma(client_log: dict[str, Any] | None) -> float:
-    if not client_log:
-        return 0.0
-    return float(sum(v.get("sigma", 0.0) for v in client_log.values() if isinstance(v, dict)))
-
-
 class GovernanceProcess:
     """Reputation, committees and permissions of one (method, seed) run, on a ledger.
 
@@ -97,6 +97,7 @@ class GovernanceProcess:
         num_clients: K.
         histograms: ``[K, C]`` label histograms of the clients (shared with the server).
         resolved_config: The run's resolved config (hashed into the rule commitment).
+        num_params: D, for the update RMS (0 if unknown: no intensity feature).
     """
 
     def __init__(
@@ -108,6 +109,7 @@ class GovernanceProcess:
         num_clients: int,
         histograms: np.ndarray,
         resolved_config: dict[str, Any],
+        num_params: int = 0,
     ) -> None:
         self.cfg, self.ledger, self.seed = cfg, ledger, seed
         self.nodes = sorted(cfg.nodes if cfg.nodes is not None else range(num_clients))
@@ -118,7 +120,8 @@ class GovernanceProcess:
         self.policy = PermissionPolicy(cfg.permissions)
         self.levels: dict[int, PermissionLevel] = {}
         self.committee: list[int] = []
-        self._prev_val: float | None = None
+        self.num_params = num_params
+        self._prev_val: tuple[int, float] | None = None
 
     # ------------------------------------------------------------------ setup
     def start(self, label: str) -> dict[str, Any]:
@@ -142,17 +145,19 @@ class GovernanceProcess:
         failed = {int(r["client"]) for r in record.get("rejected", [])}
         weights = dict(zip(participants, record.get("weights", []), strict=False))
         norms = dict(zip(participants, record.get("update_norms", []), strict=False))
+        r = int(record["round"])
         val = (record.get("val") or {}).get("accuracy")
-        gain = None if val is None or self._prev_val is None else float(val) - self._prev_val
-        if val is not None:
-            self._prev_val = float(val)
+        val = float(val) if val is not None and math.isfinite(float(val)) else None
+        prev = self._prev_val
+        gain = None if val is None or prev is None or prev[0] != r - 1 else val - prev[1]
+        self._prev_val = None if val is None else (r, val)
         scores: dict[int, float] = {}
         if participants:
             s = consistency_scores(
                 torch.as_tensor(self.histograms[participants]), beta=self.cfg.consistency_beta
             )
             scores = dict(zip(participants, s.tolist(), strict=True))
-        logs = record.get("client_log", {})
+        root_d = math.sqrt(self.num_params) if self.num_params > 0 else None
         out: dict[int, NodeObservation] = {}
         for n in self.nodes:
             if n in weights:
@@ -163,7 +168,7 @@ class GovernanceProcess:
                     delta_acc=d_acc,
                     consistency=float(np.clip(scores[n], 0.0, 1.0)),
                     update_norm=float(norms.get(n, 0.0)),
-                    noise_sigma=_sigma(logs.get(str(n))),
+                    noise_sigma=None if root_d is None else float(norms.get(n, 0.0)) / root_d,
                 )
             elif n in failed:
                 out[n] = NodeObservation(participated=False)
@@ -188,19 +193,27 @@ class GovernanceProcess:
                 for v in self.validators
                 if v in comps and committee_eligible(self.levels.get(v, PermissionLevel.ACTIVE))
             ]
-            rec = elect_committee(
-                reputation={n: c.reputation for n, c in comps.items()},
-                params=cfg.committee,
-                seed=self.seed,
-                election_id=eid,
-                round_id=r,
-                validators=eligible,
-            )
-            self.committee = list(rec.members)
-            rc = led.record_committee(
-                eid, r, [node_name(m) for m in rec.members], "0x" + rec.seed_commitment
-            )
-            entry["committee"] = {**rec.to_dict(), "tx": rc.tx_hash}
+            if len(eligible) < cfg.committee.size:
+                why = (
+                    f"election {eid}: {len(eligible)} eligible validators for "
+                    f"{cfg.committee.size} seats; the previous committee stays"
+                )
+                log.warning("round %d: %s", r, why)
+                entry["committee_skipped"] = why
+            else:
+                rec = elect_committee(
+                    reputation={n: c.reputation for n, c in comps.items()},
+                    params=cfg.committee,
+                    seed=self.seed,
+                    election_id=eid,
+                    round_id=r,
+                    validators=eligible,
+                )
+                self.committee = list(rec.members)
+                rc = led.record_committee(
+                    eid, r, [node_name(m) for m in rec.members], "0x" + rec.seed_commitment
+                )
+                entry["committee"] = {**rec.to_dict(), "tx": rc.tx_hash}
         if "model_sha256" in record:
             rc = led.commit_aggregation(
                 r, "0x" + record["model_sha256"], "0x" + record["update_set_sha256"]

@@ -65,7 +65,12 @@ def _close(ledger: Ledger) -> None:
 
 
 def _process(
-    cfg: GovernanceConfig, resolved: dict[str, Any], seed_dir: Path, seed: int, method: str
+    cfg: GovernanceConfig,
+    resolved: dict[str, Any],
+    seed_dir: Path,
+    seed: int,
+    method: str,
+    num_params: int,
 ) -> GovernanceProcess:
     part = json.loads((seed_dir / "partition.json").read_text())
     hist = np.asarray(part["histograms"], dtype=np.int64)
@@ -77,6 +82,7 @@ def _process(
         num_clients=len(hist),
         histograms=hist,
         resolved_config=resolved,
+        num_params=num_params,
     )
     write_json_atomic(seed_dir / RULE_FILE, rule_document(resolved))
     log_path = seed_dir / LOG_FILE
@@ -105,7 +111,9 @@ class GovernanceSubscriber:
         if self.gov.methods is not None and info.method not in self.gov.methods:
             return
         self._dir = info.out_dir
-        self._proc = _process(self.gov, self.resolved, info.out_dir, info.seed, info.method)
+        self._proc = _process(
+            self.gov, self.resolved, info.out_dir, info.seed, info.method, info.num_params
+        )
         if info.start_round > 1:  # resume: rebuild the same chain from the kept rounds
             for rec in read_jsonl(info.out_dir / "rounds.jsonl"):
                 if rec["round"] < info.start_round:
@@ -138,9 +146,16 @@ def build_offline(run_dir: Path, method: str, seed: int, cfg: GovernanceConfig) 
     rounds_path = seed_dir / "rounds.jsonl"
     if not rounds_path.exists():
         raise GovernanceError(f"{rounds_path} not found; run the experiment first")
-    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    try:
+        resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        num_params = int(json.loads((seed_dir / "final.json").read_text())["num_params"])
+    except (OSError, ValueError, KeyError, yaml.YAMLError) as err:
+        raise GovernanceError(
+            f"{run_dir}: cannot read the finished run ({err}); build governance from a "
+            "complete run directory"
+        ) from None
     resolved["governance"] = cfg.model_dump(mode="json")
-    proc = _process(cfg, resolved, seed_dir, seed, method)
+    proc = _process(cfg, resolved, seed_dir, seed, method, num_params)
     try:
         for rec in read_jsonl(rounds_path):
             if "model_sha256" not in rec:

@@ -14,6 +14,7 @@ Cor. 3 for RDP; Meiser & Mohammadi 2018 / Koskela et al. 2020 for PLD).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,8 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.registry import Registry
+
+log = logging.getLogger("geofl")
 
 __all__ = [
     "ACCOUNTANTS",
@@ -120,8 +123,10 @@ class _Rdp(DpLedger):
 
     def epsilon(self, client_id: int, delta: float) -> float:
         event = self.composed(client_id)
-        if event is None:
-            return math.inf
+        return math.inf if event is None else self.epsilon_of(event, delta)
+
+    def epsilon_of(self, event: dpa.DpEvent, delta: float) -> float:
+        """ε(δ) of one composed event."""
         acc = rdp_privacy_accountant.RdpAccountant(self.orders)
         acc.compose(event)
         return float(acc.get_epsilon(delta))
@@ -131,6 +136,10 @@ class _Rdp(DpLedger):
 def build_rdp(params: RdpParams) -> Accountant:
     """Rényi-DP composition of Gaussian releases (Mironov 2017), via dp_accounting."""
     return _Rdp(params)
+
+
+#: Below this noise multiplier the PLD accountant defers to RDP (memory; see ``_Pld``).
+PLD_MIN_NOISE_MULTIPLIER = 0.05
 
 
 class PldParams(BaseModel):
@@ -150,6 +159,11 @@ class _Pld(DpLedger):
         event = self.composed(client_id)
         if event is None:
             return math.inf
+        if min(self._events[client_id]) < PLD_MIN_NOISE_MULTIPLIER:
+            # The PLD of so weak a Gaussian needs 1e8-1e9 discretisation points (memory);
+            # RDP bounds these astronomically large ε just as well.
+            log.info("client %d: z < %g, PLD defers to RDP", client_id, PLD_MIN_NOISE_MULTIPLIER)
+            return _Rdp(RdpParams()).epsilon_of(event, delta)
         acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=self.interval)
         acc.compose(event)
         return float(acc.get_epsilon(delta))
@@ -187,5 +201,8 @@ def epsilon_summary(
         "epsilon_min": min(finite) if finite else None,
         "noise_multiplier_min": min(zs) if zs else None,
         "noise_multiplier_max": max(zs) if zs else None,
-        "neighbouring": "add/remove one client's whole update per round (update-level DP)",
+        "neighbouring": (
+            "replace one client's data (its clipped update moves by ≤ 2C in L2): "
+            "update-level DP per round, z = σ/(2C)"
+        ),
     }

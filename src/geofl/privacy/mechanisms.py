@@ -9,7 +9,9 @@ Both steps clip Δw to an L2 bound C (Eq. 5) and add N(0, σ² I) (Eq. 7):
 
 The noise comes from the per-(seed, round, client) release generator, so the server never
 sees the raw update and reruns are identical. Each step reports a ``dp_event`` with the
-noise multiplier z = σ/C of a Gaussian mechanism with L2 sensitivity C; the accountant
+noise multiplier z = σ/(2C): the server sees each client's noised update on its own (no
+secure aggregation), so neighbouring inputs are two versions of the client's data whose
+clipped updates differ by at most 2C in L2 (replace-one); the accountant
 (:mod:`geofl.privacy.accounting`) turns those into ε. At the paper's settings z is about
 5·10⁻⁴, so that ε is astronomically large: the perturbation is a heuristic defence, not a
 meaningful differential-privacy guarantee, and reports say so.
@@ -62,7 +64,8 @@ def _report(norm: float, clip: float, sigma: float) -> dict[str, Any]:
         "clip": clip,
         "sigma": sigma,
         "clipped": norm > clip,
-        "dp_event": {"mechanism": "gaussian", "noise_multiplier": sigma / clip},
+        # replace-one neighbours: two clipped updates differ by at most 2C in L2
+        "dp_event": {"mechanism": "gaussian", "noise_multiplier": sigma / (2.0 * clip)},
     }
 
 
