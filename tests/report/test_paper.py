@@ -20,12 +20,12 @@ MakeRunDir = Any
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EPS_CONSISTENCY = (
     "Integrated Method: ε = 5.5 × 10⁷ at δ = 10⁻⁵ (max over clients and seeds; RDP; noise "
-    "multiplier z = σ/C between 2.5e-4 and 8.8e-4). A Gaussian mechanism this weak gives no "
+    "multiplier z = σ/(2C) between 2.5e-4 and 8.8e-4). A Gaussian mechanism this weak gives no "
     "meaningful formal guarantee: the perturbation is a heuristic defence."
 )
 EPS_FEDAVG = (
     "FedAvg: ε = 3.2 at δ = 10⁻⁵ (max over clients and seeds; RDP; noise multiplier "
-    "z = σ/C between 2.5e-4 and 8.8e-4)."
+    "z = σ/(2C) between 2.5e-4 and 8.8e-4)."
 )
 UNKNOWN_KIND = {"title": "Fig. 99", "methods": ["fedavg"], "kind": "histogram"}
 

@@ -45,7 +45,7 @@ def test_epsilon_sentence_wording() -> None:
     assert epsilon_sentence("X", []) is None  # no noise: no sentence
     plain = epsilon_sentence("X", [privacy_entry(10.0)])
     assert plain == (
-        "X: ε = 10 at δ = 10⁻⁵ (max over clients and seeds; RDP; noise multiplier z = σ/C "
+        "X: ε = 10 at δ = 10⁻⁵ (max over clients and seeds; RDP; noise multiplier z = σ/(2C) "
         "between 2.5e-4 and 8.8e-4)."
     )
     weak = epsilon_sentence("X", [privacy_entry(10.5), privacy_entry(2.0)])
@@ -59,7 +59,7 @@ def test_epsilon_sentence_wording() -> None:
     nothing = epsilon_sentence("X", [privacy_entry(None)])
     assert nothing == "X: ε not available (no client's release was accounted)."
     one_z = {**privacy_entry(4.0), "noise_multiplier_max": 2.5e-4, "accountant": "pld"}
-    assert "PLD; noise multiplier z = σ/C = 2.5e-4)." in (epsilon_sentence("X", [one_z]) or "")
+    assert "PLD; noise multiplier z = σ/(2C) = 2.5e-4)." in (epsilon_sentence("X", [one_z]) or "")
 
 
 def test_weight_matrix_and_risk_levels(make_run_dir: MakeRunDir) -> None:

@@ -187,7 +187,7 @@ def epsilon_summary(
     Args:
         accountant: The run's accountant.
         delta: Target δ.
-        noise_multipliers: Every z recorded (for the report's "z = σ/C" range).
+        noise_multipliers: Every z recorded (for the report's "z = σ/(2C)" range).
         kind: Accountant name, for the record.
     """
     per_client = {str(c): accountant.epsilon(c, delta) for c in accountant.clients()}

@@ -79,9 +79,9 @@ def epsilon_sentence(label: str, privacies: list[dict[str, Any]]) -> str | None:
     if z_lo and z_hi:
         lo, hi = min(z_lo), max(z_hi)
         details.append(
-            f"noise multiplier z = σ/C = {fmt_e(lo)}"
+            f"noise multiplier z = σ/(2C) = {fmt_e(lo)}"
             if lo == hi
-            else f"noise multiplier z = σ/C between {fmt_e(lo)} and {fmt_e(hi)}"
+            else f"noise multiplier z = σ/(2C) between {fmt_e(lo)} and {fmt_e(hi)}"
         )
     digits = 2 if epsilon > MEANINGFUL_EPSILON else 3
     sentence = f"{label}: ε = {fmt_number(epsilon, digits)} at δ = {at} ({'; '.join(details)})."
