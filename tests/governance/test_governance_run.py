@@ -228,3 +228,14 @@ def test_process_tolerates_missing_accuracy_and_empty_validator_pool() -> None:
     e2 = proc.round(rec(2, [0], 0.5))  # only one validator seen this round
     assert "committee_skipped" not in e2  # the tracker still knows all three nodes
     assert proc.committee == e2["committee"]["members"]
+
+
+def test_report_has_a_governance_section_for_governed_runs(runs: dict[str, Path]) -> None:
+    from geofl.report import write_report
+
+    html = write_report(runs["on"]).read_text()
+    assert "<h2>Governance</h2>" in html and "rule_B_fedavg_seed3" in html
+    assert "client4 0→1 (consecutive_failures" in html
+    png = runs["on"] / "report" / "reputation-fedavg-seed-3-client4.png"
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.name in html
+    assert "<h2>Governance</h2>" not in write_report(runs["off"]).read_text()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from geofl.report.fragments import BADGE_INCOMPLETE, figure_html, slug
+from geofl.report.governance import governance_html
 from geofl.report.paper import TABLE1_COLUMNS, has_table1, paper_figures, table1_html
 from geofl.report.plots import (
     plot_accuracy_trajectories,
@@ -309,6 +310,7 @@ def write_report(run_dir: Path) -> Path:
 <h2>Figures</h2>
 {chr(10).join(figures)}
 {weights}
+{governance_html(run_dir, out)}
 <h2>Configuration</h2>
 <details><summary>Resolved experiment config (config.yaml)</summary>
 {config_html}
