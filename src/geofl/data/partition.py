@@ -59,6 +59,16 @@ class Partition:
         """``[K]`` samples per client."""
         return np.asarray(self.histograms.sum(axis=1))
 
+    def client_means(self, values: np.ndarray | None) -> list[float | None]:
+        """Mean of a per-sample array of the pool (e.g. ``gsd_m``) over each client's samples.
+
+        Returns None for every client when ``values`` is None, and for an empty client.
+        """
+        if values is None:
+            return [None] * self.num_clients
+        pool = np.asarray(values, dtype=np.float64)
+        return [float(pool[idx].mean()) if len(idx) else None for idx in self.indices]
+
 
 def make_partition(
     fn: PartitionFn,

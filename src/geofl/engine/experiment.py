@@ -89,8 +89,7 @@ def _partition_json(
     }
     gsd = ds.metadata.get("gsd_m")
     if gsd is not None:
-        pool = np.asarray(gsd, dtype=np.float64)[train_index]
-        out["gsd_m"] = [float(pool[idx].mean()) if len(idx) else None for idx in p.indices]
+        out["gsd_m"] = p.client_means(np.asarray(gsd)[train_index])
     return out
 
 

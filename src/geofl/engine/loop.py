@@ -133,7 +133,7 @@ class FederatedRun:
         self._layers = layer_bounds(self.workspace.spec)
         self._previous_delta: torch.Tensor | None = None
         train = data.train
-        gsd = train.metadata.get("gsd_m")
+        gsd = partition.client_means(train.metadata.get("gsd_m"))
         self.clients = [
             ClientData(
                 k,
@@ -141,11 +141,7 @@ class FederatedRun:
                 train.labels[idx],
                 partition.histograms[k],
                 classes=tuple(train.classes),
-                gsd_m=(
-                    float(np.asarray(gsd, dtype=np.float64)[idx.numpy()].mean())
-                    if gsd is not None
-                    else None
-                ),
+                gsd_m=gsd[k],
             )
             for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices)
         ]

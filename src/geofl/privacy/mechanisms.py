@@ -78,11 +78,14 @@ class GaussianParams(BaseModel):
     sigma: float = Field(0.05, ge=0.0, description="noise standard deviation σ (000 Eq. 7)")
 
 
-class _Gaussian:
-    name = "gaussian"
+class _ClipAndNoise:
+    """Both steps: pick (C, σ) for the client, clip, add noise, report (Eq. 5 and 7)."""
 
-    def __init__(self, params: GaussianParams) -> None:
-        self.params = params
+    name: str
+
+    def choose(self, data: ClientData) -> tuple[float, float, dict[str, Any]]:
+        """(C, σ) for this client and what to log about the choice."""
+        raise NotImplementedError
 
     def __call__(
         self,
@@ -92,9 +95,19 @@ class _Gaussian:
         directives: ClientDirectives,
         generator: torch.Generator,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        p = self.params
-        out, norm = clip_and_noise(delta, clip=p.clip, sigma=p.sigma, generator=generator)
-        return out, _report(norm, p.clip, p.sigma)
+        clip, sigma, extra = self.choose(data)
+        out, norm = clip_and_noise(delta, clip=clip, sigma=sigma, generator=generator)
+        return out, {**extra, **_report(norm, clip, sigma)}
+
+
+class _Gaussian(_ClipAndNoise):
+    name = "gaussian"
+
+    def __init__(self, params: GaussianParams) -> None:
+        self.params = params
+
+    def choose(self, data: ClientData) -> tuple[float, float, dict[str, Any]]:
+        return self.params.clip, self.params.sigma, {}
 
 
 @RELEASE_STEPS.register("gaussian", params=GaussianParams)
@@ -123,7 +136,7 @@ class RiskAwareParams(BaseModel):
     risk: RiskParams = Field(default_factory=RiskParams, description="the risk map R")
 
 
-class _RiskAware:
+class _RiskAware(_ClipAndNoise):
     name = "risk_aware"
 
     def __init__(self, params: RiskAwareParams) -> None:
@@ -150,18 +163,10 @@ class _RiskAware:
         setting: LevelSetting = getattr(self.params, level)
         return setting
 
-    def __call__(
-        self,
-        delta: torch.Tensor,
-        *,
-        data: ClientData,
-        directives: ClientDirectives,
-        generator: torch.Generator,
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
+    def choose(self, data: ClientData) -> tuple[float, float, dict[str, Any]]:
         risk = self._assess(data)
         s = self.setting(risk["level"])
-        out, norm = clip_and_noise(delta, clip=s.clip, sigma=s.sigma, generator=generator)
-        return out, {**risk, **_report(norm, s.clip, s.sigma)}
+        return s.clip, s.sigma, risk
 
 
 @RELEASE_STEPS.register("risk_aware", params=RiskAwareParams)
