@@ -65,9 +65,10 @@ def run(
     progress: Annotated[bool, typer.Option(help="Show the progress display.")] = True,
 ) -> None:
     """Run an experiment (every method × seed) and write its run directory and report."""
+    from geofl.cli_progress import ProgressSubscriber, make_progress
     from geofl.config.load import load_config
-    from geofl.engine.events import LogSubscriber, ProgressSubscriber, Subscriber, make_progress
     from geofl.engine.experiment import run_experiment
+    from geofl.events import LogSubscriber, Subscriber
 
     try:
         cfg = load_config(source, set_ or [], _parse_seeds(seeds))

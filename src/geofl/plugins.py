@@ -10,7 +10,7 @@ from geofl.client.release import RELEASE_STEPS
 from geofl.client.trainer import LOCAL_TRAINERS
 from geofl.data.base import DATASETS
 from geofl.data.partition import PARTITIONERS
-from geofl.engine.events import SUBSCRIBERS
+from geofl.events import SUBSCRIBERS
 from geofl.hierarchy.tiers import TIERS
 from geofl.models.base import MODELS
 from geofl.network.links import NETWORK_MODELS

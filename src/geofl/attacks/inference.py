@@ -33,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.attacks.analyses import ANALYSES, Analysis
-from geofl.engine.rundir import read_jsonl, write_json_atomic
+from geofl.io import read_jsonl, write_json_atomic
 from geofl.privacy.risk import RiskParams, assess_risk, normalized_entropy
 
 __all__ = ["AttributeInferenceParams", "attack_auc", "client_samples", "run_attribute_inference"]

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from geofl.io import atomic_write
+
 __all__ = ["cache_key", "cached_arrays", "default_cache_dir"]
 
 
@@ -50,9 +52,5 @@ def cached_arrays(
         with np.load(path, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
     arrays = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)  # type: ignore[arg-type]
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
     return arrays

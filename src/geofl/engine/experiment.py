@@ -24,11 +24,12 @@ from geofl.data.base import GeoDataset
 from geofl.data.cache import default_cache_dir
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
-from geofl.engine.events import Subscriber
 from geofl.engine.loop import FederatedRun, PreparedData
-from geofl.engine.rundir import seed_dir, write_json_atomic
 from geofl.errors import RunDirError
+from geofl.events import Subscriber
+from geofl.io import write_json_atomic
 from geofl.rng import numpy_generator
+from geofl.rundir import seed_dir
 
 __all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment"]
 

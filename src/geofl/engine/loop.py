@@ -9,9 +9,7 @@ run resumed from its round checkpoint continues exactly as if it had never stopp
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,11 +28,18 @@ from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import GeoDataset
 from geofl.data.partition import Partition
 from geofl.engine.evaluate import evaluate
-from geofl.engine.events import ParticipationGate, RunInfo, Subscriber
 from geofl.engine.hashing import params_sha256, update_set_sha256
-from geofl.engine.rundir import append_jsonl, read_jsonl, to_jsonable, write_json_atomic
 from geofl.errors import AggregationError
+from geofl.events import ParticipationGate, RunInfo, Subscriber
 from geofl.hierarchy.tiers import TIERS
+from geofl.io import (
+    append_jsonl,
+    atomic_write,
+    dumps_line,
+    read_jsonl,
+    write_json_atomic,
+    write_text_atomic,
+)
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS
 from geofl.privacy.accounting import ACCOUNTANTS, dp_event_from_log, epsilon_summary
@@ -394,16 +399,8 @@ class FederatedRun:
 
 
 def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(_dumps(r) + "\n" for r in records), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _dumps(record: dict[str, Any]) -> str:
-    return json.dumps(to_jsonable(record), allow_nan=False)
+    write_text_atomic(path, "".join(dumps_line(r) + "\n" for r in records), sync=True)
 
 
 def _torch_save_atomic(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: torch.save(obj, fh))

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from geofl.config.schema import ExperimentConfig, GovernanceConfig
-from geofl.engine.events import RunInfo
-from geofl.engine.rundir import append_jsonl, read_jsonl, write_json_atomic
 from geofl.errors import GovernanceError
+from geofl.events import RunInfo
 from geofl.governance.ledger import EmbeddedLedger, Ledger, RpcLedger
 from geofl.governance.process import COORDINATOR, GovernanceProcess, rule_document
+from geofl.io import append_jsonl, read_jsonl, write_json_atomic
 
 __all__ = ["GovernanceSubscriber", "build_offline", "open_ledger"]
 

@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from geofl.engine.rundir import read_jsonl
+from geofl.io import read_jsonl
 from geofl.report.fragments import figure_html, slug
 from geofl.report.governance_plots import plot_reputation
 

@@ -9,7 +9,6 @@ nothing to draw still write a PNG that says so, so a report never links a missin
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from geofl.io import atomic_write
 from geofl.report.summary import ROLLING_WINDOW, SeedRun, num
 from geofl.tasks.metrics import rolling_std
 
@@ -85,12 +85,7 @@ def legend(ax: Axes, **kwargs: Any) -> None:
 
 def save(fig: Figure, path: Path) -> Path:
     """Write ``fig`` as PNG to ``path`` atomically (temporary file + rename); returns it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=_DPI)
-    os.replace(tmp, path)
-    return path
+    return atomic_write(Path(path), lambda fh: fig.savefig(fh, format="png", dpi=_DPI), sync=False)
 
 
 def no_data(ax: Axes, what: str) -> None:

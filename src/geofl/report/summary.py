@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any, TypedDict
 import numpy as np
 import yaml
 
+from geofl import io
 from geofl.errors import RunDirError
 from geofl.tasks.metrics import rolling_std
 
@@ -390,13 +390,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
     Readers never see a half-written file; the file gets the usual umask permissions.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    io.write_text_atomic(path, text)
 
 
 def write_summary(run_dir: Path) -> RunSummary:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from geofl.errors import LedgerError
+from geofl.io import write_text_atomic
 
 __all__ = [
     "ARTIFACT_PATH",
@@ -79,9 +79,7 @@ def compile_artifact(source: Path = SOURCE_PATH) -> dict[str, Any]:
 def write_artifact(path: Path = ARTIFACT_PATH, source: Path = SOURCE_PATH) -> None:
     """Compile ``source`` and write the artifact to ``path`` atomically."""
     data = json.dumps(compile_artifact(source), indent=1, sort_keys=True) + "\n"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(data, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, data)
 
 
 @lru_cache(maxsize=1)

@@ -29,6 +29,7 @@ from typing import Any
 
 from geofl.errors import LedgerError, LedgerIntegrityError
 from geofl.governance.ledger.hashing import canonical_json
+from geofl.io import atomic_write
 
 __all__ = ["FORMAT", "LedgerStore", "TxRecord"]
 
@@ -71,13 +72,8 @@ def _meta_text(meta: dict[str, Any]) -> str:
 
 
 def _write_atomic(path: Path, text: str, *, sync: bool = True) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        if sync:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    data = text.encode("utf-8")
+    atomic_write(path, lambda fh: fh.write(data), sync=sync)
 
 
 class LedgerStore:

@@ -1,4 +1,4 @@
-"""Engine events and their subscribers (metrics, progress, later the governance ledger).
+"""Run events and their subscribers (logging, progress display, the governance ledger).
 
 Subscribers observe; they never change the optimisation. The engine calls them at run
 start, after every round and at run end.
@@ -12,23 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-
 from geofl.registry import Registry
 
 __all__ = [
     "SUBSCRIBERS",
     "LogSubscriber",
     "ParticipationGate",
-    "ProgressSubscriber",
     "RunInfo",
     "Subscriber",
 ]
@@ -111,48 +100,6 @@ class LogSubscriber:
             time.perf_counter() - self._t0,
             final["final"]["test"]["accuracy"],
         )
-
-
-class ProgressSubscriber:
-    """A rich progress display: one bar per run with rounds, current test accuracy, ETA."""
-
-    def __init__(self, progress: Progress | None = None) -> None:
-        self.progress = progress or make_progress()
-        self._tasks: dict[tuple[str, int], TaskID] = {}
-
-    def on_run_start(self, info: RunInfo) -> None:
-        self._tasks[(info.method, info.seed)] = self.progress.add_task(
-            f"{info.method} seed={info.seed}",
-            total=info.rounds,
-            completed=info.start_round - 1,
-            metric="",
-        )
-
-    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None:
-        test = record.get("test")
-        metric = f"test acc {100 * test['accuracy']:.2f}%" if test else None
-        task = self._tasks[(info.method, info.seed)]
-        if metric:
-            self.progress.update(task, advance=1, metric=metric)
-        else:
-            self.progress.update(task, advance=1)
-
-    def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None:
-        self.progress.update(self._tasks[(info.method, info.seed)], completed=info.rounds)
-
-
-def make_progress() -> Progress:
-    """The progress layout used by ``geofl run``."""
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("rounds"),
-        TextColumn("{task.fields[metric]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
 
 
 @SUBSCRIBERS.register("log")
