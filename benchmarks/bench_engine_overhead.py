@@ -47,8 +47,8 @@ from _common import footer, header, print_table, set_threads
 from geofl.client.trainer import LOCAL_TRAINERS, LocalSGD, LocalTrainer
 from geofl.config.load import load_config
 from geofl.config.schema import Component, ExperimentConfig, TrainConfig
-from geofl.engine.events import RunInfo
 from geofl.engine.experiment import run_experiment
+from geofl.events import RunInfo
 from geofl.models.base import FlatModel
 from geofl.registry import NoParams
 

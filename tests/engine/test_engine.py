@@ -11,11 +11,12 @@ import torch
 from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
-from geofl.engine.events import RunInfo
 from geofl.engine.experiment import run_experiment
 from geofl.engine.loop import sample_participants
-from geofl.engine.rundir import read_jsonl, seed_dir
 from geofl.errors import PartitionError, RunDirError
+from geofl.events import RunInfo
+from geofl.io import read_jsonl
+from geofl.rundir import seed_dir
 
 
 def _cfg(tmp_path: Path, overrides: list[str] | None = None) -> Any:

@@ -11,9 +11,10 @@ import yaml
 from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
-from geofl.engine.events import RunInfo
 from geofl.engine.experiment import run_experiment
-from geofl.engine.rundir import read_jsonl, seed_dir
+from geofl.events import RunInfo
+from geofl.io import read_jsonl
+from geofl.rundir import seed_dir
 
 
 def _cfg(tmp_path: Path, **over: Any) -> Any:

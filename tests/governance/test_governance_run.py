@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from geofl.cli import app
 from geofl.config.load import load_config
 from geofl.engine.experiment import run_experiment
-from geofl.engine.rundir import read_jsonl, seed_dir
+from geofl.io import read_jsonl
+from geofl.rundir import seed_dir
 
 OUTAGE = {"name": "scripted_outage", "outages": {4: [3, 4]}}
 
