@@ -24,7 +24,7 @@ def _meta(k: int, n: int) -> UpdateMeta:
 def test_weighted_mean_by_hand() -> None:
     u = torch.tensor([[1.0, 0.0], [3.0, 4.0]])
     assert weighted_mean(u, torch.tensor([1.0, 3.0])).tolist() == [2.5, 3.0]
-    assert AGGREGATORS.build("mean")(u, torch.tensor([1.0, 1.0])).tolist() == [2.0, 2.0]
+    assert AGGREGATORS.build("mean")(u, torch.tensor([1.0, 1.0])).delta.tolist() == [2.0, 2.0]
 
 
 def test_weighted_mean_rejects_bad_weights() -> None:
@@ -72,7 +72,9 @@ def test_norm_bound_mask_by_hand() -> None:
 
 def test_flat_tier_drops_defended_updates_and_renormalises() -> None:
     u = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.0, 100.0]])
-    tier = FlatTier(data_size_weights, weighted_mean, [lambda x: norm_bound_mask(x, 3.0)])
+    tier = FlatTier(
+        data_size_weights, AGGREGATORS.build("mean"), [lambda x: norm_bound_mask(x, 3.0)]
+    )
     res = tier(u, [_meta(0, 10), _meta(1, 30), _meta(2, 60)], 1)
     assert res.kept.tolist() == [True, True, False]
     assert res.weights.tolist() == [0.25, 0.75, 0.0]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from geofl.errors import AggregationError, ConfigError
-from geofl.server.aggregators import weighted_mean
+from geofl.server.aggregators import AGGREGATORS
 from geofl.server.consistency import (
     consistency_scores,
     consistency_weights,
@@ -110,7 +110,7 @@ def test_registered_weighting_and_flat_tier() -> None:
     )
     # the full server step of Alg. 2: Σ α_k Δw_k
     u = torch.tensor([[1.0, 0.0], [0.0, 1.0], [4.0, 4.0]])
-    res = FlatTier(WEIGHTINGS.build("consistency"), weighted_mean)(u, metas, 1)
+    res = FlatTier(WEIGHTINGS.build("consistency"), AGGREGATORS.build("mean"))(u, metas, 1)
     want = (w[:, None] * u.double()).sum(0)
     assert res.delta.double().tolist() == pytest.approx(want.tolist(), abs=1e-6)
     assert res.weights.tolist() == pytest.approx(w.tolist())

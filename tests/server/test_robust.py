@@ -131,12 +131,13 @@ def test_aggregators_do_not_modify_inputs_and_accept_views() -> None:
 def test_registry_entries_ignore_weights() -> None:
     u = torch.tensor([[1.0], [2.0], [3.0], [4.0], [100.0]])
     w = torch.tensor([100.0, 1.0, 1.0, 1.0, 1.0])
-    assert AGGREGATORS.build("trimmed_mean", {"trim_fraction": 0.2})(u, w).tolist() == [3.0]
-    assert AGGREGATORS.build("trimmed_mean")(u, w).tolist() == [22.0]  # β=0.1 → b=0
-    assert AGGREGATORS.build("median")(u, w).tolist() == [3.0]
-    assert AGGREGATORS.build("krum")(u, w).tolist() == [2.0]  # f=1: scores 5 2 2 5 19013
+    assert AGGREGATORS.build("trimmed_mean", {"trim_fraction": 0.2})(u, w).delta.tolist() == [3.0]
+    assert AGGREGATORS.build("trimmed_mean")(u, w).delta.tolist() == [22.0]  # β=0.1 → b=0
+    assert AGGREGATORS.build("median")(u, w).delta.tolist() == [3.0]
+    assert AGGREGATORS.build("krum")(u, w).delta.tolist() == [2.0]  # f=1: scores 5 2 2 5 19013
     krum2 = AGGREGATORS.build("krum", {"num_byzantine": 1, "num_selected": 2})
-    assert krum2(u, w).tolist() == [2.5]
+    assert krum2(u, w).delta.tolist() == [2.5]
+    assert krum2(u, w).weights.tolist() == [0.0, 0.5, 0.5, 0.0, 0.0]
 
 
 def test_registry_params_are_validated() -> None:

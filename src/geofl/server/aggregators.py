@@ -1,24 +1,42 @@
-"""Aggregators: pure functions ``(updates [K, D], weights [K]) -> [D]``.
+"""Aggregators: pure functions ``(updates [K, D], weights [K]) -> Aggregate``.
 
-They never modify their inputs. Robust combiners (trimmed mean, median, Krum; 000 §4.5)
-register here too.
+An aggregator returns the combined ``[D]`` update together with the per-update weights it
+*effectively* used: a weighted mean uses the weights it was given; Krum puts all weight on
+the row it selected; coordinate-wise rules report each row's share of the kept order
+statistics (see :mod:`geofl.server.robust`). Records, governance credit and reports use
+these effective weights, never the nominal ones. Aggregators never modify their inputs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from geofl.registry import NoParams, Registry
 
-__all__ = ["AGGREGATORS", "Aggregator", "weighted_mean"]
+__all__ = ["AGGREGATORS", "Aggregate", "Aggregator", "weighted_mean"]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """What an aggregator returns.
+
+    Attributes:
+        delta: ``[D]`` combined update.
+        weights: ``[K]`` float64 effective weight of each input row, non-negative, summing
+            to 1: how much of ``delta`` each row accounts for.
+    """
+
+    delta: torch.Tensor
+    weights: torch.Tensor
 
 
 class Aggregator(Protocol):
-    """Combine a round's updates into one update."""
+    """Combine a round's updates (``[K, D]``) given normalised ``[K]`` float64 weights."""
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor) -> torch.Tensor: ...
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor) -> Aggregate: ...
 
 
 #: Aggregator registry: ``mean``, ...
@@ -51,4 +69,9 @@ def weighted_mean(updates: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 @AGGREGATORS.register("mean")
 def build_mean(_: NoParams) -> Aggregator:
     """Weighted mean of the updates (FedAvg when weighted by sample count)."""
-    return weighted_mean
+
+    def mean(updates: torch.Tensor, weights: torch.Tensor) -> Aggregate:
+        w = weights.to(torch.float64)
+        return Aggregate(weighted_mean(updates, weights.to(updates.dtype)), w / w.sum())
+
+    return mean

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.errors import AggregationError
 from geofl.registry import NoParams
-from geofl.server.aggregators import AGGREGATORS, Aggregator
+from geofl.server.aggregators import AGGREGATORS, Aggregate, Aggregator
 
 __all__ = [
     "GRAM_BLOCK_COLUMNS",
@@ -367,33 +366,44 @@ class KrumParams(BaseModel):
     num_selected: int = Field(1, ge=1, description="m: updates averaged; 1 = Krum, ≤ K − f")
 
 
-def _unweighted(fn: Callable[[torch.Tensor], torch.Tensor]) -> Aggregator:
-    def aggregate(updates: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        return fn(updates)
-
-    aggregate.__doc__ = fn.__doc__
-    return aggregate
+def _uniform(k: int) -> torch.Tensor:
+    return torch.full((k,), 1.0 / k, dtype=torch.float64)
 
 
 @AGGREGATORS.register("trimmed_mean", params=TrimmedMeanParams)
 def build_trimmed_mean(params: TrimmedMeanParams) -> Aggregator:
     """Coordinate-wise β-trimmed mean (Yin et al. 2018); ignores the weights."""
-    return _unweighted(lambda u: trimmed_mean(u, trim_fraction=params.trim_fraction))
+
+    def aggregate(updates: torch.Tensor, weights: torch.Tensor) -> Aggregate:
+        delta = trimmed_mean(updates, trim_fraction=params.trim_fraction)
+        return Aggregate(delta, _uniform(updates.shape[0]))
+
+    return aggregate
 
 
 @AGGREGATORS.register("median", params=NoParams)
 def build_median(_: NoParams) -> Aggregator:
     """Coordinate-wise median, midpoint for even K (Yin et al. 2018); ignores the weights."""
-    return _unweighted(coordinate_median)
+
+    def aggregate(updates: torch.Tensor, weights: torch.Tensor) -> Aggregate:
+        return Aggregate(coordinate_median(updates), _uniform(updates.shape[0]))
+
+    return aggregate
 
 
 @AGGREGATORS.register("krum", params=KrumParams)
 def build_krum(params: KrumParams) -> Aggregator:
-    """Krum / Multi-Krum (Blanchard et al. 2017); ignores the weights."""
-    return _unweighted(
-        lambda u: (
-            multi_krum(
-                u, num_byzantine=params.num_byzantine, num_selected=params.num_selected
-            ).aggregate
+    """Krum / Multi-Krum (Blanchard et al. 2017); ignores the weights.
+
+    Effective weights: 1/m on each of the m selected rows, 0 elsewhere.
+    """
+
+    def aggregate(updates: torch.Tensor, weights: torch.Tensor) -> Aggregate:
+        res = multi_krum(
+            updates, num_byzantine=params.num_byzantine, num_selected=params.num_selected
         )
-    )
+        eff = torch.zeros(updates.shape[0], dtype=torch.float64)
+        eff[res.selected] = 1.0 / res.selected.numel()
+        return Aggregate(res.aggregate, eff)
+
+    return aggregate

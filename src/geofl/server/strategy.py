@@ -51,11 +51,11 @@ class FlatTier:
             return AggregationResult(torch.zeros_like(updates[0]), weights, kept)
         raw = self.weighting([metas[int(i)] for i in idx], round_idx)
         raw = raw / raw.sum()
-        weights[idx] = raw
         # Index (a copy of the kept rows) only when a defense dropped something.
         kept_updates = updates if idx.numel() == k else updates[idx]
-        delta = self.aggregator(kept_updates, raw.to(updates.dtype))
-        return AggregationResult(delta, weights, kept)
+        agg = self.aggregator(kept_updates, raw)
+        weights[idx] = agg.weights
+        return AggregationResult(agg.delta, weights, kept)
 
 
 def _expand(kept: torch.Tensor, sub_mask: torch.Tensor) -> torch.Tensor:
