@@ -32,7 +32,7 @@ import torch
 
 from _common import footer, header, interleaved_medians, print_table, set_threads
 from geofl.server.aggregators import weighted_mean
-from geofl.server.strategy import FlatTier
+from geofl.server.tier import FlatTier
 from geofl.server.weighting import data_size_weights
 from geofl.update import UpdateMeta
 

@@ -40,9 +40,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import geofl.engine.loop as loop
 import torch
 
-import geofl.engine.loop as loop
 from _common import footer, header, print_table, set_threads
 from geofl.client.trainer import LOCAL_TRAINERS, LocalSGD, LocalTrainer
 from geofl.config.load import load_config
@@ -50,6 +50,7 @@ from geofl.config.schema import Component, ExperimentConfig, TrainConfig
 from geofl.engine.experiment import run_experiment
 from geofl.events import RunInfo
 from geofl.models.base import FlatModel
+from geofl.records import RoundRecord
 from geofl.registry import NoParams
 
 TARGET = 0.03
@@ -115,7 +116,7 @@ class Recorder:
         SECTIONS.clear()
         self.t_start = time.perf_counter()
 
-    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None:
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
         """Keep the record."""
         self.records.append(record)
 

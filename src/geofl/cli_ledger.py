@@ -232,7 +232,7 @@ def build(
     import yaml
     from pydantic import ValidationError
 
-    from geofl.config.schema import GovernanceConfig
+    from geofl.governance.config import GovernanceConfig
     from geofl.governance.subscriber import build_offline
     from geofl.registry import format_validation_error
 

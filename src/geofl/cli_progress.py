@@ -15,6 +15,7 @@ from rich.progress import (
 )
 
 from geofl.events import RunInfo
+from geofl.records import RoundRecord
 
 __all__ = ["ProgressSubscriber", "make_progress"]
 
@@ -34,8 +35,8 @@ class ProgressSubscriber:
             metric="",
         )
 
-    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None:
-        test = record.get("test")
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
+        test = record.test
         metric = f"test acc {100 * test['accuracy']:.2f}%" if test else None
         task = self._tasks[(info.method, info.seed)]
         if metric:

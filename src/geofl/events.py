@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from geofl.records import RoundRecord
 from geofl.registry import Registry
 
 __all__ = [
@@ -43,7 +44,7 @@ class Subscriber(Protocol):
 
     def on_run_start(self, info: RunInfo) -> None: ...
 
-    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None: ...
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None: ...
 
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
 
@@ -81,15 +82,14 @@ class LogSubscriber:
             info.rounds,
         )
 
-    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None:
-        test = record.get("test")
-        if test is not None:
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
+        if record.test is not None:
             log.debug(
                 "%s seed=%d round %d: test acc %.4f",
                 info.method,
                 info.seed,
-                record["round"],
-                test["accuracy"],
+                record.round,
+                record.test["accuracy"],
             )
 
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None:

@@ -1,9 +1,22 @@
-"""Every registry in one place; :func:`load_all` imports the modules that fill them."""
+"""Every registry in one place; :func:`load_all` imports the modules that fill them.
+
+Plug-ins from other packages register themselves the same way: a package declares an entry
+point in the ``geofl.plugins`` group naming a module, and :func:`load_all` imports it, e.g.
+in its ``pyproject.toml``::
+
+    [project.entry-points."geofl.plugins"]
+    my_plugins = "my_package.geofl_plugins"
+
+where ``my_package.geofl_plugins`` calls ``ALGORITHMS.register(...)`` and friends.
+"""
 
 from __future__ import annotations
 
 import importlib
+import logging
+from importlib.metadata import entry_points
 
+from geofl.algorithms import ALGORITHMS
 from geofl.attacks.analyses import ANALYSES
 from geofl.attacks.client import ATTACKS
 from geofl.client.release import RELEASE_STEPS
@@ -11,17 +24,19 @@ from geofl.client.trainer import LOCAL_TRAINERS
 from geofl.data.base import DATASETS
 from geofl.data.partition import PARTITIONERS
 from geofl.events import SUBSCRIBERS
-from geofl.hierarchy.tiers import TIERS
 from geofl.models.base import MODELS
 from geofl.network.links import NETWORK_MODELS
 from geofl.privacy.accounting import ACCOUNTANTS
 from geofl.server.aggregators import AGGREGATORS
 from geofl.server.defenses import DEFENSES
+from geofl.server.sampling import SAMPLERS
+from geofl.server.tier import TIERS
 from geofl.server.weighting import WEIGHTINGS
 
 __all__ = [
     "ACCOUNTANTS",
     "AGGREGATORS",
+    "ALGORITHMS",
     "ANALYSES",
     "ATTACKS",
     "DATASETS",
@@ -31,6 +46,7 @@ __all__ = [
     "NETWORK_MODELS",
     "PARTITIONERS",
     "RELEASE_STEPS",
+    "SAMPLERS",
     "SUBSCRIBERS",
     "TIERS",
     "WEIGHTINGS",
@@ -44,15 +60,38 @@ _PLUGIN_MODULES = (
     "geofl.data.ucmerced",
     "geofl.models.cnn",
     "geofl.models.resnet",
-    "geofl.server.strategy",
+    "geofl.algorithms.fedavg",
+    "geofl.algorithms.scaffold",
+    "geofl.algorithms.feddyn",
+    "geofl.algorithms.fednova",
     "geofl.server.robust",
     "geofl.server.consistency",
     "geofl.privacy.mechanisms",
     "geofl.attacks.inference",
+    "geofl.governance.subscriber",
 )
+
+#: Entry-point group through which other packages add plug-ins.
+ENTRY_POINT_GROUP = "geofl.plugins"
+
+log = logging.getLogger("geofl")
+_loaded = False
 
 
 def load_all() -> None:
-    """Import every built-in plug-in module (idempotent)."""
+    """Import every built-in plug-in module, then every ``geofl.plugins`` entry point.
+
+    Idempotent. An entry point that fails to import is logged and skipped, so a broken
+    third-party package cannot stop geofl from starting.
+    """
+    global _loaded
     for name in _PLUGIN_MODULES:
         importlib.import_module(name)
+    if _loaded:
+        return
+    _loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as err:  # a third-party plug-in's own failure
+            log.warning("plug-in entry point %s failed to load: %s", ep.name, err)

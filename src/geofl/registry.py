@@ -19,8 +19,8 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, NoReturn, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -29,13 +29,47 @@ from geofl.errors import ConfigError, RegistryError
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["NoParams", "Registry", "RegistryEntry", "format_validation_error"]
+__all__ = [
+    "CheckContext",
+    "NoParams",
+    "Registry",
+    "RegistryEntry",
+    "format_validation_error",
+]
 
 
 class NoParams(BaseModel):
     """Parameter model of a plug-in that takes no parameters."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a plug-in's load-time check may look at, besides its own parameters.
+
+    Attributes:
+        path: Config path of the component being checked (``methods.2.aggregator``).
+        experiment: The whole validated experiment as plain data (``model_dump``).
+        method: The method the component belongs to, as plain data (None outside methods).
+        traits: Role → the union of traits its components declare in this method
+            (``{"aggregator": {"linear"}, "release": {"noise"}, ...}``).
+        clients_per_round: Updates a round trains when the sampler fixes it, else None.
+    """
+
+    path: str
+    experiment: Mapping[str, Any]
+    method: Mapping[str, Any] | None = None
+    traits: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    clients_per_round: int | None = None
+
+    def fail(self, field_name: str, message: str) -> NoReturn:
+        """Raise the one-line ConfigError for ``<path>.<field_name>``."""
+        raise ConfigError(".".join(p for p in (self.path, field_name) if p), message)
+
+
+#: A plug-in's load-time check: ``check(params, ctx)`` raises via ``ctx.fail``.
+Check = Callable[[Any, CheckContext], None]
 
 
 @dataclass(frozen=True)
@@ -48,12 +82,17 @@ class RegistryEntry(Generic[T]):
             arguments the extension point defines) and returning the implementation.
         params: Pydantic model validating the entry's parameters.
         doc: First line of the factory's docstring.
+        traits: Capabilities and needs other plug-ins' checks can ask about (e.g. an
+            aggregator is ``linear``; a release step adds ``noise``).
+        check: Load-time check of this plug-in against the rest of the experiment.
     """
 
     key: str
     factory: Callable[..., T]
     params: type[BaseModel]
     doc: str
+    traits: frozenset[str] = frozenset()
+    check: Check | None = None
 
 
 def format_validation_error(err: ValidationError, prefix: str = "") -> ConfigError:
@@ -76,8 +115,21 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, RegistryEntry[T]] = {}
 
-    def register(self, key: str, *, params: type[BaseModel] = NoParams) -> Callable[[F], F]:
+    def register(
+        self,
+        key: str,
+        *,
+        params: type[BaseModel] = NoParams,
+        traits: tuple[str, ...] = (),
+        check: Check | None = None,
+    ) -> Callable[[F], F]:
         """Decorator registering ``factory`` under ``key``.
+
+        Args:
+            key: Registry key used in configs.
+            params: Pydantic model of the parameters.
+            traits: Capabilities other plug-ins' checks can ask about.
+            check: ``check(params, ctx)`` run at config load time.
 
         Raises:
             RegistryError: if ``key`` is already registered.
@@ -87,7 +139,9 @@ class Registry(Generic[T]):
             if key in self._entries:
                 raise RegistryError(f"{self.kind} {key!r} is already registered")
             doc = (factory.__doc__ or "").strip().splitlines()
-            self._entries[key] = RegistryEntry(key, factory, params, doc[0] if doc else "")
+            self._entries[key] = RegistryEntry(
+                key, factory, params, doc[0] if doc else "", frozenset(traits), check
+            )
             return factory
 
         return deco
@@ -109,6 +163,18 @@ class Registry(Generic[T]):
             return entry.params.model_validate(dict(params))
         except ValidationError as err:
             raise format_validation_error(err, path) from None
+
+    def check(self, key: str, params: Mapping[str, Any], ctx: CheckContext) -> None:
+        """Validate ``params`` (errors under ``ctx.path``), then run the entry's check."""
+        entry = self.entry(key, path=f"{ctx.path}.name" if ctx.path else "")
+        model = self.validate(key, params, path=ctx.path)
+        if entry.check is not None:
+            entry.check(model, ctx)
+
+    def traits(self, key: str) -> frozenset[str]:
+        """The traits ``key`` declares (empty for unknown keys)."""
+        entry = self._entries.get(key)
+        return entry.traits if entry else frozenset()
 
     def build(self, key: str, params: Mapping[str, Any] | None = None, **kwargs: Any) -> T:
         """Validate ``params`` and call the factory with them (plus ``kwargs``)."""

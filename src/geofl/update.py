@@ -1,20 +1,23 @@
 """What travels between server and clients in one round.
 
-The server sends the global flat parameters plus :class:`ClientDirectives`; the client
-returns a :class:`ClientUpdate` — the update Δw as one flat float32 vector and its
-:class:`UpdateMeta`. Both are plain data so that the same client step can run in-process
-(simulation) or inside a Flower ClientApp on another machine.
+The server sends the global flat parameters plus :class:`ClientDirectives` (per-client
+settings and named payload tensors, e.g. SCAFFOLD's server control variate); the client
+returns a :class:`ClientUpdate` — the update Δw as one flat float32 vector, any further
+named tensors its algorithm uploads (e.g. SCAFFOLD's control-variate delta) and its
+:class:`UpdateMeta`. All are plain data so that the same client step runs in-process
+(simulation), in a worker process or inside a Flower ClientApp on another machine.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["ClientDirectives", "ClientUpdate", "UpdateMeta"]
+__all__ = ["ClientDirectives", "ClientUpdate", "UpdateMeta", "payload_bytes"]
 
 
 @dataclass(frozen=True)
@@ -24,12 +27,15 @@ class ClientDirectives:
     Attributes:
         round: 1-based round index the update is produced for.
         client_id: The client's id.
-        extra: Directive payload for plug-ins (e.g. a per-client clip bound).
+        extra: Scalar settings for plug-ins (e.g. a per-client clip bound ``clip_bound``).
+        payload: Named ``[D]`` tensors broadcast with the model (e.g. ``{"control": c}``);
+            read-only for the client.
     """
 
     round: int
     client_id: int
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    payload: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -39,13 +45,16 @@ class UpdateMeta:
     Attributes:
         client_id: Producer.
         num_samples: n_k, local training-set size (FedAvg weight).
-        round: Round the update was produced in (staleness = current − this).
+        round: Round the update was produced in, i.e. the version of the global model it
+            started from (staleness = current − this).
         label_histogram: ``[C]`` label counts, when the protocol shares them, else None.
         train_loss: Mean training loss over the local steps.
         train_accuracy: Fraction of local training samples classified correctly while
             training (running, as in a training-accuracy curve).
-        steps: Local optimisation steps taken.
-        bytes_sent: Payload size on the wire.
+        steps: Local optimisation steps taken (τ_k).
+        bytes_sent: Payload size on the wire: Δw plus every extra uploaded tensor.
+        scalars: Algorithm-specific scalars the server needs (e.g. FedNova's ``a_norm``,
+            ‖a_k‖₁ of its local-step weights).
     """
 
     client_id: int
@@ -56,6 +65,7 @@ class UpdateMeta:
     train_accuracy: float = float("nan")
     steps: int = 0
     bytes_sent: int = 0
+    scalars: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,9 +77,19 @@ class ClientUpdate:
         meta: Metadata the server receives with it.
         local_log: What the client's release steps did (e.g. ``{"l2_clip": {"norm": 3.1}}``
             or a risk level). It stays on the client: the simulation collects it for
-            analysis and accounting, the server tier never reads it.
+            analysis, the server tier never reads it.
+        tensors: Further named ``[D]`` tensors uploaded with Δw (e.g.
+            ``{"control_delta": Δc_k}`` for SCAFFOLD).
     """
 
     delta: torch.Tensor
     meta: UpdateMeta
     local_log: dict[str, Any] = field(default_factory=dict)
+    tensors: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+
+def payload_bytes(delta: torch.Tensor, tensors: Mapping[str, torch.Tensor] = {}) -> int:
+    """Bytes of Δw and every extra uploaded tensor, as sent (dense, native dtype)."""
+    return delta.numel() * delta.element_size() + sum(
+        t.numel() * t.element_size() for t in tensors.values()
+    )

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from geofl.config.schema import SplitConfig as SplitParams
 from geofl.data.partition import PARTITIONERS, make_partition
-from geofl.data.split import SplitParams, stratified_split
+from geofl.data.split import stratified_split
 from geofl.errors import ConfigError, PartitionError
 
 RNG = np.random.default_rng(0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +11,17 @@ import pytest
 import torch
 from tests.conftest import tiny_raw
 
+from geofl.attacks.client import ATTACKS, ScalingParams
 from geofl.config.load import load_config
 from geofl.engine.experiment import run_experiment
-from geofl.engine.loop import sample_participants
 from geofl.errors import PartitionError, RunDirError
 from geofl.events import RunInfo
 from geofl.io import read_jsonl
+from geofl.records import RoundRecord
+from geofl.rng import numpy_generator
 from geofl.rundir import seed_dir
+from geofl.server.sampling import fixed_cohort
+from geofl.update import ClientUpdate
 
 
 def _cfg(tmp_path: Path, overrides: list[str] | None = None) -> Any:
@@ -74,8 +79,8 @@ class _Crash:
 
     def on_run_start(self, info: RunInfo) -> None: ...
 
-    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None:
-        if info.method == "fedavg" and record["round"] == self.after:
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
+        if info.method == "fedavg" and record.round == self.after:
             raise KeyboardInterrupt
 
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
@@ -107,17 +112,33 @@ def test_resume_refuses_a_different_config(tmp_path: Path) -> None:
         run_experiment(_cfg(tmp_path, ["federation.rounds=4"]), tmp_path / "r", resume=True)
 
 
+NAN_ATTACK = "test_nan_update"
+
+
+class _NanUpdate:
+    def __init__(self, params: ScalingParams) -> None:
+        self.clients = frozenset(params.clients)
+
+    def __call__(self, update: ClientUpdate, directives: Any, generator: Any) -> ClientUpdate:
+        return replace(update, delta=torch.full_like(update.delta, float("nan")))
+
+
+if NAN_ATTACK not in ATTACKS:
+    ATTACKS.register(NAN_ATTACK, params=ScalingParams)(_NanUpdate)
+
+
 def test_malformed_updates_are_rejected_and_the_round_proceeds(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # client 1 sends Inf (scaling by inf); the others carry on.
-    cfg = _cfg(tmp_path, ["methods.1.attack={name: scaling, clients: [1], factor: .inf}"])
+    # client 1 sends NaN (a test attack plug-in); the others carry on.
+    cfg = _cfg(tmp_path, [f"methods.1.attack={{name: {NAN_ATTACK}, clients: [1]}}"])
     with caplog.at_level("WARNING", logger="geofl"):
         run = run_experiment(cfg, tmp_path / "m")
     rounds = read_jsonl(seed_dir(run, "fedavg", 3) / "rounds.jsonl")
     for rec in rounds:
         assert [r["client"] for r in rec["rejected"]] == [1]
-        assert "non-finite" in rec["rejected"][0]["reason"]
+        assert rec["rejected"][0]["reason"] == "malformed"
+        assert "non-finite" in rec["rejected"][0]["detail"]
         assert rec["participants"] == [0, 2, 3]
         assert rec["test"]["accuracy"] > 0
     assert "rejected update of client 1" in caplog.text
@@ -128,6 +149,10 @@ def test_bad_partition_leaves_no_run_directory(tmp_path: Path) -> None:
     with pytest.raises(PartitionError, match="min_samples"):
         run_experiment(cfg, tmp_path / "never")
     assert not (tmp_path / "never").exists()
+
+
+def sample_participants(k: int, q: float, seed: int, round_idx: int) -> list[int]:
+    return fixed_cohort(k, q, numpy_generator(seed, "round", round_idx, "participation"))
 
 
 def test_participation_sampling_is_seeded() -> None:

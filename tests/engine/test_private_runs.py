@@ -14,6 +14,7 @@ from geofl.config.load import load_config
 from geofl.engine.experiment import run_experiment
 from geofl.events import RunInfo
 from geofl.io import read_jsonl
+from geofl.records import RoundRecord
 from geofl.rundir import seed_dir
 
 
@@ -40,8 +41,8 @@ def _cfg(tmp_path: Path, **over: Any) -> Any:
 class _Crash:
     def on_run_start(self, info: RunInfo) -> None: ...
 
-    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None:
-        if info.method == "risk" and info.seed == 4 and record["round"] == 2:
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
+        if info.method == "risk" and info.seed == 4 and record.round == 2:
             raise KeyboardInterrupt
 
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...

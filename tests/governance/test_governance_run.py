@@ -16,6 +16,7 @@ from geofl.cli import app
 from geofl.config.load import load_config
 from geofl.engine.experiment import run_experiment
 from geofl.io import read_jsonl
+from geofl.records import RoundRecord
 from geofl.rundir import seed_dir
 
 OUTAGE = {"name": "scripted_outage", "outages": {4: [3, 4]}}
@@ -199,7 +200,7 @@ def test_krum_round_with_too_few_updates_keeps_the_model(tmp_path: Path) -> None
 def test_process_tolerates_missing_accuracy_and_empty_validator_pool() -> None:
     import numpy as np
 
-    from geofl.config.schema import GovernanceConfig
+    from geofl.governance.config import GovernanceConfig
     from geofl.governance.ledger import EmbeddedLedger
     from geofl.governance.process import GovernanceProcess
 
@@ -215,12 +216,12 @@ def test_process_tolerates_missing_accuracy_and_empty_validator_pool() -> None:
     )
     proc.start("rule_t")
 
-    def rec(r: int, parts: list[int], val: float) -> dict[str, Any]:
-        return {
+    def rec(r: int, parts: list[int], val: float) -> RoundRecord:
+        return RoundRecord.from_json({
             "round": r, "participants": parts, "rejected": [],
             "weights": [1 / len(parts)] * len(parts), "update_norms": [10.0] * len(parts),
             "val": {"accuracy": val}, "model_sha256": f"{r:064x}", "update_set_sha256": "0" * 64,
-        }  # fmt: skip
+        })  # fmt: skip
 
     e1 = proc.round(rec(1, [0, 1, 2], float("nan")))  # no validation split: NaN accuracy
     assert len(e1["committee"]["members"]) == 2

@@ -11,7 +11,7 @@ from hypothesis.extra.numpy import arrays
 
 from geofl.server.aggregators import AGGREGATORS, weighted_mean
 from geofl.server.defenses import norm_bound_mask
-from geofl.server.strategy import FlatTier
+from geofl.server.tier import FlatTier
 from geofl.server.validate import validate_update
 from geofl.server.weighting import data_size_weights, uniform_weights
 from geofl.update import ClientUpdate, UpdateMeta

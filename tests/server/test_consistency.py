@@ -21,7 +21,7 @@ from geofl.server.consistency import (
     js_divergence,
     label_distributions,
 )
-from geofl.server.strategy import FlatTier
+from geofl.server.tier import FlatTier
 from geofl.server.weighting import WEIGHTINGS
 from geofl.update import UpdateMeta
 

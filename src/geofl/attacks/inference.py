@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from geofl.attacks.analyses import ANALYSES, Analysis
 from geofl.io import read_jsonl, write_json_atomic
 from geofl.privacy.risk import RiskParams, assess_risk, normalized_entropy
+from geofl.registry import CheckContext
 
 __all__ = ["AttributeInferenceParams", "attack_auc", "client_samples", "run_attribute_inference"]
 
@@ -250,7 +251,21 @@ class _AttributeInference:
         return run_attribute_inference(run_dir, self.params)
 
 
-@ANALYSES.register("attribute_inference", params=AttributeInferenceParams)
+def _check(params: AttributeInferenceParams, ctx: CheckContext) -> None:
+    """The attack needs the server's recorded view and enough rounds for one window."""
+    exp = ctx.experiment
+    if not (exp.get("eval") or {}).get("observe_updates"):
+        ctx.fail("", "attribute_inference needs eval.observe_updates: true (the server's view)")
+    names = sorted(m["name"] for m in exp["methods"])
+    unknown = sorted(set(params.methods or []) - set(names))
+    if unknown:
+        ctx.fail("methods", f"unknown methods {unknown}; choose from {names}")
+    rounds = int(exp["federation"]["rounds"])
+    if params.window > rounds:
+        ctx.fail("window", f"window={params.window} exceeds federation.rounds={rounds}; lower it")
+
+
+@ANALYSES.register("attribute_inference", params=AttributeInferenceParams, check=_check)
 def build_attribute_inference(params: AttributeInferenceParams) -> Analysis:
     """Passive attribute inference (high-risk, low-entropy clients) from update statistics."""
     return _AttributeInference(params)

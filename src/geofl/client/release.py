@@ -20,7 +20,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.client.data import ClientData
-from geofl.registry import Registry
+from geofl.registry import NoParams, Registry
 from geofl.update import ClientDirectives, ClientUpdate
 
 __all__ = ["RELEASE_STEPS", "L2ClipParams", "ReleaseStep", "apply_release", "l2_clip"]
@@ -93,6 +93,26 @@ def build_l2_clip(params: L2ClipParams) -> ReleaseStep:
     return _L2Clip(params.bound)
 
 
+class _ConcealSize:
+    name = "conceal_size"
+
+    def __call__(
+        self,
+        delta: torch.Tensor,
+        *,
+        data: ClientData,
+        directives: ClientDirectives,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        return delta, {"num_samples": len(data)}
+
+
+@RELEASE_STEPS.register("conceal_size", traits=("hides_num_samples",))
+def build_conceal_size(_: NoParams) -> ReleaseStep:
+    """Withhold the local sample count n_k (the server sees n_k = 1): data-size privacy."""
+    return _ConcealSize()
+
+
 def apply_release(
     update: ClientUpdate,
     steps: Sequence[ReleaseStep],
@@ -110,4 +130,7 @@ def apply_release(
         delta, report[step.name] = step(
             delta, data=data, directives=directives, generator=generator
         )
-    return replace(update, delta=delta, local_log={**update.local_log, **report})
+    meta = update.meta
+    if any(step.name == "conceal_size" for step in steps):
+        meta = replace(meta, num_samples=1)
+    return replace(update, delta=delta, meta=meta, local_log={**update.local_log, **report})

@@ -1,26 +1,83 @@
-"""Local training: the client step of the round loop (000 §3.1.1).
+"""Local training, the first stage of the client step (000 §3.1.1).
 
-The client step is a function of (global parameters, the client's data, the server's
-directives, a generator) returning a :class:`~geofl.update.ClientUpdate`. A
+A trainer maps (global parameters, the client's data, the server's directives, a generator,
+an optional gradient correction) to a :class:`~geofl.update.ClientUpdate`. A
 :class:`LocalSGD` trainer owns one model workspace (:class:`~geofl.models.FlatModel`) and
 reuses it for every client it simulates: loading the global model is one ``copy_``.
+
+Algorithms that change the local objective (FedProx, SCAFFOLD, FedDyn) do so through a
+:class:`GradCorrection`: a term added to the flat gradient of the trainable parameters
+before every optimiser step, ``g ← g + μ(w − w_anchor) + b`` — one vector operation.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from geofl.client.data import ClientData, batch_indices
-from geofl.config.schema import TrainConfig
 from geofl.models.base import FlatModel
 from geofl.registry import NoParams, Registry
-from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
+from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta, payload_bytes
 
-__all__ = ["LOCAL_TRAINERS", "LocalSGD", "LocalTrainer"]
+__all__ = ["LOCAL_TRAINERS", "GradCorrection", "LocalSGD", "LocalTrainParams", "LocalTrainer"]
+
+
+@dataclass(frozen=True)
+class LocalTrainParams:
+    """Plain local-optimisation settings (000 §4.1.3: SGD lr 0.01, momentum 0.9, wd 1e-4).
+
+    Attributes:
+        optimizer: ``sgd`` or ``adam``.
+        lr: η_l.
+        momentum: ρ of SGD (ignored by Adam).
+        weight_decay: L2 coefficient.
+        batch_size: B.
+        local_epochs: Passes over the local data (when ``local_steps`` is None).
+        local_steps: Exactly this many mini-batches, if given.
+    """
+
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    batch_size: int = 64
+    local_epochs: int = 1
+    local_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class GradCorrection:
+    """A term added to the flat gradient before each local step: μ(w − anchor) + linear.
+
+    Attributes:
+        prox_mu: μ ≥ 0 of a proximal term μ/2‖w − anchor‖² (FedProx, FedDyn's α).
+        anchor: ``[D]`` point of the proximal term (the round's global model).
+        linear: ``[D]`` constant added to the gradient (SCAFFOLD's c − c_k, FedDyn's
+            −∇L_k(θ_k^{t−1})), or None.
+    """
+
+    prox_mu: float = 0.0
+    anchor: torch.Tensor | None = None
+    linear: torch.Tensor | None = None
+
+    def apply(self, grad: torch.Tensor, params: torch.Tensor, mask: torch.Tensor | None) -> None:
+        """Add the correction to ``grad`` (``[D]``, in place) at ``params`` (``[D]``).
+
+        ``mask`` (``[D]``, 1 for trainable entries) keeps buffers' positions at zero.
+        """
+        term = torch.zeros_like(grad)
+        if self.prox_mu and self.anchor is not None:
+            term.add_(params.detach() - self.anchor, alpha=self.prox_mu)
+        if self.linear is not None:
+            term.add_(self.linear)
+        if mask is not None:
+            term.mul_(mask)
+        grad.add_(term)
 
 
 class LocalTrainer(Protocol):
@@ -32,10 +89,11 @@ class LocalTrainer(Protocol):
         data: ClientData,
         directives: ClientDirectives,
         generator: torch.Generator,
+        correction: GradCorrection | None = None,
     ) -> ClientUpdate: ...
 
 
-#: ``(params, *, workspace: FlatModel, train: TrainConfig) -> LocalTrainer``
+#: ``(params, *, workspace: FlatModel, train: LocalTrainParams) -> LocalTrainer``
 LOCAL_TRAINERS: Registry[LocalTrainer] = Registry("trainer")
 
 
@@ -50,10 +108,32 @@ class LocalSGD:
         train: Optimiser settings and local budget.
     """
 
-    def __init__(self, workspace: FlatModel, train: TrainConfig) -> None:
+    def __init__(self, workspace: FlatModel, train: LocalTrainParams) -> None:
         self.workspace = workspace
         self.train_cfg = train
         self._params = [p for p in workspace.module.parameters() if p.requires_grad]
+        self._flat_grad: torch.Tensor | None = None
+        self._mask: torch.Tensor | None = None
+
+    def _bind_flat_grad(self) -> torch.Tensor:
+        """Make every parameter's ``.grad`` a view of one ``[D]`` gradient vector."""
+        spec = self.workspace.spec
+        if self._flat_grad is None:
+            self._flat_grad = torch.zeros(spec.numel)
+            if not all(spec.trainable):
+                self._mask = torch.zeros(spec.numel)
+                for off, shape, trainable in zip(
+                    spec.offsets, spec.shapes, spec.trainable, strict=True
+                ):
+                    n = int(torch.Size(shape).numel())
+                    if trainable:
+                        self._mask[off : off + n] = 1.0
+        flat = self._flat_grad
+        views = spec.unflatten(flat)
+        for name, p in self.workspace.module.named_parameters():
+            if p.requires_grad:
+                p.grad = views[name]
+        return flat
 
     def _optimizer(self) -> torch.optim.Optimizer:
         t = self.train_cfg
@@ -69,6 +149,7 @@ class LocalSGD:
         data: ClientData,
         directives: ClientDirectives,
         generator: torch.Generator,
+        correction: GradCorrection | None = None,
     ) -> ClientUpdate:
         """Train from ``global_params`` (``[D]``) and return Δw = w_local − w_global."""
         model: nn.Module = self.workspace.module
@@ -76,6 +157,7 @@ class LocalSGD:
         model.train()
         opt = self._optimizer()
         t = self.train_cfg
+        flat_grad = self._bind_flat_grad() if correction is not None else None
         loss_sum, seen, steps = 0.0, 0, 0
         correct = torch.zeros((), dtype=torch.long)
         for idx in batch_indices(
@@ -86,10 +168,12 @@ class LocalSGD:
             generator=generator,
         ):
             x, y = data.images[idx], data.labels[idx]
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad(set_to_none=flat_grad is None)
             logits = model(x)
             loss = F.cross_entropy(logits, y)
             loss.backward()  # type: ignore[no-untyped-call]
+            if correction is not None and flat_grad is not None:
+                correction.apply(flat_grad, self.workspace.flat, self._mask)
             opt.step()
             correct += (logits.detach().argmax(dim=1) == y).sum()
             loss_sum += float(loss.detach()) * len(idx)
@@ -104,12 +188,15 @@ class LocalSGD:
             train_loss=loss_sum / max(seen, 1),
             train_accuracy=int(correct) / max(seen, 1),
             steps=steps,
-            bytes_sent=delta.numel() * delta.element_size(),
+            bytes_sent=payload_bytes(delta),
         )
+        if flat_grad is not None:  # leave the workspace as plain (unbound) for other users
+            for p in self._params:
+                p.grad = None
         return ClientUpdate(delta, meta)
 
 
 @LOCAL_TRAINERS.register("local_sgd")
-def build_local_sgd(_: NoParams, *, workspace: FlatModel, train: TrainConfig) -> LocalTrainer:
+def build_local_sgd(_: NoParams, *, workspace: FlatModel, train: LocalTrainParams) -> LocalTrainer:
     """Plain local SGD/Adam on cross-entropy (FedAvg's client, 000 §3.1.1)."""
     return LocalSGD(workspace, train)

@@ -6,6 +6,7 @@ Every error is a one-line :class:`~geofl.errors.ConfigError` naming the field pa
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,11 @@ from pydantic import ValidationError
 
 from geofl.config.schema import Component, ExperimentConfig, MethodConfig
 from geofl.errors import ConfigError
-from geofl.registry import Registry, format_validation_error
+from geofl.registry import CheckContext, Registry, format_validation_error
 
 __all__ = [
     "apply_override",
+    "clients_per_round",
     "list_presets",
     "load_config",
     "load_raw",
@@ -124,6 +126,7 @@ def load_config(
         apply_override(raw, assignment)
     if seeds is not None:
         raw["seeds"] = seeds
+    _complete_sections(raw)
     try:
         cfg = ExperimentConfig.model_validate(raw)
     except ValidationError as err:
@@ -132,40 +135,82 @@ def load_config(
     return cfg
 
 
+def _complete_sections(raw: dict[str, Any]) -> None:
+    """Validate plug-in-owned sections (``governance``) and fill in their defaults."""
+    from geofl import plugins
+
+    gov = raw.get("governance")
+    if gov is not None:
+        if not isinstance(gov, dict):
+            raise ConfigError("governance", "must be a mapping of governance settings")
+        model = plugins.SUBSCRIBERS.validate("governance", gov, path="governance")
+        raw["governance"] = model.model_dump(mode="json")
+
+
+def clients_per_round(cfg: ExperimentConfig) -> int | None:
+    """Updates each round trains when the sampler fixes the count (fixed), else None."""
+    fed = cfg.federation
+    if fed.sampling.name != "fixed":
+        return None
+    return max(1, round(fed.participation * fed.num_clients))
+
+
+def _method_components(
+    m: MethodConfig, path: str
+) -> list[tuple[str, Registry[Any], Component, str]]:
+    """(role, registry, component, config path) of every plug-in a method names."""
+    from geofl import plugins
+
+    out: list[tuple[str, Registry[Any], Component, str]] = [
+        ("partition", plugins.PARTITIONERS, m.partition, f"{path}.partition"),
+        ("algorithm", plugins.ALGORITHMS, m.algorithm, f"{path}.algorithm"),
+        ("trainer", plugins.LOCAL_TRAINERS, m.trainer, f"{path}.trainer"),
+        ("weighting", plugins.WEIGHTINGS, m.weighting, f"{path}.weighting"),
+        ("aggregator", plugins.AGGREGATORS, m.aggregator, f"{path}.aggregator"),
+        ("network", plugins.NETWORK_MODELS, m.network, f"{path}.network"),
+    ]
+    out += [
+        ("release", plugins.RELEASE_STEPS, s, f"{path}.release.{j}")
+        for j, s in enumerate(m.release)
+    ]
+    out += [
+        ("defense", plugins.DEFENSES, d, f"{path}.defenses.{j}") for j, d in enumerate(m.defenses)
+    ]
+    if m.attack is not None:
+        out.append(("attack", plugins.ATTACKS, m.attack, f"{path}.attack"))
+    return out
+
+
 def validate_config(cfg: ExperimentConfig) -> None:
-    """Check registry keys and plug-in parameters, and cross-field constraints."""
+    """Check every plug-in's key and parameters, then its own checks against the rest.
+
+    Cross-field rules live with the plug-in that needs them (Krum's K > 2f + 2 in the
+    aggregator, SCAFFOLD's linear aggregator in the algorithm, …) as registry checks; this
+    function only walks the config and hands each one its context.
+    """
     from geofl import plugins
 
     plugins.load_all()
+    exp = cfg.model_dump(mode="json")
+    per_round = clients_per_round(cfg)
+    top = CheckContext(path="", experiment=exp, clients_per_round=per_round)
     _check(plugins.DATASETS, cfg.data.dataset, cfg.data.params, "data.params", "data.dataset")
     _check(plugins.MODELS, cfg.model.name, cfg.model.params, "model.params", "model.name")
+    _component(plugins.SAMPLERS, cfg.federation.sampling, replace(top, path="federation.sampling"))
+    _component(plugins.ACCOUNTANTS, cfg.privacy.accountant, replace(top, path="privacy.accountant"))
     for i, m in enumerate(cfg.methods):
-        p = f"methods.{i}"
-        _component(plugins.PARTITIONERS, m.partition, f"{p}.partition")
-        _component(plugins.LOCAL_TRAINERS, m.trainer, f"{p}.trainer")
-        _component(plugins.WEIGHTINGS, m.weighting, f"{p}.weighting")
-        _component(plugins.AGGREGATORS, m.aggregator, f"{p}.aggregator")
-        _component(plugins.NETWORK_MODELS, m.network, f"{p}.network")
-        for j, s in enumerate(m.release):
-            _component(plugins.RELEASE_STEPS, s, f"{p}.release.{j}")
-        for j, d in enumerate(m.defenses):
-            _component(plugins.DEFENSES, d, f"{p}.defenses.{j}")
-        if m.attack is not None:
-            _component(plugins.ATTACKS, m.attack, f"{p}.attack")
-            bad = [c for c in m.attack.params.get("clients", []) if c >= cfg.federation.num_clients]
-            if bad:
-                raise ConfigError(
-                    f"{p}.attack.clients",
-                    f"client ids {bad} do not exist (federation.num_clients="
-                    f"{cfg.federation.num_clients})",
-                )
-        _check_krum(cfg, m, p)
-        _check_noise_and_norm(cfg, m, p)
-    _component(plugins.ACCOUNTANTS, cfg.privacy.accountant, "privacy.accountant")
+        comps = _method_components(m, f"methods.{i}")
+        traits: dict[str, frozenset[str]] = {}
+        for role, reg, comp, path in comps:
+            reg.entry(comp.name, path=f"{path}.name")
+            traits[role] = traits.get(role, frozenset()) | reg.traits(comp.name)
+        ctx = replace(top, method=exp["methods"][i], traits=traits)
+        for _role, reg, comp, path in comps:
+            _component(reg, comp, replace(ctx, path=path))
     for i, a in enumerate(cfg.analyses):
-        _component(plugins.ANALYSES, a, f"analyses.{i}")
-        _check_attack(cfg, a, f"analyses.{i}")
-    _check_governance(cfg)
+        _component(plugins.ANALYSES, a, replace(top, path=f"analyses.{i}"))
+    if cfg.governance is not None:
+        plugins.SUBSCRIBERS.check("governance", cfg.governance, replace(top, path="governance"))
     n = cfg.data.params.get("num_samples")
     if isinstance(n, int):
         n_train = int(n * (1 - cfg.data.split.val - cfg.data.split.test))
@@ -177,94 +222,10 @@ def validate_config(cfg: ExperimentConfig) -> None:
             )
 
 
-def _check_krum(cfg: ExperimentConfig, m: MethodConfig, path: str) -> None:
-    """Krum needs K > 2f + 2 updates per round (Blanchard et al. 2017): check it up front."""
-    if m.aggregator.name not in ("krum", "multi_krum"):
-        return
-    f = int(m.aggregator.params.get("num_byzantine", 1))
-    fed = cfg.federation
-    k = max(1, round(fed.participation * fed.num_clients))
-    if not k > 2 * f + 2:
-        raise ConfigError(
-            f"{path}.aggregator.num_byzantine",
-            f"Krum needs more than 2f+2 = {2 * f + 2} updates per round but only {k} clients "
-            "take part; lower num_byzantine or raise federation.num_clients/participation",
-        )
-    sel = int(m.aggregator.params.get("num_selected", 1))
-    if sel > k - f:
-        raise ConfigError(
-            f"{path}.aggregator.num_selected",
-            f"Multi-Krum can select at most K − f = {k - f} of the {k} updates per round",
-        )
-
-
-#: Release steps that add Gaussian noise to the whole flat vector.
-_NOISE_STEPS = ("gaussian", "risk_aware")
-
-
-def _check_noise_and_norm(cfg: ExperimentConfig, m: MethodConfig, path: str) -> None:
-    """Noise on Δw also hits float buffers; BatchNorm running variances could go negative."""
-    noisy = [i for i, s in enumerate(m.release) if s.name in _NOISE_STEPS]
-    if noisy and cfg.model.params.get("norm") == "batch":
-        raise ConfigError(
-            f"{path}.release.{noisy[0]}",
-            "noise release steps perturb BatchNorm running statistics too; use "
-            "model.params.norm=group (the default) with noise",
-        )
-
-
-def _check_attack(cfg: ExperimentConfig, a: Component, path: str) -> None:
-    """The attack needs the server's recorded view and enough rounds for one window."""
-    if a.name != "attribute_inference":
-        return
-    if not cfg.eval.observe_updates:
-        raise ConfigError(
-            path, "attribute_inference needs eval.observe_updates: true (the server's view)"
-        )
-    names = {m.name for m in cfg.methods}
-    unknown = sorted(set(a.params.get("methods") or []) - names)
-    if unknown:
-        raise ConfigError(
-            f"{path}.methods", f"unknown methods {unknown}; choose from {sorted(names)}"
-        )
-    window = int(a.params.get("window", 5))
-    if window > cfg.federation.rounds:
-        raise ConfigError(
-            f"{path}.window",
-            f"window={window} exceeds federation.rounds={cfg.federation.rounds}; lower it",
-        )
-
-
-def _check_governance(cfg: ExperimentConfig) -> None:
-    """Governed nodes must exist, validators must be governed, seats must be fillable."""
-    g = cfg.governance
-    if g is None:
-        return
-    k = cfg.federation.num_clients
-    nodes = g.nodes if g.nodes is not None else list(range(k))
-    bad = sorted(n for n in nodes if not 0 <= n < k)
-    if bad:
-        raise ConfigError("governance.nodes", f"clients {bad} do not exist (K={k})")
-    validators = g.validators if g.validators is not None else nodes
-    outside = sorted(set(validators) - set(nodes))
-    if outside:
-        raise ConfigError("governance.validators", f"{outside} are not governed nodes {nodes}")
-    if len(set(validators)) < g.committee.size:
-        raise ConfigError(
-            "governance.committee.size",
-            f"{g.committee.size} seats but only {len(set(validators))} validators",
-        )
-    names = {m.name for m in cfg.methods}
-    unknown = sorted(set(g.methods or []) - names)
-    if unknown:
-        raise ConfigError("governance.methods", f"unknown methods {unknown}")
-
-
 def _check(reg: Registry[Any], key: str, params: dict[str, Any], path: str, key_path: str) -> None:
     reg.entry(key, path=key_path)
     reg.validate(key, params, path=path)
 
 
-def _component(reg: Registry[Any], comp: Component, path: str) -> None:
-    reg.entry(comp.name, path=f"{path}.name")
-    reg.validate(comp.name, comp.params, path=path)
+def _component(reg: Registry[Any], comp: Component, ctx: CheckContext) -> None:
+    reg.check(comp.name, comp.params, ctx)

@@ -17,11 +17,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from geofl.data.split import SplitParams
-from geofl.governance.committee import CommitteeParams
-from geofl.governance.permissions import PermissionRules
-from geofl.governance.reputation import ReputationParams
-
 __all__ = [
     "Component",
     "DataConfig",
@@ -29,11 +24,11 @@ __all__ = [
     "ExperimentConfig",
     "FederationConfig",
     "FigureSpec",
-    "GovernanceConfig",
     "MethodConfig",
     "ModelConfig",
     "PaperValue",
     "PrivacyConfig",
+    "SplitConfig",
     "TrainConfig",
 ]
 
@@ -55,13 +50,28 @@ class Component(BaseModel):
         return dict(self.model_extra or {})
 
 
+class SplitConfig(_Strict):
+    """Fractions of the whole dataset held out for validation and test (000 §4.1.1)."""
+
+    val: float = Field(0.1, ge=0.0, lt=1.0, description="validation fraction")
+    test: float = Field(0.2, gt=0.0, lt=1.0, description="test fraction")
+
+    @model_validator(mode="after")
+    def _fractions_leave_train(self) -> SplitConfig:
+        if self.val + self.test >= 1.0:
+            raise ValueError(
+                f"val + test = {self.val + self.test:g} leaves no training data; keep it < 1"
+            )
+        return self
+
+
 class DataConfig(_Strict):
     """Which dataset, which bands, how it is split and normalised."""
 
     dataset: str = Field("synthetic", description="dataset registry key")
     params: dict[str, Any] = Field(default_factory=dict, description="dataset parameters")
     bands: Literal["all", "rgb"] | list[str] = Field("all", description="'all', 'rgb' or names")
-    split: SplitParams = Field(default_factory=SplitParams)
+    split: SplitConfig = Field(default_factory=SplitConfig)
     normalize: Literal["standardize", "none"] = Field(
         "standardize", description="per-band standardisation with train-split statistics"
     )
@@ -98,6 +108,14 @@ class FederationConfig(_Strict):
     participation: float = Field(1.0, gt=0.0, le=1.0, description="fraction q sampled per round")
     rounds: int = Field(20, ge=1)
     server_lr: float = Field(1.0, gt=0.0, description="w ← w + η_s · aggregate(Δw)")
+    sampling: Component = Field(
+        default_factory=lambda: Component(name="fixed"),
+        description="client sampler: fixed (q = participation), poisson {rate}, trace {path}",
+    )
+    client_state: Literal["memory", "mmap"] = Field(
+        "memory",
+        description="per-client algorithm state in RAM, or memory-mapped under the seed dir",
+    )
 
 
 class EvalConfig(_Strict):
@@ -121,11 +139,16 @@ class PrivacyConfig(_Strict):
 
 
 class MethodConfig(_Strict):
-    """One compared method: partition, local trainer, release steps, weighting, aggregator."""
+    """One compared method: partition, algorithm, local trainer, release steps, weighting,
+    defenses and aggregator (the last three compose inside the algorithm's strategy)."""
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
     label: str | None = Field(None, description="display name in reports")
     partition: Component = Field(default_factory=lambda: Component(name="iid"))
+    algorithm: Component = Field(
+        default_factory=lambda: Component(name="fedavg"),
+        description="federated algorithm: fedavg, fedprox, scaffold, feddyn, fednova, ...",
+    )
     trainer: Component = Field(default_factory=lambda: Component(name="local_sgd"))
     release: list[Component] = Field(default_factory=list, description="client release steps")
     defenses: list[Component] = Field(default_factory=list, description="server-side filters")
@@ -149,32 +172,6 @@ class PaperValue(_Strict):
     aggregation: str | None = None
 
 
-class GovernanceConfig(_Strict):
-    """The on-chain governance layer of 000 §3.5 (records and coordinates; never optimises).
-
-    Training nodes are the clients; ``nodes`` restricts governance to a subset (000 §4.7
-    observes 6 of 10 clients) and ``validators`` names the nodes that may sit on the
-    committee (default: the governed nodes).
-    """
-
-    backend: Component = Field(
-        default_factory=lambda: Component(name="embedded"),
-        description="ledger backend: embedded (in-process EVM) or rpc {url: ...}",
-    )
-    label: str = Field("rule", min_length=1, max_length=64, description="rule record label")
-    nodes: list[int] | None = Field(None, description="governed client ids (default: all)")
-    validators: list[int] | None = Field(None, description="committee-eligible client ids")
-    reputation: ReputationParams = Field(default_factory=ReputationParams)
-    committee: CommitteeParams = Field(default_factory=CommitteeParams)
-    permissions: PermissionRules = Field(default_factory=PermissionRules)
-    consistency_beta: float = Field(
-        5.0, gt=0.0, description="β of the consistency score S_i used in Quality (000 Eq. 15)"
-    )
-    methods: list[str] | None = Field(
-        None, description="methods whose runs are governed (default: all)"
-    )
-
-
 class FigureSpec(_Strict):
     """A paper figure re-drawn from a subset of the methods."""
 
@@ -195,8 +192,10 @@ class ExperimentConfig(_Strict):
     federation: FederationConfig = Field(default_factory=FederationConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
-    governance: GovernanceConfig | None = Field(
-        None, description="on-chain governance layer (000 §3.5); absent = off"
+    governance: dict[str, Any] | None = Field(
+        None,
+        description="on-chain governance layer (000 §3.5); absent = off. Validated and "
+        "completed with defaults by the governance plug-in at load time",
     )
     methods: list[MethodConfig] = Field(..., min_length=1)
     analyses: list[Component] = Field(

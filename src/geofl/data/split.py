@@ -8,31 +8,24 @@ every split, and seeded by ``(seed, "split")``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from geofl.errors import ConfigError
 from geofl.rng import numpy_generator
 
-__all__ = ["Split", "SplitParams", "stratified_split"]
+__all__ = ["Split", "SplitFractions", "stratified_split"]
 
 
-class SplitParams(BaseModel):
-    """Fractions of the whole dataset held out for validation and test."""
+class SplitFractions(Protocol):
+    """Fractions of the whole dataset held out (e.g. the config's ``data.split``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    @property
+    def val(self) -> float: ...
 
-    val: float = Field(0.1, ge=0.0, lt=1.0, description="validation fraction")
-    test: float = Field(0.2, gt=0.0, lt=1.0, description="test fraction")
-
-    @model_validator(mode="after")
-    def _fractions_leave_train(self) -> SplitParams:
-        if self.val + self.test >= 1.0:
-            raise ValueError(
-                f"val + test = {self.val + self.test:g} leaves no training data; keep it < 1"
-            )
-        return self
+    @property
+    def test(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -44,7 +37,7 @@ class Split:
     test: np.ndarray
 
 
-def stratified_split(labels: np.ndarray, params: SplitParams, seed: int) -> Split:
+def stratified_split(labels: np.ndarray, params: SplitFractions, seed: int) -> Split:
     """Split sample indices per class into train/val/test with the given fractions.
 
     Per class c with n_c samples, ``round(n_c·test)`` go to test and ``round(n_c·val)`` to

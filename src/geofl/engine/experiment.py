@@ -24,7 +24,8 @@ from geofl.data.base import GeoDataset
 from geofl.data.cache import default_cache_dir
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
-from geofl.engine.loop import FederatedRun, PreparedData
+from geofl.engine.components import PreparedData
+from geofl.engine.run import FederatedRun
 from geofl.errors import RunDirError
 from geofl.events import Subscriber
 from geofl.io import write_json_atomic
@@ -130,9 +131,8 @@ def run_experiment(
         for seed in cfg.seeds
     }
     if cfg.governance is not None:
-        from geofl.governance.subscriber import GovernanceSubscriber
-
-        subscribers = [*subscribers, GovernanceSubscriber(cfg)]
+        governance = plugins.SUBSCRIBERS.build("governance", cfg.governance, experiment=resolved)
+        subscribers = [*subscribers, governance]
     created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -45,12 +45,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from geofl.config.schema import GovernanceConfig
 from geofl.governance.committee import (
     elect_committee,
     election_id_for_round,
     is_election_round,
 )
+from geofl.governance.config import GovernanceConfig
 from geofl.governance.ledger import Ledger, PermissionState, Role, hash_json
 from geofl.governance.permissions import (
     PermissionLevel,
@@ -63,6 +63,7 @@ from geofl.governance.permissions import (
     PermissionState as PolicyState,
 )
 from geofl.governance.reputation import NodeObservation, ReputationTracker
+from geofl.records import RejectionReason, RoundRecord
 from geofl.server.consistency import consistency_scores
 
 __all__ = ["COORDINATOR", "GovernanceProcess", "node_name", "rule_document"]
@@ -74,7 +75,6 @@ COORDINATOR = "coordinator"
 #: Node id of the audit node.
 AUDITOR = "auditor"
 #: A lost upload is a participation failure, not a validation rejection.
-_TRANSPORT_FAILURE = "lost in transit"
 
 
 def node_name(client: int) -> str:
@@ -140,14 +140,15 @@ class GovernanceProcess:
         return participation_allowed(self.levels.get(client, PermissionLevel.ACTIVE))
 
     # ------------------------------------------------------------------ one round
-    def _observations(self, record: dict[str, Any]) -> dict[int, NodeObservation]:
-        participants = [int(c) for c in record["participants"]]
-        failed = {int(r["client"]) for r in record.get("rejected", [])}
-        weights = dict(zip(participants, record.get("weights", []), strict=False))
-        norms = dict(zip(participants, record.get("update_norms", []), strict=False))
-        r = int(record["round"])
-        val = (record.get("val") or {}).get("accuracy")
-        val = float(val) if val is not None and math.isfinite(float(val)) else None
+    def _observations(self, record: RoundRecord) -> dict[int, NodeObservation]:
+        participants = record.participants
+        failed = set(record.failed_clients)
+        # effective aggregation weights (Krum: the selected update only)
+        weights = dict(zip(participants, record.weights, strict=False))
+        norms = dict(zip(participants, record.update_norms, strict=False))
+        r = record.round
+        acc = None if record.val is None else record.val.get("accuracy")
+        val = float(acc) if acc is not None and math.isfinite(float(acc)) else None
         prev = self._prev_val
         gain = None if val is None or prev is None or prev[0] != r - 1 else val - prev[1]
         self._prev_val = None if val is None else (r, val)
@@ -174,9 +175,9 @@ class GovernanceProcess:
                 out[n] = NodeObservation(participated=False)
         return out
 
-    def round(self, record: dict[str, Any]) -> dict[str, Any]:
+    def round(self, record: RoundRecord) -> dict[str, Any]:
         """Run the governance steps for one round record; returns the round's log entry."""
-        r = int(record["round"])
+        r = record.round
         led, cfg = self.ledger, self.cfg
         comps = self.tracker.update(r, self._observations(record))
         entry: dict[str, Any] = {
@@ -214,13 +215,13 @@ class GovernanceProcess:
                     eid, r, [node_name(m) for m in rec.members], "0x" + rec.seed_commitment
                 )
                 entry["committee"] = {**rec.to_dict(), "tx": rc.tx_hash}
-        if "model_sha256" in record:
+        if record.model_sha256:
             rc = led.commit_aggregation(
-                r, "0x" + record["model_sha256"], "0x" + record["update_set_sha256"]
+                r, "0x" + record.model_sha256, "0x" + record.update_set_sha256
             )
             entry["aggregation"] = {
-                "model_hash": record["model_sha256"],
-                "update_set_hash": record["update_set_sha256"],
+                "model_hash": record.model_sha256,
+                "update_set_hash": record.update_set_sha256,
                 "tx": rc.tx_hash,
             }
         entry["permissions"] = self._permissions(r, record, comps)
@@ -228,12 +229,10 @@ class GovernanceProcess:
         return entry
 
     def _permissions(
-        self, r: int, record: dict[str, Any], comps: dict[int, Any]
+        self, r: int, record: RoundRecord, comps: dict[int, Any]
     ) -> list[dict[str, Any]]:
         rejected = {
-            int(x["client"])
-            for x in record.get("rejected", [])
-            if x.get("reason") != _TRANSPORT_FAILURE
+            x.client for x in record.rejected if x.reason != RejectionReason.LOST_IN_TRANSIT
         }
         obs = {
             n: PermissionObservation(

@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from geofl.config.schema import ExperimentConfig, GovernanceConfig
 from geofl.errors import GovernanceError
-from geofl.events import RunInfo
+from geofl.events import SUBSCRIBERS, RunInfo, Subscriber
+from geofl.governance.config import GovernanceConfig
 from geofl.governance.ledger import EmbeddedLedger, Ledger, RpcLedger
 from geofl.governance.process import COORDINATOR, GovernanceProcess, rule_document
-from geofl.io import append_jsonl, read_jsonl, write_json_atomic
+from geofl.io import append_jsonl, write_json_atomic
+from geofl.records import RoundRecord, read_rounds
+from geofl.registry import CheckContext
 
 __all__ = ["GovernanceSubscriber", "build_offline", "open_ledger"]
 
@@ -95,14 +98,13 @@ class GovernanceSubscriber:
     """Commits a run's governance records as it trains (000 §3.5; never changes metrics).
 
     Args:
-        cfg: The experiment; ``cfg.governance`` must be set.
+        gov: The validated ``governance`` section.
+        resolved: The whole resolved experiment config (its hash is the rule commitment).
     """
 
-    def __init__(self, cfg: ExperimentConfig) -> None:
-        if cfg.governance is None:
-            raise GovernanceError("governance: the experiment config has no governance section")
-        self.gov = cfg.governance
-        self.resolved = cfg.model_dump(mode="json")
+    def __init__(self, gov: GovernanceConfig, resolved: Mapping[str, Any]) -> None:
+        self.gov = gov
+        self.resolved = dict(resolved)
         self._proc: GovernanceProcess | None = None
         self._dir: Path | None = None
 
@@ -115,11 +117,11 @@ class GovernanceSubscriber:
             self.gov, self.resolved, info.out_dir, info.seed, info.method, info.num_params
         )
         if info.start_round > 1:  # resume: rebuild the same chain from the kept rounds
-            for rec in read_jsonl(info.out_dir / "rounds.jsonl"):
-                if rec["round"] < info.start_round:
+            for rec in read_rounds(info.out_dir / "rounds.jsonl"):
+                if rec.round < info.start_round:
                     append_jsonl(info.out_dir / LOG_FILE, self._proc.round(rec))
 
-    def on_round_end(self, info: RunInfo, record: dict[str, Any]) -> None:
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
         if self._proc is not None and self._dir is not None:
             append_jsonl(self._dir / LOG_FILE, self._proc.round(record))
 
@@ -157,13 +159,42 @@ def build_offline(run_dir: Path, method: str, seed: int, cfg: GovernanceConfig) 
     resolved["governance"] = cfg.model_dump(mode="json")
     proc = _process(cfg, resolved, seed_dir, seed, method, num_params)
     try:
-        for rec in read_jsonl(rounds_path):
-            if "model_sha256" not in rec:
+        for rec in read_rounds(rounds_path):
+            if not rec.model_sha256:
                 raise GovernanceError(
-                    f"{rounds_path}: round {rec['round']} has no model hash; it was written "
+                    f"{rounds_path}: round {rec.round} has no model hash; it was written "
                     "by an older geofl, rerun the experiment"
                 )
             append_jsonl(seed_dir / LOG_FILE, proc.round(rec))
     finally:
         _close(proc.ledger)
     return seed_dir
+
+
+def _check(gov: GovernanceConfig, ctx: CheckContext) -> None:
+    """Governed nodes must exist, validators must be governed, seats must be fillable."""
+    exp = ctx.experiment
+    k = int(exp["federation"]["num_clients"])
+    nodes = gov.nodes if gov.nodes is not None else list(range(k))
+    bad = sorted(n for n in nodes if not 0 <= n < k)
+    if bad:
+        ctx.fail("nodes", f"clients {bad} do not exist (K={k})")
+    validators = gov.validators if gov.validators is not None else nodes
+    outside = sorted(set(validators) - set(nodes))
+    if outside:
+        ctx.fail("validators", f"{outside} are not governed nodes {nodes}")
+    if len(set(validators)) < gov.committee.size:
+        ctx.fail(
+            "committee.size",
+            f"{gov.committee.size} seats but only {len(set(validators))} validators",
+        )
+    names = {m["name"] for m in exp["methods"]}
+    unknown = sorted(set(gov.methods or []) - names)
+    if unknown:
+        ctx.fail("methods", f"unknown methods {unknown}")
+
+
+@SUBSCRIBERS.register("governance", params=GovernanceConfig, check=_check)
+def build_governance(gov: GovernanceConfig, *, experiment: Mapping[str, Any]) -> Subscriber:
+    """The on-chain governance layer (000 §3.5) for the experiment's governed runs."""
+    return GovernanceSubscriber(gov, experiment)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS, ReleaseStep, l2_clip
 from geofl.privacy.risk import RiskLevel, RiskParams, assess_risk
+from geofl.registry import CheckContext
 from geofl.update import ClientDirectives
 
 __all__ = [
@@ -110,7 +111,17 @@ class _Gaussian(_ClipAndNoise):
         return self.params.clip, self.params.sigma, {}
 
 
-@RELEASE_STEPS.register("gaussian", params=GaussianParams)
+def _check_norm(_: object, ctx: CheckContext) -> None:
+    """Noise on Δw also hits float buffers; BatchNorm running variances could go negative."""
+    if (ctx.experiment.get("model") or {}).get("params", {}).get("norm") == "batch":
+        ctx.fail(
+            "",
+            "noise release steps perturb BatchNorm running statistics too; use "
+            "model.params.norm=group (the default) with noise",
+        )
+
+
+@RELEASE_STEPS.register("gaussian", params=GaussianParams, traits=("noise",), check=_check_norm)
 def build_gaussian(params: GaussianParams) -> ReleaseStep:
     """Uniform noise: clip to C, add N(0, σ²I), the same (C, σ) for all (000 §4.4)."""
     return _Gaussian(params)
@@ -169,7 +180,7 @@ class _RiskAware(_ClipAndNoise):
         return s.clip, s.sigma, risk
 
 
-@RELEASE_STEPS.register("risk_aware", params=RiskAwareParams)
+@RELEASE_STEPS.register("risk_aware", params=RiskAwareParams, traits=("noise",), check=_check_norm)
 def build_risk_aware(params: RiskAwareParams) -> ReleaseStep:
     """Spatial risk-aware perturbation: (C, σ) by the client's risk level (000 Alg. 1)."""
     return _RiskAware(params)

@@ -66,7 +66,7 @@ def weighted_mean(updates: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return alpha @ updates
 
 
-@AGGREGATORS.register("mean")
+@AGGREGATORS.register("mean", traits=("linear",))
 def build_mean(_: NoParams) -> Aggregator:
     """Weighted mean of the updates (FedAvg when weighted by sample count)."""
 

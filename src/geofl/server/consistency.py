@@ -33,7 +33,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.errors import AggregationError
-from geofl.server.weighting import WEIGHTINGS, Weighting
+from geofl.registry import CheckContext
+from geofl.server.weighting import WEIGHTINGS, Weighting, check_num_samples_shared
 from geofl.update import UpdateMeta
 
 __all__ = [
@@ -283,7 +284,12 @@ class ConsistencyParams(BaseModel):
     )
 
 
-@WEIGHTINGS.register("consistency", params=ConsistencyParams)
+def _check(params: ConsistencyParams, ctx: CheckContext) -> None:
+    if params.times_data_size:
+        check_num_samples_shared(params, ctx)
+
+
+@WEIGHTINGS.register("consistency", params=ConsistencyParams, check=_check)
 def build_consistency(params: ConsistencyParams) -> Weighting:
     """JS label-distribution consistency α_k ∝ exp(−β·JS(p_k‖p_global)) (000 Eq. 9–16)."""
 

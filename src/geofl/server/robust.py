@@ -44,7 +44,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.errors import AggregationError
-from geofl.registry import NoParams
+from geofl.registry import CheckContext, NoParams
 from geofl.server.aggregators import AGGREGATORS, Aggregate, Aggregator
 
 __all__ = [
@@ -391,7 +391,26 @@ def build_median(_: NoParams) -> Aggregator:
     return aggregate
 
 
-@AGGREGATORS.register("krum", params=KrumParams)
+def _check_krum_config(params: KrumParams, ctx: CheckContext) -> None:
+    """Krum needs K > 2f + 2 updates per round (Blanchard et al. 2017): check it up front."""
+    k = ctx.clients_per_round
+    if k is None:  # a random cohort size: the per-round check refuses small rounds
+        return
+    f = params.num_byzantine
+    if not k > 2 * f + 2:
+        ctx.fail(
+            "num_byzantine",
+            f"Krum needs more than 2f+2 = {2 * f + 2} updates per round but only {k} clients "
+            "take part; lower num_byzantine or raise federation.num_clients/participation",
+        )
+    if params.num_selected > k - f:
+        ctx.fail(
+            "num_selected",
+            f"Multi-Krum can select at most K − f = {k - f} of the {k} updates per round",
+        )
+
+
+@AGGREGATORS.register("krum", params=KrumParams, check=_check_krum_config)
 def build_krum(params: KrumParams) -> Aggregator:
     """Krum / Multi-Krum (Blanchard et al. 2017); ignores the weights.
 

@@ -1,77 +1,135 @@
-"""The flat server tier: defenses → weighting → aggregator (DESIGN "server side").
+"""The strategy: the server half of a federated algorithm, with state it checkpoints.
 
-Strategies stay thin: the math lives in free functions over the ``[K, D]`` update tensor
-(:mod:`~geofl.server.aggregators`, :mod:`~geofl.server.weighting`,
-:mod:`~geofl.server.defenses`); this module only composes them.
+A strategy configures a round (what each trained client receives besides the model: payload
+tensors such as SCAFFOLD's server control variate) and turns the round's accepted updates
+and the current global model into the new global model. Inside, pure functions compose —
+defenses, weighting and a combiner in a :class:`~geofl.server.tier.FlatTier`, then a
+:class:`~geofl.server.optimizers.ServerOptimizer`. Algorithms (:mod:`geofl.algorithms`)
+subclass :class:`ComposedStrategy` to add their own server state and rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
-from geofl.hierarchy.tiers import TIERS, AggregationResult, Tier
-from geofl.registry import NoParams
-from geofl.server.aggregators import Aggregator
-from geofl.server.defenses import Defense
-from geofl.server.weighting import Weighting
+from geofl.server.optimizers import ServerOptimizer
+from geofl.server.tier import AggregationResult, FlatTier
 from geofl.update import UpdateMeta
 
-__all__ = ["FlatTier", "build_flat_tier"]
+__all__ = ["ComposedStrategy", "RoundPlan", "Strategy", "StrategyResult", "UpdateBatch"]
 
 
-class FlatTier:
-    """One aggregation tier composed of defenses, a weighting and an aggregator.
+@dataclass(frozen=True)
+class RoundPlan:
+    """What the strategy sends with the model in one round.
 
-    Args:
-        weighting: Per-update weights from metadata.
-        aggregator: Combiner over ``[K, D]``.
-        defenses: Filters applied first; an update dropped by any defense gets weight 0.
+    Attributes:
+        payload: Named ``[D]`` tensors broadcast to every trained client.
+        extra: Per-client scalar directives (client id → settings).
     """
 
-    def __init__(
-        self, weighting: Weighting, aggregator: Aggregator, defenses: Sequence[Defense] = ()
-    ) -> None:
-        self.weighting = weighting
-        self.aggregator = aggregator
-        self.defenses = tuple(defenses)
-
-    def __call__(
-        self, updates: torch.Tensor, metas: Sequence[UpdateMeta], round_idx: int
-    ) -> AggregationResult:
-        """Aggregate ``updates`` (``[K, D]``) with their ``metas`` (length K)."""
-        k = updates.shape[0]
-        kept = torch.ones(k, dtype=torch.bool)
-        for defense in self.defenses:
-            kept = _expand(kept, defense(updates[kept]))
-        idx = torch.nonzero(kept).flatten()
-        weights = torch.zeros(k, dtype=torch.float64)
-        if idx.numel() == 0:
-            return AggregationResult(torch.zeros_like(updates[0]), weights, kept)
-        raw = self.weighting([metas[int(i)] for i in idx], round_idx)
-        raw = raw / raw.sum()
-        # Index (a copy of the kept rows) only when a defense dropped something.
-        kept_updates = updates if idx.numel() == k else updates[idx]
-        agg = self.aggregator(kept_updates, raw)
-        weights[idx] = agg.weights
-        return AggregationResult(agg.delta, weights, kept)
+    payload: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    extra: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
 
 
-def _expand(kept: torch.Tensor, sub_mask: torch.Tensor) -> torch.Tensor:
-    """Scatter a mask over the currently kept rows back to all K rows."""
-    out = torch.zeros_like(kept)
-    out[torch.nonzero(kept).flatten()] = sub_mask
-    return out
+@dataclass(frozen=True)
+class UpdateBatch:
+    """The accepted updates of one round, stacked.
+
+    Attributes:
+        deltas: ``[K, D]`` Δw of the accepted clients (aggregation order).
+        metas: K metadata records, aligned with ``deltas``.
+        tensors: Extra uploaded tensors stacked per name, each ``[K, D]``.
+        num_clients: N, the size of the whole federation.
+    """
+
+    deltas: torch.Tensor
+    metas: Sequence[UpdateMeta]
+    tensors: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    num_clients: int = 0
 
 
-@TIERS.register("flat")
-def build_flat_tier(
-    _: NoParams,
-    *,
-    weighting: Weighting,
-    aggregator: Aggregator,
-    defenses: Sequence[Defense] = (),
-) -> Tier:
-    """A single server tier: defenses, then weighting, then the aggregator."""
-    return FlatTier(weighting, aggregator, defenses)
+@dataclass(frozen=True)
+class StrategyResult:
+    """A round's outcome on the server.
+
+    Attributes:
+        params: ``[D]`` the new global model.
+        aggregate: ``[D]`` the combined update the server step used.
+        weights: ``[K]`` float64 effective weight of each accepted update.
+        kept: ``[K]`` bool, updates that passed the defenses.
+        info: Scalars worth recording (e.g. FedNova's τ_eff).
+    """
+
+    params: torch.Tensor
+    aggregate: torch.Tensor
+    weights: torch.Tensor
+    kept: torch.Tensor
+    info: dict[str, float] = field(default_factory=dict)
+
+
+class Strategy(Protocol):
+    """The server half of an algorithm.
+
+    Attributes:
+        uploads: Names of the extra tensors each client must upload besides Δw.
+    """
+
+    uploads: tuple[str, ...]
+
+    def configure(self, round_idx: int, cohort: Sequence[int]) -> RoundPlan:
+        """Directives and payload for the clients trained in ``round_idx``."""
+        ...
+
+    def aggregate(
+        self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
+    ) -> StrategyResult:
+        """The new global model from the accepted updates (may raise AggregationError)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint needs to continue identically."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict`."""
+        ...
+
+
+class ComposedStrategy:
+    """Tier (defenses → weighting → combiner) then a server optimiser: FedAvg and kin.
+
+    Args:
+        tier: The aggregation tier.
+        optimizer: The server step (plain η_s, momentum, Adam/Yogi/Adagrad).
+    """
+
+    uploads: tuple[str, ...] = ()
+
+    def __init__(self, tier: FlatTier, optimizer: ServerOptimizer) -> None:
+        self.tier = tier
+        self.optimizer = optimizer
+
+    def configure(self, round_idx: int, cohort: Sequence[int]) -> RoundPlan:
+        return RoundPlan()
+
+    def combine(self, round_idx: int, batch: UpdateBatch) -> AggregationResult:
+        """The tier's aggregate of ``batch`` (subclasses reweight here)."""
+        return self.tier(batch.deltas, batch.metas, round_idx)
+
+    def aggregate(
+        self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
+    ) -> StrategyResult:
+        res = self.combine(round_idx, batch)
+        params = self.optimizer.step(global_params, res.delta)
+        return StrategyResult(params, res.delta, res.weights, res.kept)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(state.get("optimizer", {}))

@@ -7,6 +7,7 @@ record; the round proceeds with the remaining updates.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ __all__ = ["validate_update"]
 log = logging.getLogger(__name__)
 
 
-def validate_update(update: ClientUpdate, dim: int) -> str | None:
+def validate_update(update: ClientUpdate, dim: int, tensor_names: Sequence[str] = ()) -> str | None:
     """The reason ``update`` is malformed, or None if it is acceptable.
 
     Checks, in order: the delta is a ``[dim]`` floating tensor; every entry is finite;
@@ -28,20 +29,20 @@ def validate_update(update: ClientUpdate, dim: int) -> str | None:
     Args:
         update: The received update.
         dim: D, the model's flat parameter count.
+        tensor_names: Extra tensors the strategy expects (each ``[dim]``, finite); others
+            are refused too.
     """
-    delta = update.delta
-    if not isinstance(delta, torch.Tensor):
-        return f"delta is {type(delta).__name__}, not a tensor"
-    if tuple(delta.shape) != (dim,):
-        return f"delta has shape {tuple(delta.shape)}, expected ({dim},)"
-    if not delta.is_floating_point():
-        return f"delta has dtype {delta.dtype}, expected a floating type"
-    # A finite sum implies every entry is finite (one reduction, no [D] mask); only a
-    # non-finite sum needs the elementwise check, which also counts the bad entries.
-    if not bool(torch.isfinite(delta.sum())):
-        bad = int((~torch.isfinite(delta)).sum())
-        if bad:
-            return f"delta has {bad} non-finite values (NaN/Inf)"
+    reason = _tensor_reason("delta", update.delta, dim)
+    if reason is not None:
+        return reason
+    extra = getattr(update, "tensors", {})
+    if not isinstance(extra, Mapping) or set(extra) != set(tensor_names):
+        got = sorted(extra) if isinstance(extra, Mapping) else type(extra).__name__
+        return f"uploaded tensors {got}, expected {sorted(tensor_names)}"
+    for name in tensor_names:
+        reason = _tensor_reason(name, extra[name], dim)
+        if reason is not None:
+            return reason
     if update.meta.num_samples <= 0:
         return f"num_samples={update.meta.num_samples} must be positive"
     hist = update.meta.label_histogram
@@ -53,4 +54,21 @@ def validate_update(update: ClientUpdate, dim: int) -> str | None:
             return "label_histogram has negative or non-finite counts"
         if not h.sum() > 0:
             return "label_histogram is all zeros"
+    return None
+
+
+def _tensor_reason(name: str, t: object, dim: int) -> str | None:
+    """Why ``t`` is not a finite floating ``[dim]`` tensor, or None."""
+    if not isinstance(t, torch.Tensor):
+        return f"{name} is {type(t).__name__}, not a tensor"
+    if tuple(t.shape) != (dim,):
+        return f"{name} has shape {tuple(t.shape)}, expected ({dim},)"
+    if not t.is_floating_point():
+        return f"{name} has dtype {t.dtype}, expected a floating type"
+    # A finite sum implies every entry is finite (one reduction, no [D] mask); only a
+    # non-finite sum needs the elementwise check, which also counts the bad entries.
+    if not bool(torch.isfinite(t.sum())):
+        bad = int((~torch.isfinite(t)).sum())
+        if bad:
+            return f"{name} has {bad} non-finite values (NaN/Inf)"
     return None

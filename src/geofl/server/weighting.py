@@ -12,10 +12,10 @@ from typing import Protocol
 
 import torch
 
-from geofl.registry import NoParams, Registry
+from geofl.registry import CheckContext, NoParams, Registry
 from geofl.update import UpdateMeta
 
-__all__ = ["WEIGHTINGS", "Weighting", "data_size_weights"]
+__all__ = ["WEIGHTINGS", "Weighting", "check_num_samples_shared", "data_size_weights"]
 
 
 class Weighting(Protocol):
@@ -39,7 +39,17 @@ def uniform_weights(metas: Sequence[UpdateMeta], round_idx: int) -> torch.Tensor
     return torch.full((len(metas),), 1.0 / max(len(metas), 1), dtype=torch.float64)
 
 
-@WEIGHTINGS.register("data_size")
+def check_num_samples_shared(_: object, ctx: CheckContext) -> None:
+    """Sample-size weights need n_k; refuse a release step that withholds it."""
+    if "hides_num_samples" in ctx.traits.get("release", frozenset()):
+        ctx.fail(
+            "name",
+            "this weighting needs each client's sample count n_k, which a release step of "
+            "this method withholds; use weighting: {name: uniform} or drop that step",
+        )
+
+
+@WEIGHTINGS.register("data_size", check=check_num_samples_shared)
 def build_data_size(_: NoParams) -> Weighting:
     """Weights proportional to local sample counts n_k (FedAvg)."""
     return data_size_weights

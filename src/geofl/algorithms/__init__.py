@@ -1,0 +1,9 @@
+"""Federated algorithms: each a strategy (server half) plus a client algorithm (client half).
+
+``ALGORITHMS`` holds FedAvg, FedProx, FedAvgM, FedAdam/FedYogi/FedAdagrad, SCAFFOLD, FedDyn
+and FedNova; :func:`geofl.plugins.load_all` imports the modules that register them.
+"""
+
+from geofl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext
+
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmContext"]

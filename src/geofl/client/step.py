@@ -1,0 +1,184 @@
+"""The client step: one free function from what a client has to what it uploads.
+
+``client_step(global_params, data, state, directives, streams)`` → :class:`ClientResult`:
+local training (with the algorithm's gradient correction) → the algorithm's state update
+and extra upload tensors → an attack, for a malicious client → the release pipeline
+(clip, noise, …). The simulator, a worker process and a Flower ClientApp call this same
+function; what varies per deployment is only where ``state`` is kept.
+
+Randomness comes from :class:`ClientStreams`, generators derived from (seed, round, client,
+purpose), so a client's result does not depend on which process ran it or what ran before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import torch
+
+from geofl.attacks.client import Attack
+from geofl.client.data import ClientData
+from geofl.client.release import ReleaseStep, apply_release
+from geofl.client.state import ClientState, StateSpec
+from geofl.client.trainer import GradCorrection, LocalTrainer, LocalTrainParams
+from geofl.rng import Key, torch_generator
+from geofl.update import ClientDirectives, ClientUpdate, payload_bytes
+
+__all__ = [
+    "ClientAlgorithm",
+    "ClientProgram",
+    "ClientResult",
+    "ClientStreams",
+    "PlainClient",
+    "client_step",
+    "dp_events_of",
+]
+
+
+@dataclass(frozen=True)
+class ClientStreams:
+    """Per-purpose generators of one client in one round.
+
+    Attributes:
+        keys: ``(seed, "round", r, "client", k)``; a purpose is appended per stream.
+    """
+
+    keys: tuple[Key, ...]
+
+    def torch(self, purpose: str) -> torch.Generator:
+        """The generator for ``purpose`` (``train``, ``attack``, ``release``, …)."""
+        return torch_generator(*self.keys, purpose)
+
+
+class ClientAlgorithm(Protocol):
+    """The client half of a federated algorithm (the strategy is the server half)."""
+
+    def state_specs(self, dim: int) -> Mapping[str, StateSpec]:
+        """Per-client state tensors this algorithm keeps (name → spec) for D = ``dim``."""
+        ...
+
+    def correction(
+        self, global_params: torch.Tensor, state: ClientState, directives: ClientDirectives
+    ) -> GradCorrection | None:
+        """The gradient correction of the local objective, or None for plain training."""
+        ...
+
+    def finish(
+        self,
+        update: ClientUpdate,
+        state: ClientState,
+        directives: ClientDirectives,
+        train: LocalTrainParams,
+    ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
+        """After local training: the update to upload (extra tensors/scalars added) and
+        the client's new state tensors."""
+        ...
+
+
+class PlainClient:
+    """Stateless local training (FedAvg and every server-side-only algorithm)."""
+
+    def state_specs(self, dim: int) -> Mapping[str, StateSpec]:
+        return {}
+
+    def correction(
+        self, global_params: torch.Tensor, state: ClientState, directives: ClientDirectives
+    ) -> GradCorrection | None:
+        return None
+
+    def finish(
+        self,
+        update: ClientUpdate,
+        state: ClientState,
+        directives: ClientDirectives,
+        train: LocalTrainParams,
+    ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
+        return update, {}
+
+
+@dataclass(frozen=True)
+class ClientProgram:
+    """The fixed parts of a client step, built once per run from the method's config.
+
+    Attributes:
+        trainer: Local optimisation (owns the model workspace).
+        train: Its plain settings (the algorithm's state update may need η_l, ρ).
+        algorithm: The client half of the algorithm.
+        release: Release steps applied to Δw before upload, in order.
+        attack: Malicious behaviour, applied when the client is one of its attackers.
+    """
+
+    trainer: LocalTrainer
+    train: LocalTrainParams
+    algorithm: ClientAlgorithm = field(default_factory=PlainClient)
+    release: Sequence[ReleaseStep] = ()
+    attack: Attack | None = None
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """What a client step produces.
+
+    Attributes:
+        update: What is uploaded: Δw, extra named tensors and metadata.
+        state: The client's new state (tensors and privacy ledger), kept on the client.
+        local_log: Client-local report of the release steps (never sent to the server).
+    """
+
+    update: ClientUpdate
+    state: ClientState
+    local_log: Mapping[str, Any]
+
+
+def dp_events_of(local_log: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The DpEvents a release pipeline reported, in order (``{"dp_event": …}`` entries)."""
+    return [
+        report["dp_event"]
+        for report in local_log.values()
+        if isinstance(report, Mapping) and report.get("dp_event")
+    ]
+
+
+def client_step(
+    program: ClientProgram,
+    global_params: torch.Tensor,
+    data: ClientData,
+    state: ClientState,
+    directives: ClientDirectives,
+    streams: ClientStreams,
+) -> ClientResult:
+    """Run one client for one round.
+
+    Args:
+        program: Trainer, algorithm, release steps and attack.
+        global_params: ``[D]`` broadcast model (not modified).
+        data: The client's local data.
+        state: Its state from the previous rounds it took part in.
+        directives: The server's per-client directives and payload tensors.
+        streams: Its random generators for this round.
+
+    Returns:
+        The upload, the new client state and the client-local log.
+    """
+    alg = program.algorithm
+    correction = alg.correction(global_params, state, directives)
+    update = program.trainer(
+        global_params, data, directives, streams.torch("train"), correction=correction
+    )
+    update, new_tensors = alg.finish(update, state, directives, program.train)
+    attack = program.attack
+    if attack is not None and data.client_id in attack.clients:
+        update = attack(update, directives, streams.torch("attack"))
+    update = apply_release(
+        update,
+        program.release,
+        data=data,
+        directives=directives,
+        generator=streams.torch("release"),
+    )
+    meta = replace(update.meta, bytes_sent=payload_bytes(update.delta, update.tensors))
+    update = replace(update, meta=meta)
+    events = (*state.dp_events, *dp_events_of(update.local_log))
+    return ClientResult(update, ClientState(new_tensors, events), update.local_log)

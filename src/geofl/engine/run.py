@@ -1,0 +1,260 @@
+"""One (method, seed) run: rounds, evaluation, best model, checkpoints, resume, subscribers.
+
+The rounds themselves are the scheduler's (:mod:`geofl.engine.scheduler`); this module owns
+what surrounds them. After every round the record is appended to ``rounds.jsonl`` and a
+checkpoint written (global model, best-so-far, strategy state, client states and privacy
+ledgers, wall time); a run resumed from it continues exactly as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from geofl.attacks.observe import feature_names, layer_bounds
+from geofl.client.state import ClientState
+from geofl.client.step import dp_events_of
+from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.data.partition import Partition
+from geofl.engine.components import PreparedData, build_components
+from geofl.engine.evaluate import evaluate
+from geofl.engine.scheduler import SyncScheduler
+from geofl.events import ParticipationGate, RunInfo, Subscriber
+from geofl.io import (
+    append_jsonl,
+    atomic_write,
+    dumps_line,
+    read_jsonl,
+    write_json_atomic,
+    write_text_atomic,
+)
+from geofl.privacy.accounting import ACCOUNTANTS, dp_event_from_log, epsilon_summary
+from geofl.records import RoundRecord, read_rounds
+from geofl.tasks.metrics import Metrics
+
+__all__ = ["FederatedRun"]
+
+log = logging.getLogger("geofl")
+
+#: Checkpoint layout version (1: params/best/wall only; 2: + strategy and client state).
+CHECKPOINT_FORMAT = 2
+
+
+class FederatedRun:
+    """One method under one seed.
+
+    Args:
+        cfg: The experiment.
+        method: The method being run.
+        seed: Experiment seed.
+        data: Normalised global split.
+        partition: Client index sets over ``data.train``.
+        out_dir: The run's seed directory.
+        subscribers: Event observers (a :class:`~geofl.events.ParticipationGate` among them
+            may bar clients from rounds).
+    """
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        method: MethodConfig,
+        seed: int,
+        data: PreparedData,
+        partition: Partition,
+        out_dir: Path,
+        subscribers: Sequence[Subscriber] = (),
+    ) -> None:
+        self.cfg, self.method, self.seed, self.data = cfg, method, seed, data
+        self.out_dir = Path(out_dir)
+        self.subscribers = tuple(subscribers)
+        gates = [s for s in self.subscribers if isinstance(s, ParticipationGate)]
+        self.partition = partition
+        self.comps = build_components(
+            cfg, method, seed, data, partition, state_dir=self.out_dir / "client_state"
+        )
+        self.workspace = self.comps.workspace
+        self.dim = self.workspace.spec.numel
+        self.init_params = self.workspace.snapshot()
+        self._layers = layer_bounds(self.workspace.spec)
+        self.scheduler = SyncScheduler(
+            self.comps,
+            seed=seed,
+            allowed=lambda k, r: all(g.allows(k, r) for g in gates),
+            observe_layers=self._layers if cfg.eval.observe_updates else None,
+        )
+
+    @property
+    def clients(self) -> list[Any]:
+        """Every client's local data, indexed by id."""
+        return self.comps.clients
+
+    def round(self, global_params: torch.Tensor, round_idx: int) -> tuple[torch.Tensor, Any]:
+        """Run one round (no evaluation, no I/O); returns the new params and the record."""
+        out = self.scheduler.round(global_params, round_idx)
+        self.comps.store.commit()
+        return out.params, out.record
+
+    def evaluate(self, params: torch.Tensor) -> dict[str, Metrics]:
+        """Val and test metrics of ``params``."""
+        self.workspace.load(params)
+        bs = self.cfg.eval.batch_size
+        model = self.workspace.module
+        d, c = self.data, self.data.train.num_classes
+        return {
+            "val": evaluate(model, d.val.images, d.val.labels, c, bs),
+            "test": evaluate(model, d.test.images, d.test.labels, c, bs),
+        }
+
+    # ------------------------------------------------------------------ whole run
+    def run(self, *, resume: bool = False) -> dict[str, Any]:
+        """Train for ``federation.rounds`` rounds; resume from ``checkpoint.pt`` if asked.
+
+        Returns:
+            The final record also written to ``final.json``.
+        """
+        out = self.out_dir
+        out.mkdir(parents=True, exist_ok=True)
+        rounds = self.cfg.federation.rounds
+        params, start, best, wall_before = self._start(resume)
+        info = RunInfo(self.method.name, self.seed, rounds, start, len(self.clients), out, self.dim)
+        for sub in self.subscribers:
+            sub.on_run_start(info)
+        t_run = time.perf_counter()
+        for r in range(start, rounds + 1):
+            outcome = self.scheduler.round(params, r)
+            params, record = outcome.params, outcome.record
+            record, best = self._evaluate_round(record, params, best, r == rounds)
+            if outcome.observed is not None:
+                append_jsonl(out / "observations.jsonl", outcome.observed)
+            append_jsonl(out / "rounds.jsonl", record.to_json())
+            self._checkpoint(r, params, best, wall_before + time.perf_counter() - t_run)
+            self.comps.store.commit()  # after the checkpoint that carries the staged rows
+            for sub in self.subscribers:
+                sub.on_round_end(info, record)
+        final = self._final(best, wall_before + time.perf_counter() - t_run)
+        write_json_atomic(out / "final.json", final)
+        for sub in self.subscribers:
+            sub.on_run_end(info, final)
+        return final
+
+    def _evaluate_round(
+        self, record: RoundRecord, params: torch.Tensor, best: dict[str, Any] | None, last: bool
+    ) -> tuple[RoundRecord, dict[str, Any] | None]:
+        r = record.round
+        if not (r % self.cfg.eval.every == 0 or last):
+            record.time_s["eval"] = 0.0
+            return record, best
+        t_eval = time.perf_counter()
+        metrics = self.evaluate(params)
+        record = replace(record, val=metrics["val"], test=metrics["test"])
+        record.time_s["eval"] = time.perf_counter() - t_eval
+        val, test = metrics["val"], metrics["test"]
+        val_acc = val["accuracy"] if val["n"] else test["accuracy"]
+        if best is None or val_acc > best["val_accuracy"]:
+            best = {"round": r, "val_accuracy": val_acc, "val": val, "test": test}
+            _torch_save_atomic(self.out_dir / "best.pt", {"round": r, "params": params})
+        return record, best
+
+    def _checkpoint(
+        self, r: int, params: torch.Tensor, best: dict[str, Any] | None, wall_s: float
+    ) -> None:
+        _torch_save_atomic(
+            self.out_dir / "checkpoint.pt",
+            {
+                "format": CHECKPOINT_FORMAT,
+                "round": r,
+                "params": params,
+                "best": best,
+                "wall_s": wall_s,
+                "previous_delta": self.scheduler.previous_aggregate,
+                "strategy": self.comps.strategy.state_dict(),
+                "clients": self.comps.store.state_dict(),
+            },
+        )
+
+    def _start(self, resume: bool) -> tuple[torch.Tensor, int, dict[str, Any] | None, float]:
+        """Fresh files, or the checkpoint's state with logs cut back to it."""
+        out = self.out_dir
+        ckpt_path = out / "checkpoint.pt"
+        rounds_path, obs_path = out / "rounds.jsonl", out / "observations.jsonl"
+        if not (resume and ckpt_path.exists()):
+            _rewrite_jsonl(rounds_path, [])
+            if self.cfg.eval.observe_updates:
+                _rewrite_jsonl(obs_path, [])
+                write_json_atomic(
+                    out / "observations.meta.json",
+                    {"features": feature_names(self._layers), "num_params": self.dim},
+                )
+            return self.init_params, 1, None, 0.0
+        ckpt = torch.load(ckpt_path, weights_only=False)
+        start = int(ckpt["round"]) + 1
+        kept = [r for r in read_rounds(rounds_path, strict=False) if r.round < start]
+        _rewrite_jsonl(rounds_path, [r.to_json() for r in kept])
+        self.scheduler.previous_aggregate = ckpt.get("previous_delta")
+        if "strategy" in ckpt:
+            self.comps.strategy.load_state_dict(ckpt["strategy"])
+            self.comps.store.load_state_dict(ckpt["clients"])
+        else:  # format 1: stateless strategies; ledgers rebuilt from the client logs
+            self._replay_ledgers(kept)
+        if obs_path.exists():
+            _rewrite_jsonl(obs_path, [o for o in read_jsonl(obs_path) if o["round"] < start])
+        return ckpt["params"], start, ckpt["best"], float(ckpt.get("wall_s", 0.0))
+
+    def _replay_ledgers(self, records: Sequence[RoundRecord]) -> None:
+        store = self.comps.store
+        for rec in records:
+            for k, local_log in rec.client_log.items():
+                events = dp_events_of(local_log)
+                if events:
+                    old = store.get(int(k))
+                    store.stage(int(k), ClientState(old.tensors, (*old.dp_events, *events)))
+                    store.commit()
+
+    def _final(self, best: dict[str, Any] | None, wall_s: float) -> dict[str, Any]:
+        last = read_rounds(self.out_dir / "rounds.jsonl")[-1]
+        final: dict[str, Any] = {
+            "final": {"val": last.val, "test": last.test},
+            "best_val": best,
+            "rounds": self.cfg.federation.rounds,
+            "num_clients": len(self.clients),
+            "num_params": self.dim,
+            "wall_s": wall_s,
+        }
+        privacy = self._privacy()
+        if privacy is not None:
+            final["privacy"] = privacy
+        return final
+
+    def _privacy(self) -> dict[str, Any] | None:
+        """ε per client from each client's own ledger (what clients would report)."""
+        acc_cfg = self.cfg.privacy.accountant
+        accountant = ACCOUNTANTS.build(acc_cfg.name, acc_cfg.params)
+        zs: set[float] = set()
+        for k in range(len(self.clients)):
+            for spec in self.comps.store.events(k):
+                event = dp_event_from_log({"dp_event": spec})
+                if event is not None:
+                    accountant.record(k, event)
+                    zs.add(float(spec["noise_multiplier"]))
+        if not zs:
+            return None
+        return epsilon_summary(
+            accountant,
+            delta=self.cfg.privacy.delta,
+            noise_multipliers=sorted(zs),
+            kind=acc_cfg.name,
+        )
+
+
+def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    write_text_atomic(path, "".join(dumps_line(r) + "\n" for r in records), sync=True)
+
+
+def _torch_save_atomic(path: Path, obj: dict[str, Any]) -> None:
+    atomic_write(path, lambda fh: torch.save(obj, fh))

@@ -1,0 +1,261 @@
+"""The synchronous round scheduler (000 §3.1.1; the loop of papers 000, 001 and 004).
+
+One round: sample a cohort → permission gate → the strategy configures the round → each
+client runs :func:`~geofl.client.step.client_step` on its own state → transport (network
+model) → validation → the strategy aggregates the accepted updates → a typed
+:class:`~geofl.records.RoundRecord`. Evaluation, checkpoints and subscribers are the run's
+business (:mod:`geofl.engine.run`), so an event-driven scheduler (the asynchronous satellite
+hierarchy of 003) can reuse every piece here without copying the client step.
+
+Every random draw comes from a generator derived from (seed, round, client, purpose).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from geofl.attacks.observe import update_statistics
+from geofl.client.step import ClientResult, ClientStreams, client_step
+from geofl.engine.components import RunComponents
+from geofl.engine.hashing import params_sha256, update_set_sha256
+from geofl.errors import AggregationError
+from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
+from geofl.rng import numpy_generator
+from geofl.server.sampling import Cohort
+from geofl.server.strategy import StrategyResult, UpdateBatch
+from geofl.server.validate import validate_update
+from geofl.update import ClientDirectives, ClientUpdate
+
+__all__ = ["RoundOutcome", "Scheduler", "SyncScheduler"]
+
+log = logging.getLogger("geofl")
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """A finished round: the new global model, its record and the server's view."""
+
+    params: torch.Tensor
+    record: RoundRecord
+    observed: dict[str, Any] | None = None
+
+
+class Scheduler(Protocol):
+    """Drives rounds over a run's components."""
+
+    def round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome: ...
+
+
+@dataclass
+class _Collected:
+    """Accepted updates of a round, as they arrived."""
+
+    accepted: list[ClientUpdate] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    client_log: dict[str, Any] = field(default_factory=dict)
+    train_time: float = 0.0
+    payload_bytes: int = 0
+
+
+class SyncScheduler:
+    """The synchronous round loop over :class:`~geofl.engine.components.RunComponents`.
+
+    Args:
+        comps: The run's components.
+        seed: Experiment seed (generator keys).
+        allowed: The permission gate: ``allowed(client, round)`` (000 §3.5.3).
+        observe_layers: Layer bounds for the server-view statistics, or None to skip them.
+    """
+
+    def __init__(
+        self,
+        comps: RunComponents,
+        *,
+        seed: int,
+        allowed: Callable[[int, int], bool] = lambda c, r: True,
+        observe_layers: Sequence[tuple[str, int, int]] | None = None,
+    ) -> None:
+        self.c, self.seed, self.allowed = comps, seed, allowed
+        self.dim = comps.workspace.spec.numel
+        self.observe_layers = observe_layers
+        self.previous_aggregate: torch.Tensor | None = None
+        # Accepted uploads are copied as they arrive into rows of [K, D] buffers reused
+        # across rounds (no per-round allocation of the update tensor).
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def _buffer(self, name: str, rows: int) -> torch.Tensor:
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape[0] < rows:
+            buf = self._buffers[name] = torch.empty(rows, self.dim)
+        return buf
+
+    def cohort(self, round_idx: int) -> Cohort:
+        """The sampler's draw for ``round_idx`` (generator (seed, round, "participation"))."""
+        rng = numpy_generator(self.seed, "round", round_idx, "participation")
+        return self.c.sampler(len(self.c.clients), round_idx, rng)
+
+    def run_client(
+        self, global_params: torch.Tensor, client: int, directives: ClientDirectives
+    ) -> ClientResult:
+        """One client's step on its committed state; its new state is staged."""
+        streams = ClientStreams((self.seed, "round", directives.round, "client", client))
+        state = self.c.store.get(client)
+        res = client_step(
+            self.c.program, global_params, self.c.clients[client], state, directives, streams
+        )
+        self.c.store.stage(client, res.state)
+        return res
+
+    def _collect(
+        self, global_params: torch.Tensor, trained: list[int], round_idx: int
+    ) -> _Collected:
+        plan = self.c.strategy.configure(round_idx, trained)
+        names = self.c.strategy.uploads
+        out = _Collected()
+        out.payload_bytes = sum(t.numel() * t.element_size() for t in plan.payload.values())
+        for k in trained:
+            t0 = time.perf_counter()
+            directives = ClientDirectives(round_idx, k, plan.extra.get(k, {}), plan.payload)
+            res = self.run_client(global_params, k, directives)
+            out.train_time += time.perf_counter() - t0
+            if res.local_log:
+                out.client_log[str(k)] = dict(res.local_log)
+            update = res.update
+            rng = numpy_generator(self.seed, "round", round_idx, "client", k, "network")
+            rejection: Rejection | None
+            if not self.c.network(update.meta, rng).delivered:
+                rejection = Rejection(k, RejectionReason.LOST_IN_TRANSIT)
+            else:
+                detail = validate_update(update, self.dim, names)
+                rejection = (
+                    None if detail is None else Rejection(k, RejectionReason.MALFORMED, detail)
+                )
+            if rejection is not None:
+                log.warning(
+                    "round %d: rejected update of client %d: %s",
+                    round_idx,
+                    k,
+                    rejection.detail or rejection.reason,
+                )
+                out.rejected.append(rejection)
+                continue
+            row = len(out.accepted)
+            self._buffer("delta", len(trained))[row].copy_(update.delta)
+            for name in names:
+                self._buffer(name, len(trained))[row].copy_(update.tensors[name])
+            out.accepted.append(update)
+        return out
+
+    def round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome:
+        """Run round ``round_idx`` from ``global_params`` (``[D]``, not modified)."""
+        t0 = time.perf_counter()
+        cohort = self.cohort(round_idx)
+        excluded = [k for k in cohort.clients if not self.allowed(k, round_idx)]
+        trained = [k for k in cohort.clients if k not in excluded]
+        got = self._collect(global_params, trained, round_idx)
+        n_acc = len(got.accepted)
+        batch = UpdateBatch(
+            self._buffer("delta", n_acc)[:n_acc],
+            [u.meta for u in got.accepted],
+            {name: self._buffer(name, n_acc)[:n_acc] for name in self.c.strategy.uploads},
+            len(self.c.clients),
+        )
+        t_agg = time.perf_counter()
+        status, result, error = self._aggregate(global_params, batch, round_idx, bool(trained))
+        agg_time = time.perf_counter() - t_agg
+        params = result.params if result is not None else global_params
+        observed = None
+        if result is not None and self.observe_layers is not None:
+            observed = self._observe(batch, result, round_idx, self.observe_layers)
+        record = self._record(round_idx, cohort, excluded, got, batch, status, result, error)
+        record.time_s.update(
+            train=got.train_time, aggregate=agg_time, total=time.perf_counter() - t0
+        )
+        record = _with_hashes(record, params, batch)
+        return RoundOutcome(params, record, observed)
+
+    def _aggregate(
+        self, global_params: torch.Tensor, batch: UpdateBatch, round_idx: int, sampled: bool
+    ) -> tuple[RoundStatus, StrategyResult | None, str | None]:
+        if not batch.metas:
+            status = RoundStatus.NO_UPDATES if sampled else RoundStatus.EMPTY_COHORT
+            why = "no valid update arrived" if sampled else "the sampler drew no client"
+            log.warning("round %d: %s; global model unchanged", round_idx, why)
+            return status, None, None
+        try:
+            res = self.c.strategy.aggregate(round_idx, global_params, batch)
+        except AggregationError as err:  # e.g. too few updates left for Krum
+            log.warning("round %d: %s; global model unchanged", round_idx, err)
+            return RoundStatus.AGGREGATION_FAILED, None, str(err)
+        return RoundStatus.AGGREGATED, res, None
+
+    def _record(
+        self,
+        round_idx: int,
+        cohort: Cohort,
+        excluded: list[int],
+        got: _Collected,
+        batch: UpdateBatch,
+        status: RoundStatus,
+        result: StrategyResult | None,
+        error: str | None,
+    ) -> RoundRecord:
+        metas = batch.metas
+        n = np.array([m.num_samples for m in metas], dtype=np.float64)
+        losses = np.array([m.train_loss for m in metas])
+        accs = np.array([m.train_accuracy for m in metas])
+        trained = len(cohort.clients) - len(excluded)
+        return RoundRecord(
+            round=round_idx,
+            status=status,
+            participants=[m.client_id for m in metas],
+            weights=result.weights.tolist() if result is not None else [],
+            rejected=got.rejected,
+            excluded=excluded,
+            cohort=list(cohort.clients),
+            sampling={"scheme": cohort.scheme, "rate": cohort.rate},
+            train_loss=float(n @ losses / n.sum()) if metas else None,
+            train_accuracy=float(n @ accs / n.sum()) if metas else None,
+            bytes_up=int(sum(m.bytes_sent for m in metas)),
+            bytes_down=trained * (self.dim * 4 + got.payload_bytes),
+            aggregation_error=error,
+            update_norms=torch.linalg.vector_norm(batch.deltas, dim=1).tolist() if metas else [],
+            client_log=got.client_log,
+            strategy=dict(result.info) if result is not None else {},
+        )
+
+    def _observe(
+        self,
+        batch: UpdateBatch,
+        result: StrategyResult,
+        round_idx: int,
+        layers: Sequence[tuple[str, int, int]],
+    ) -> dict[str, Any]:
+        """The server's legitimate view of this round's updates (for passive attacks)."""
+        feats = update_statistics(
+            batch.deltas,
+            aggregate=result.aggregate,
+            previous=self.previous_aggregate,
+            layers=layers,
+        )
+        self.previous_aggregate = result.aggregate.clone()
+        clients = [m.client_id for m in batch.metas]
+        return {"round": round_idx, "clients": clients, "features": feats.tolist()}
+
+
+def _with_hashes(record: RoundRecord, params: torch.Tensor, batch: UpdateBatch) -> RoundRecord:
+    """Content hashes for commitments and audits (000 §3.5): the new global model and the
+    set of updates it came from."""
+    clients = [m.client_id for m in batch.metas]
+    return replace(
+        record,
+        model_sha256=params_sha256(params),
+        update_set_sha256=update_set_sha256(clients, batch.deltas),
+    )

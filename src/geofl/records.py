@@ -1,0 +1,226 @@
+"""The typed round record: what one round did, as written to ``rounds.jsonl``.
+
+Produced by the scheduler, read by subscribers (governance, progress), reports and
+analyses. One line of ``rounds.jsonl`` is :meth:`RoundRecord.to_json` of one record;
+:meth:`RoundRecord.from_json` reads it back — including records written before the record
+was typed (rejections as bare strings, no status), so older run directories still load.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from geofl.errors import RunDirError
+from geofl.tasks.metrics import Metrics
+
+__all__ = [
+    "Rejection",
+    "RejectionReason",
+    "RoundRecord",
+    "RoundStatus",
+    "read_rounds",
+]
+
+
+class RoundStatus(enum.StrEnum):
+    """How a round ended."""
+
+    #: The strategy aggregated at least one accepted update into a new global model.
+    AGGREGATED = "aggregated"
+    #: The sampler drew no client (Poisson sampling); the model is unchanged.
+    EMPTY_COHORT = "empty_cohort"
+    #: Clients were sampled but no valid update arrived; the model is unchanged.
+    NO_UPDATES = "no_updates"
+    #: The aggregator refused the round's updates (e.g. too few for Krum); unchanged.
+    AGGREGATION_FAILED = "aggregation_failed"
+
+
+class RejectionReason(enum.StrEnum):
+    """Why a sampled client's update was not aggregated."""
+
+    #: The network model lost the upload.
+    LOST_IN_TRANSIT = "lost in transit"
+    #: Validation refused it (shape, dtype, non-finite values, bad metadata).
+    MALFORMED = "malformed"
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One refused update: whose, why, and the validator's detail."""
+
+    client: int
+    reason: RejectionReason
+    detail: str = ""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Rejection:
+        """Read a rejection; pre-typed records stored the validator's text as ``reason``."""
+        text = str(data.get("reason", ""))
+        try:
+            reason = RejectionReason(text)
+        except ValueError:
+            return cls(int(data["client"]), RejectionReason.MALFORMED, text)
+        return cls(int(data["client"]), reason, str(data.get("detail", "")))
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """Everything one round produced.
+
+    Attributes:
+        round: 1-based round index.
+        status: How the round ended.
+        participants: Ids of the clients whose updates were accepted (aggregation order).
+        weights: Effective aggregation weight of each participant (aligned with
+            ``participants``; empty when nothing was aggregated): what the aggregator
+            really used — Krum's selected rows, trimmed-mean shares — not nominal weights.
+        rejected: Sampled clients whose updates were refused.
+        excluded: Sampled clients barred by a permission gate before training.
+        cohort: The clients the sampler drew (before the gate).
+        sampling: Sampler name and, for Poisson sampling, its rate (for amplification).
+        train_loss: Sample-weighted mean local training loss of the participants.
+        train_accuracy: Sample-weighted mean local training accuracy.
+        bytes_up: Bytes uploaded by the participants (Δw plus extra tensors).
+        bytes_down: Bytes broadcast to the trained clients (model plus payload tensors).
+        aggregation_error: The aggregator's refusal, when status is AGGREGATION_FAILED.
+        update_norms: ‖Δw_k‖₂ of each participant's received update.
+        client_log: Client-local logs by client id (kept client-side in a deployment).
+        time_s: Wall time of the round's phases.
+        model_sha256: Hash of the new global model (000 §3.5 commitments).
+        update_set_sha256: Hash of the accepted update set.
+        val: Validation metrics, when the round was evaluated.
+        test: Test metrics, when the round was evaluated.
+        strategy: Scalars the strategy reports (e.g. FedNova's τ_eff, the server
+            control-variate norm).
+    """
+
+    round: int
+    status: RoundStatus
+    participants: list[int]
+    weights: list[float]
+    rejected: list[Rejection] = field(default_factory=list)
+    excluded: list[int] = field(default_factory=list)
+    cohort: list[int] = field(default_factory=list)
+    sampling: dict[str, Any] = field(default_factory=dict)
+    train_loss: float | None = None
+    train_accuracy: float | None = None
+    bytes_up: int = 0
+    bytes_down: int = 0
+    aggregation_error: str | None = None
+    update_norms: list[float] = field(default_factory=list)
+    client_log: dict[str, Any] = field(default_factory=dict)
+    time_s: dict[str, float] = field(default_factory=dict)
+    model_sha256: str = ""
+    update_set_sha256: str = ""
+    val: Metrics | None = None
+    test: Metrics | None = None
+    strategy: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def evaluated(self) -> bool:
+        """Whether this round carries val/test metrics."""
+        return self.test is not None
+
+    @property
+    def failed_clients(self) -> list[int]:
+        """Clients whose upload was refused for any reason."""
+        return [r.client for r in self.rejected]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object written as one line of ``rounds.jsonl`` (enums as strings)."""
+        out = asdict(self)
+        out["status"] = str(self.status)
+        out["rejected"] = [
+            {"client": r.client, "reason": str(r.reason), "detail": r.detail} for r in self.rejected
+        ]
+        if self.val is None:
+            del out["val"]
+        if self.test is None:
+            del out["test"]
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RoundRecord:
+        """Read one ``rounds.jsonl`` object (current or pre-typed layout).
+
+        Raises:
+            KeyError, TypeError, ValueError: on a record missing ``round``/``participants``
+                or with values of the wrong type (callers name the file and line).
+        """
+        participants = [int(c) for c in data["participants"]]
+        weights = [float(w) for w in data.get("weights") or []]
+        status = data.get("status")
+        if status is None:  # pre-typed records: infer from what they held
+            status = (
+                RoundStatus.AGGREGATION_FAILED
+                if data.get("aggregation_error")
+                else RoundStatus.AGGREGATED
+                if participants
+                else RoundStatus.NO_UPDATES
+            )
+        return cls(
+            round=int(data["round"]),
+            status=RoundStatus(status),
+            participants=participants,
+            weights=weights,
+            rejected=[Rejection.from_json(r) for r in data.get("rejected") or []],
+            excluded=[int(c) for c in data.get("excluded") or []],
+            cohort=[int(c) for c in data.get("cohort") or []],
+            sampling=dict(data.get("sampling") or {}),
+            train_loss=_opt_float(data.get("train_loss")),
+            train_accuracy=_opt_float(data.get("train_accuracy")),
+            bytes_up=int(data.get("bytes_up") or 0),
+            bytes_down=int(data.get("bytes_down") or 0),
+            aggregation_error=data.get("aggregation_error"),
+            update_norms=[float(x) for x in data.get("update_norms") or []],
+            client_log=dict(data.get("client_log") or {}),
+            time_s={str(k): float(v) for k, v in (data.get("time_s") or {}).items()},
+            model_sha256=str(data.get("model_sha256") or ""),
+            update_set_sha256=str(data.get("update_set_sha256") or ""),
+            val=data.get("val"),
+            test=data.get("test"),
+            strategy={str(k): float(v) for k, v in (data.get("strategy") or {}).items()},
+        )
+
+
+def _opt_float(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def read_rounds(path: Path, *, strict: bool = True) -> list[RoundRecord]:
+    """Every record of a ``rounds.jsonl``.
+
+    Args:
+        path: The file (absent → empty list).
+        strict: Raise on a damaged line anywhere; otherwise stop at the first damaged line
+            (a torn final line after a crash).
+
+    Raises:
+        RunDirError: naming the file and line of a damaged record (``strict``).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    out: list[RoundRecord] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines, start=1):
+        try:
+            out.append(RoundRecord.from_json(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as err:
+            if not strict:
+                break
+            raise RunDirError(
+                f"{path}:{i}: damaged round record ({type(err).__name__}: {err}); "
+                "restore the file or start a new run"
+            ) from None
+    return out
+
+
+def records_of(rows: Sequence[Mapping[str, Any]]) -> list[RoundRecord]:
+    """Typed records from already-parsed JSON objects."""
+    return [RoundRecord.from_json(r) for r in rows]
