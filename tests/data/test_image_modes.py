@@ -22,11 +22,11 @@ import tifffile
 import torch
 from PIL import Image
 
-from geofl.data import ucmerced
+from geofl.data import eurosat, ucmerced
 from geofl.data.base import DATASETS, GeoDataset
 from geofl.errors import DataError
 
-assert ucmerced.UCMERCED_SPEC.name == "ucmerced"  # importing registers the loader
+assert {eurosat.EUROSAT_MS_SPEC.name, ucmerced.UCMERCED_SPEC.name}  # registers loaders
 SIDE = 8
 #: Writes an array as encoded file bytes.
 Encode = Callable[[np.ndarray], bytes]
@@ -344,3 +344,25 @@ def test_refused_inside_zip_names_member(tmp_path: Path) -> None:
         zf.writestr("UCMerced_LandUse/Images/forest/forest07.tif", _bad_float(np.nan))
     with pytest.raises(DataError, match=r"forest/forest07\.tif in .*UCMerced_LandUse\.zip has"):
         DATASETS.build("ucmerced", {"root": zpath, "size": SIDE}, cache_dir=tmp_path / "c")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value"),
+    [
+        (np.float32, 0.1),
+        (np.float64, np.nan),
+        (np.int16, -3),
+        (np.uint32, 70000),
+        (np.complex64, 1),
+    ],
+)
+def test_eurosat_ms_non_uint16_refused_with_convention(
+    tmp_path: Path, dtype: type, value: float
+) -> None:
+    """EuroSAT MS keeps its uint16 / 10000 convention; values it cannot hold are refused."""
+    path = tmp_path / "src" / "Forest" / "Forest_1.tif"
+    path.parent.mkdir(parents=True)
+    arr = np.full((64, 64, 13), value, dtype)
+    tifffile.imwrite(path, arr, photometric="minisblack", planarconfig="contig")
+    with pytest.raises(DataError, match=r"Forest_1\.tif has pixel type .*reflectance x 10000"):
+        DATASETS.build("eurosat_ms", {"root": tmp_path / "src"}, cache_dir=tmp_path / "c")
