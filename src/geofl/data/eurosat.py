@@ -164,7 +164,10 @@ def decode_ms(data: bytes, size: int) -> np.ndarray:
         )
     if arr.dtype != np.uint16:
         if arr.dtype.kind not in "ui" or arr.min() < 0 or arr.max() > np.iinfo(np.uint16).max:
-            raise ImageFormatError(f"has pixel type {arr.dtype}; expected uint16")
+            raise ImageFormatError(
+                f"has pixel type {arr.dtype}; expected uint16 digital numbers "
+                "(reflectance x 10000, as in the EuroSAT release): convert it to that"
+            )
         arr = arr.astype(np.uint16)
     if arr.shape[1:] == (size, size):
         return np.ascontiguousarray(arr)
