@@ -6,7 +6,8 @@ or value and exit code 2; nothing half-written is left behind.
 Modules (imports point down only; every command module uses :mod:`geofl.cli.common`):
 
 * :mod:`geofl.cli.run` — ``run``, ``report``, ``presets``;
-* :mod:`geofl.cli.data` — ``data describe``;
+* :mod:`geofl.cli.data` — ``data describe`` (tables and heatmaps in
+  :mod:`geofl.cli.describe`);
 * :mod:`geofl.cli.ledger` — ``ledger show|verify|committee|permissions|reputation|build``;
 * :mod:`geofl.cli.progress` — the progress display of ``geofl run`` (a run subscriber).
 

@@ -26,8 +26,8 @@ def data_describe(
     ] = None,
 ) -> None:
     """Describe the config's dataset, global split and each method's client partition."""
+    from geofl.cli.describe import describe
     from geofl.config.load import load_config
-    from geofl.data.describe import describe
 
     try:
         cfg = load_config(source, set_ or [])
