@@ -36,13 +36,13 @@ from pathlib import Path
 from _common import footer, header, print_table
 from geofl.governance.ledger import (
     EmbeddedLedger,
-    PermissionState,
     Role,
     RpcLedger,
     Web3Ledger,
     hash_json,
 )
 from geofl.governance.ledger.ganache import GanacheNode, missing_tools
+from geofl.governance.permissions import PermissionLevel
 
 TARGET_MS = 50.0
 #: Paper 000 Table 4, mean of five runs (ms), Hyperledger Fabric test network.
@@ -63,7 +63,7 @@ class Workload:
         self.ledger = ledger
         self.round = 0
         self.election = 0
-        self.state = PermissionState.ACTIVE
+        self.state = PermissionLevel.ACTIVE
         for client in CLIENTS:
             ledger.grant_role(client, Role.TRAINING | Role.VALIDATION)
         ledger.commit_rule(hash_json({"scenario": "bench", "seed": 1}), "rule_bench_seed1")
@@ -87,9 +87,9 @@ class Workload:
 
     def permission(self) -> int:
         new = (
-            PermissionState.WATCHLIST
-            if self.state == PermissionState.ACTIVE
-            else PermissionState.ACTIVE
+            PermissionLevel.WATCHLIST
+            if self.state == PermissionLevel.ACTIVE
+            else PermissionLevel.ACTIVE
         )
         pid, _ = self.ledger.propose_permission("client7", self.state, new, "Two failures", 5)
         for member in COMMITTEE:

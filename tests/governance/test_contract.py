@@ -18,7 +18,6 @@ from geofl.governance.ledger import (
     PermissionApproved,
     PermissionChanged,
     PermissionProposed,
-    PermissionState,
     ProposalCancelled,
     ProposalStatus,
     Role,
@@ -28,12 +27,13 @@ from geofl.governance.ledger import (
     Web3Ledger,
     hash_json,
 )
+from geofl.governance.permissions import PermissionLevel
 
 MakeLedger = Callable[..., Web3Ledger]
 ACTIVE, WATCHLIST, SUSPENDED = (
-    PermissionState.ACTIVE,
-    PermissionState.WATCHLIST,
-    PermissionState.SUSPENDED,
+    PermissionLevel.ACTIVE,
+    PermissionLevel.WATCHLIST,
+    PermissionLevel.SUSPENDED,
 )
 VALIDATORS = ("v1", "v2", "v3", "v4")
 

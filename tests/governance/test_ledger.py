@@ -13,13 +13,13 @@ from geofl.governance.ledger import (
     CommitteeElected,
     EmbeddedLedger,
     PermissionChanged,
-    PermissionState,
     Role,
     hash_json,
 )
 from geofl.governance.ledger.store import HEAD, LOG, META
+from geofl.governance.permissions import PermissionLevel
 
-WATCHLIST = PermissionState.WATCHLIST
+WATCHLIST = PermissionLevel.WATCHLIST
 
 
 def scenario(ledger: EmbeddedLedger) -> None:
@@ -30,7 +30,7 @@ def scenario(ledger: EmbeddedLedger) -> None:
     for r in (1, 2):
         ledger.commit_aggregation(r, hash_json(["m", r]), hash_json(["u", r]))
         ledger.record_committee(r, r, ["c1", "c2"], hash_json(["draw", r]))
-    pid, _ = ledger.propose_permission("c3", PermissionState.ACTIVE, WATCHLIST, "two failures", 2)
+    pid, _ = ledger.propose_permission("c3", PermissionLevel.ACTIVE, WATCHLIST, "two failures", 2)
     ledger.approve(pid, "c1")
     ledger.approve(pid, "c2")
 

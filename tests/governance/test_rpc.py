@@ -8,12 +8,12 @@ from geofl.errors import LedgerError
 from geofl.governance.ledger import (
     CommitteeElected,
     PermissionChanged,
-    PermissionState,
     Role,
     RpcLedger,
     hash_json,
 )
 from geofl.governance.ledger.ganache import free_port
+from geofl.governance.permissions import PermissionLevel
 
 #: Private key of account 0 of ganache's --wallet.deterministic mnemonic (public knowledge).
 GANACHE_KEY_0 = "0x4f3edf983ac636a65a842ce7c78d9aa706d3b113bce9c46f30d7d21715b23b1d"
@@ -29,10 +29,10 @@ def test_an_attached_ledger_sees_what_another_writer_recorded(ganache_url: str):
 
     second = RpcLedger.attach(ganache_url, first.contract_address, seed="attach", from_block=start)
     assert second.committee().members == ("a", "b")
-    pid, _ = second.propose_permission("c", PermissionState.ACTIVE, PermissionState.REMOVED, "x", 1)
+    pid, _ = second.propose_permission("c", PermissionLevel.ACTIVE, PermissionLevel.REMOVED, "x", 1)
     first.approve(pid, "a")  # the writers share nonces through the chain, not memory
     second.approve(pid, "b")
-    assert first.permission("c") == PermissionState.REMOVED
+    assert first.permission("c") == PermissionLevel.REMOVED
     for ledger in (first, second):
         (change,) = ledger.events(PermissionChanged)
         assert change.node == "c" and change.proposal_id == pid

@@ -64,7 +64,11 @@ __all__ = [
 
 
 class PermissionLevel(IntEnum):
-    """Permission level of a node; the int values are what the contract stores."""
+    """Permission level L_u of a node (000 Eq. 24); every node starts ``ACTIVE``.
+
+    The int values are the on-chain encoding (the contract's ``permission`` and the
+    ``oldState``/``newState`` of its events) and what JSON outputs hold.
+    """
 
     ACTIVE = 0
     WATCHLIST = 1

@@ -51,7 +51,7 @@ from geofl.governance.committee import (
     is_election_round,
 )
 from geofl.governance.config import GovernanceConfig
-from geofl.governance.ledger import Ledger, PermissionState, Role, hash_json
+from geofl.governance.ledger import Ledger, Role, hash_json
 from geofl.governance.permissions import (
     PermissionLevel,
     PermissionObservation,
@@ -245,8 +245,8 @@ class GovernanceProcess:
         for prop in self.policy.evaluate(r, state, obs):
             pid, rc = self.ledger.propose_permission(
                 node_name(prop.node),
-                PermissionState(int(prop.old)),
-                PermissionState(int(prop.new)),
+                prop.old,
+                prop.new,
                 f"{prop.reason}: {prop.detail}" if prop.detail else str(prop.reason),
                 r,
             )

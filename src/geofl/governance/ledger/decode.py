@@ -22,13 +22,13 @@ from geofl.governance.ledger.records import (
     PermissionApproved,
     PermissionChanged,
     PermissionProposed,
-    PermissionState,
     ProposalCancelled,
     Role,
     RoleGranted,
     RoleRevoked,
     RuleCommitted,
 )
+from geofl.governance.permissions import PermissionLevel
 
 __all__ = ["EVENT_TYPES", "EventDecoder"]
 
@@ -148,8 +148,8 @@ class EventDecoder:
             return PermissionProposed(
                 proposal_id=a["proposalId"],
                 node=self.node(a["node"]),
-                old=PermissionState(a["oldState"]),
-                new=PermissionState(a["newState"]),
+                old=PermissionLevel(a["oldState"]),
+                new=PermissionLevel(a["newState"]),
                 reason=a["reason"],
                 round_id=a["roundId"],
                 election_id=a["electionId"],
@@ -168,8 +168,8 @@ class EventDecoder:
             return PermissionChanged(
                 proposal_id=a["proposalId"],
                 node=self.node(a["node"]),
-                old=PermissionState(a["oldState"]),
-                new=PermissionState(a["newState"]),
+                old=PermissionLevel(a["oldState"]),
+                new=PermissionLevel(a["newState"]),
                 round_id=a["roundId"],
                 **meta,
             )

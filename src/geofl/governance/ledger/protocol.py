@@ -16,12 +16,12 @@ from geofl.governance.ledger.records import (
     AggregationRecord,
     CommitteeRecord,
     LedgerEvent,
-    PermissionState,
     ProposalRecord,
     Receipt,
     Role,
     RuleRecord,
 )
+from geofl.governance.permissions import PermissionLevel
 
 __all__ = ["Ledger"]
 
@@ -61,8 +61,8 @@ class Ledger(Protocol):
     def propose_permission(
         self,
         node_id: str,
-        old: PermissionState,
-        new: PermissionState,
+        old: PermissionLevel,
+        new: PermissionLevel,
         reason: str,
         round_id: int,
         *,
@@ -87,8 +87,8 @@ class Ledger(Protocol):
         """Role flags of ``node_id``."""
         ...
 
-    def permission(self, node_id: str) -> PermissionState:
-        """Permission state of ``node_id``."""
+    def permission(self, node_id: str) -> PermissionLevel:
+        """Permission level of ``node_id``."""
         ...
 
     def current_election(self) -> int:

@@ -1,15 +1,19 @@
-"""Typed records of the governance ledger: roles, states, receipts, events and views.
+"""Typed records of the governance ledger: roles, proposal states, receipts, events, views.
 
 Hashes (transaction, block, rule, model) are ``0x``-prefixed lowercase hex strings, so
 records serialise to JSON as they are (``dataclasses.asdict``; the enums are ints).
 Accounts are checksummed addresses; nodes are the string ids the ledger was given
 (``"coordinator"``, ``"client7"``), resolved from accounts through the on-chain binding.
+Permission levels are :class:`geofl.governance.permissions.PermissionLevel`, whose int
+values are the contract's encoding.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from geofl.governance.permissions import PermissionLevel
 
 __all__ = [
     "AggregationCommitted",
@@ -20,7 +24,6 @@ __all__ = [
     "PermissionApproved",
     "PermissionChanged",
     "PermissionProposed",
-    "PermissionState",
     "ProposalCancelled",
     "ProposalRecord",
     "ProposalStatus",
@@ -40,15 +43,6 @@ class Role(enum.IntFlag):
     TRAINING = 2
     VALIDATION = 4
     AUDIT = 8
-
-
-class PermissionState(enum.IntEnum):
-    """Permission level L_u of a node (Eq. 24); every node starts ``ACTIVE``."""
-
-    ACTIVE = 0
-    WATCHLIST = 1
-    SUSPENDED = 2
-    REMOVED = 3
 
 
 class ProposalStatus(enum.IntEnum):
@@ -156,8 +150,8 @@ class PermissionProposed(LedgerEvent):
 
     proposal_id: int
     node: str
-    old: PermissionState
-    new: PermissionState
+    old: PermissionLevel
+    new: PermissionLevel
     reason: str
     round_id: int
     election_id: int
@@ -180,8 +174,8 @@ class PermissionChanged(LedgerEvent):
 
     proposal_id: int
     node: str
-    old: PermissionState
-    new: PermissionState
+    old: PermissionLevel
+    new: PermissionLevel
     round_id: int
 
 
@@ -237,8 +231,8 @@ class ProposalRecord:
 
     proposal_id: int
     node: str
-    old: PermissionState
-    new: PermissionState
+    old: PermissionLevel
+    new: PermissionLevel
     reason: str
     round_id: int
     election_id: int

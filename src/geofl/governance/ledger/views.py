@@ -18,12 +18,12 @@ from geofl.governance.ledger.identity import Identities
 from geofl.governance.ledger.records import (
     AggregationRecord,
     CommitteeRecord,
-    PermissionState,
     ProposalRecord,
     ProposalStatus,
     Role,
     RuleRecord,
 )
+from geofl.governance.permissions import PermissionLevel
 
 __all__ = ["LedgerViews"]
 
@@ -71,9 +71,9 @@ class LedgerViews:
         """Role flags ``node_id`` holds."""
         return Role(self._call("roles", self.account(node_id)))
 
-    def permission(self, node_id: str) -> PermissionState:
-        """Current permission state of ``node_id`` (``ACTIVE`` unless changed)."""
-        return PermissionState(self._call("permission", self.account(node_id)))
+    def permission(self, node_id: str) -> PermissionLevel:
+        """Current permission level of ``node_id`` (``ACTIVE`` unless changed)."""
+        return PermissionLevel(self._call("permission", self.account(node_id)))
 
     def current_election(self) -> int:
         """Id of the current committee's election (0 before the first)."""
@@ -117,8 +117,8 @@ class LedgerViews:
         return ProposalRecord(
             proposal_id=int(proposal_id),
             node=self._node(node),
-            old=PermissionState(old),
-            new=PermissionState(new),
+            old=PermissionLevel(old),
+            new=PermissionLevel(new),
             reason=str(reason),
             round_id=int(round_id),
             election_id=int(eid),

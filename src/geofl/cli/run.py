@@ -1,14 +1,7 @@
-"""The ``geofl`` command line: run experiments, write reports, inspect presets and data.
-
-Bad input (config fields, paths, datasets) ends with one line on stderr naming the field
-or value and exit code 2; nothing half-written is left behind.
-"""
+"""``geofl run``, ``geofl report`` and ``geofl presets``: run experiments and report on them."""
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -17,28 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from geofl.cli.common import RunDirArg, SetOpt, SourceArg, console, fail
 from geofl.errors import ConfigError, GeoflError
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="Federated learning on geospatial and remote-sensing data.",
-)
-data_app = typer.Typer(no_args_is_help=True, help="Inspect datasets and client partitions.")
-app.add_typer(data_app, name="data")
-
-console = Console(stderr=True)
-
-SourceArg = Annotated[str, typer.Argument(help="Preset name (see `geofl presets`) or YAML file.")]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override a field: path.to.field=value (repeatable)."),
-]
-
-
-def _fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+__all__ = ["presets_cmd", "report_cmd", "run_cmd"]
 
 
 def _parse_seeds(text: str | None) -> list[int] | None:
@@ -50,8 +25,7 @@ def _parse_seeds(text: str | None) -> list[int] | None:
         raise ConfigError("--seeds", f"{text!r} must be comma-separated integers") from None
 
 
-@app.command()
-def run(
+def run_cmd(
     source: SourceArg,
     seeds: Annotated[
         str | None, typer.Option(help="Comma-separated seeds, e.g. 1,42,2024.")
@@ -65,7 +39,7 @@ def run(
     progress: Annotated[bool, typer.Option(help="Show the progress display.")] = True,
 ) -> None:
     """Run an experiment (every method × seed) and write its run directory and report."""
-    from geofl.cli_progress import ProgressSubscriber, make_progress
+    from geofl.cli.progress import ProgressSubscriber, make_progress
     from geofl.config.load import load_config
     from geofl.engine.experiment import run_experiment
     from geofl.events import LogSubscriber, Subscriber
@@ -91,7 +65,7 @@ def run(
             console.print(f"report: {index}")
         _print_summary(run_dir)
     except GeoflError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
 
 def _print_summary(run_dir: Path) -> None:
@@ -117,10 +91,7 @@ def _print_summary(run_dir: Path) -> None:
     print(f"run directory: {run_dir}")
 
 
-@app.command("report")
-def report_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `geofl run`.")],
-) -> None:
+def report_cmd(run_dir: RunDirArg) -> None:
     """Write RUN_DIR/report/index.html with plots and the results table."""
     from geofl.report import write_report
 
@@ -129,11 +100,10 @@ def report_cmd(
             raise ConfigError("RUN_DIR", f"{run_dir} is not a run directory (no run.json)")
         print(write_report(run_dir))
     except GeoflError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
 
-@app.command()
-def presets() -> None:
+def presets_cmd() -> None:
     """List the presets shipped with geofl."""
     from geofl.config.load import list_presets
 
@@ -143,43 +113,3 @@ def presets() -> None:
     for name, desc in list_presets().items():
         table.add_row(name, desc)
     Console().print(table)
-
-
-@data_app.command("describe")
-def data_describe(
-    source: SourceArg,
-    set_: SetOpt = None,
-    seed: Annotated[int | None, typer.Option(help="Seed (default: the config's first).")] = None,
-    plot: Annotated[
-        Path | None, typer.Option(help="Write one clients × classes heatmap PNG per method here.")
-    ] = None,
-) -> None:
-    """Describe the config's dataset, global split and each method's client partition."""
-    from geofl.config.load import load_config
-    from geofl.data.describe import describe
-
-    try:
-        cfg = load_config(source, set_ or [])
-        describe(cfg, seed if seed is not None else cfg.seeds[0], Console(), plot)
-    except GeoflError as err:
-        raise _fail(str(err)) from None
-
-
-from geofl.cli_ledger import ledger_app  # noqa: E402  (after _fail, which it reuses)
-
-app.add_typer(ledger_app, name="ledger")
-
-
-def main() -> None:
-    """Console-script entry point."""
-    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    logging.basicConfig(
-        level=os.environ.get("GEOFL_LOG", "WARNING").upper(),
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    app()
-
-
-if __name__ == "__main__":
-    main()

@@ -14,20 +14,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from geofl.cli.common import RunDirArg, fail
 from geofl.errors import GeoflError
+
+__all__ = ["ledger_app"]
 
 ledger_app = typer.Typer(no_args_is_help=True, help="Audit a run's governance ledger.")
 
-RunDirArg = Annotated[Path, typer.Argument(help="A run directory written by `geofl run`.")]
 MethodOpt = Annotated[str | None, typer.Option(help="Only this method.")]
 SeedOpt = Annotated[int | None, typer.Option(help="Only this seed.")]
 out = Console(width=None if sys.stdout.isatty() else 160)
-
-
-def _fail(message: str) -> typer.Exit:
-    from geofl.cli import _fail as fail
-
-    return fail(message)
 
 
 def _ledgers(run_dir: Path, method: str | None, seed: int | None) -> Iterator[tuple[Any, Any]]:
@@ -90,7 +86,7 @@ def show(
                 )
             out.print(table)
     except GeoflError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
 
 @ledger_app.command("verify")
@@ -101,7 +97,7 @@ def verify(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -
     try:
         checked, problems = verify_run(run_dir, method, seed)
     except GeoflError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     for name in checked:
         out.print(f"ok: {name} (chain replayed, rule, aggregation and checkpoint hashes match)")
     if problems:
@@ -140,7 +136,7 @@ def committee(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None
                 )
             out.print(table)
     except GeoflError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
 
 @ledger_app.command("permissions")
@@ -172,7 +168,7 @@ def permissions(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = No
                 )
             out.print(table)
     except GeoflError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
 
 @ledger_app.command("reputation")
@@ -216,7 +212,7 @@ def reputation(
 
             out.print(f"plot: {plot_reputation(rows, plot, title=f'{run.name}, client {node}')}")
     except GeoflError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
 
 @ledger_app.command("build")
@@ -253,4 +249,4 @@ def build(
         sd = build_offline(run_dir, method, seed, cfg)
         out.print(f"ledger: {sd / 'ledger'}")
     except GeoflError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None

@@ -1,0 +1,50 @@
+"""The ``geofl`` command line: run experiments, write reports, inspect presets, data, ledgers.
+
+Bad input (config fields, paths, datasets) ends with one line on stderr naming the field
+or value and exit code 2; nothing half-written is left behind.
+
+Modules (imports point down only; every command module uses :mod:`geofl.cli.common`):
+
+* :mod:`geofl.cli.run` — ``run``, ``report``, ``presets``;
+* :mod:`geofl.cli.data` — ``data describe`` (tables and heatmaps in
+  :mod:`geofl.cli.describe`);
+* :mod:`geofl.cli.ledger` — ``ledger show|verify|committee|permissions|reputation|build``;
+* :mod:`geofl.cli.progress` — the progress display of ``geofl run`` (a run subscriber).
+
+This package assembles them into :data:`app`; heavy imports (engine, report, governance)
+happen inside the commands, so ``geofl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import typer
+
+from geofl.cli import data, ledger, run
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Federated learning on geospatial and remote-sensing data.",
+)
+app.add_typer(data.data_app, name="data")
+app.command("run")(run.run_cmd)
+app.command("report")(run.report_cmd)
+app.command("presets")(run.presets_cmd)
+app.add_typer(ledger.ledger_app, name="ledger")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    logging.basicConfig(
+        level=os.environ.get("GEOFL_LOG", "WARNING").upper(),
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    app()
