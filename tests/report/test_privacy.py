@@ -73,7 +73,7 @@ def test_weight_matrix_and_risk_levels(make_run_dir: MakeRunDir) -> None:
     assert np.isnan(grid[10:]).all()  # clients 10, 11 never participated
     np.testing.assert_allclose(np.nansum(grid, axis=0), 1.0)
     record = run.rounds[4]
-    assert grid[record["participants"][-1], 4] == record["weights"][-1]
+    assert grid[record.participants[-1], 4] == record.weights[-1]
     assert risk_levels(run) == {i: ("high", "mid", "low")[i % 3] for i in range(10)}
 
 

@@ -43,7 +43,8 @@ def build_fedavg(_: NoParams, *, ctx: AlgorithmContext) -> Algorithm:
 @ALGORITHMS.register("fedavgm", params=MomentumParams)
 def build_fedavgm(params: MomentumParams, *, ctx: AlgorithmContext) -> Algorithm:
     """FedAvgM (Hsu et al. 2019): server momentum v ← βv + Δ, w ← w + η_s v."""
-    opt = MomentumServerOptimizer(ctx.server_lr, params.momentum)
+    lr = params.server_lr if params.server_lr is not None else ctx.server_lr
+    opt = MomentumServerOptimizer(lr, params.momentum)
     return Algorithm(ComposedStrategy(ctx.tier, opt))
 
 

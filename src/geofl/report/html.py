@@ -118,6 +118,7 @@ def _row(method: str, ms: MethodSummary, seeds: dict[int, SeedRun], skip: frozen
         f'<td class="num">{format_pm(ms["best_val_test_accuracy"])}{at_round}</td>',
         f'<td class="num">{format_pm(ms["final_test_macro_f1"])}</td>',
         f'<td class="num">{format_pm(ms["final_rolling_std"])}</td>',
+        f'<td class="num">{format_pm(ms["bytes_up_per_round"], scale=1e-6)}</td>',
         f"<td>{_paper_cell(ms['paper'], skip)}</td>",
     ]
     return f"<tr{flag}>" + "".join(cells) + "</tr>"
@@ -207,7 +208,8 @@ def _results_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     header = (
         "<tr><th>method</th><th>partition</th><th>seeds</th><th>final test acc (%)</th>"
         "<th>best-val test acc (%)</th><th>final macro-F1 (%)</th>"
-        f"<th>final rolling std (pp, w={run.rolling_window})</th><th>paper</th></tr>"
+        f"<th>final rolling std (pp, w={run.rolling_window})</th>"
+        "<th>MB up per round</th><th>paper</th></tr>"
     )
     details = (
         "<p>Mean ± sample standard deviation (ddof = 1) over finished seeds. Best-val test acc "

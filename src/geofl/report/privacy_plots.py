@@ -122,17 +122,17 @@ def weight_matrix(run: SeedRun, num_clients: int) -> tuple[np.ndarray, np.ndarra
         ``(rounds [T], weights [K, T])``: every round from the first to the last record,
         NaN where the client had no accepted update (or the round has no record).
     """
-    records = [r for r in run.rounds if math.isfinite(num(r.get("round")))]
+    records = run.rounds
     if not records:
         return np.zeros(0), np.full((num_clients, 0), np.nan)
-    first = int(num(records[0]["round"]))
-    last = max(int(num(r["round"])) for r in records)
+    first = records[0].round
+    last = max(r.round for r in records)
     rounds = np.arange(first, last + 1)
     grid = np.full((num_clients, rounds.size), np.nan)
     for r in records:
-        col = int(num(r["round"])) - first
-        for k, w in zip(r.get("participants") or [], r.get("weights") or [], strict=False):
-            if isinstance(k, int) and 0 <= k < num_clients:
+        col = r.round - first
+        for k, w in zip(r.participants, r.weights, strict=False):
+            if 0 <= k < num_clients:
                 grid[k, col] = num(w)
     return rounds, grid
 
@@ -141,7 +141,7 @@ def risk_levels(run: SeedRun) -> dict[int, str]:
     """Each client's risk level from the release logs (``client_log[id][step]["level"]``)."""
     levels: dict[int, str] = {}
     for record in run.rounds:
-        for cid, log in (record.get("client_log") or {}).items():
+        for cid, log in record.client_log.items():
             if not str(cid).isdigit() or int(cid) in levels or not isinstance(log, dict):
                 continue
             for report in log.values():
@@ -172,8 +172,7 @@ def plot_aggregation_weights(
         title: Figure title.
     """
     seen = [
-        k for run in seeds.values() for r in run.rounds for k in r.get("participants") or []
-        if isinstance(k, int)
+        k for run in seeds.values() for r in run.rounds for k in r.participants
     ]  # fmt: skip
     k = max(num_clients or 0, max(seen, default=-1) + 1)
     panels = [(s, *weight_matrix(run, k)) for s, run in seeds.items()]

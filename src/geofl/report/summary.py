@@ -30,6 +30,7 @@ import yaml
 
 from geofl import io
 from geofl.errors import RunDirError
+from geofl.records import RoundRecord
 from geofl.tasks.metrics import rolling_std
 
 __all__ = [
@@ -77,6 +78,7 @@ class MethodSummary(TypedDict):
     best_val_test_accuracy: Stat
     best_val_round: Stat
     final_rolling_std: Stat
+    bytes_up_per_round: Stat
     paper: dict[str, Any] | None
     epsilon_max: Stat | None
 
@@ -101,7 +103,7 @@ class SeedRun:
     """
 
     seed: int
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[RoundRecord] = field(default_factory=list)
     partition: dict[str, Any] | None = None
     final: dict[str, Any] | None = None
 
@@ -118,11 +120,11 @@ class SeedRun:
                 (``"train_loss"``, ``"train_accuracy"``; then ``key`` is ignored).
             key: Metric name inside the split's Metrics.
         """
-        xs = np.array([num(r.get("round")) for r in self.rounds], dtype=np.float64)
-        if split in ("train_loss", "train_accuracy"):
-            ys = [num(r.get(split)) for r in self.rounds]
+        xs = np.array([r.round for r in self.rounds], dtype=np.float64)
+        if split in ("train_loss", "train_accuracy", "bytes_up"):
+            ys = [num(getattr(r, split)) for r in self.rounds]
         else:
-            ys = [num((r.get(split) or {}).get(key)) for r in self.rounds]
+            ys = [num((getattr(r, split) or {}).get(key)) for r in self.rounds]
         return xs, np.array(ys, dtype=np.float64)
 
 
@@ -195,19 +197,23 @@ def read_json(path: Path) -> Any:
         raise RunDirError(f"{path}: invalid JSON ({exc}); re-run or delete the file") from exc
 
 
-def _read_rounds(path: Path) -> list[dict[str, Any]]:
+def _read_rounds(path: Path) -> list[RoundRecord]:
     if not path.is_file():
         return []
     lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    out: list[dict[str, Any]] = []
+    out: list[RoundRecord] = []
     for i, line in enumerate(lines):
         try:
-            out.append(json.loads(line))
+            out.append(RoundRecord.from_json(json.loads(line)))
         except json.JSONDecodeError as exc:
             if i == len(lines) - 1:  # a run still writing may leave a truncated last line
                 break
             raise RunDirError(
                 f"{path}:{i + 1}: invalid JSON line ({exc}); the file is corrupt, re-run"
+            ) from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunDirError(
+                f"{path}:{i + 1}: not a round record ({type(exc).__name__}: {exc}); re-run"
             ) from exc
     return out
 
@@ -343,6 +349,9 @@ def _summarize_method(runs: dict[int, SeedRun], paper: Any, window: int) -> Meth
         ),
         best_val_round=make_stat([_final_metric(f, "best_val", "round") for f in finals]),
         final_rolling_std=make_stat(last_std),
+        bytes_up_per_round=make_stat(
+            [float(np.mean([rec.bytes_up for rec in r.rounds])) for r in done if r.rounds]
+        ),
         paper=dict(paper) if isinstance(paper, dict) else None,
         epsilon_max=_epsilon_max(finals),
     )

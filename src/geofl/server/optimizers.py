@@ -70,6 +70,9 @@ class MomentumParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     momentum: float = Field(0.9, ge=0.0, lt=1.0, description="β of v ← βv + Δ")
+    server_lr: float | None = Field(
+        None, gt=0.0, allow_inf_nan=False, description="η_s (default: federation.server_lr)"
+    )
 
 
 class MomentumServerOptimizer:
