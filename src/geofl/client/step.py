@@ -18,7 +18,6 @@ from typing import Any, Protocol
 
 import torch
 
-from geofl.attacks.client import Attack
 from geofl.client.data import ClientData
 from geofl.client.release import ReleaseStep, apply_release
 from geofl.client.state import ClientState, StateSpec
@@ -28,6 +27,7 @@ from geofl.update import ClientDirectives, ClientUpdate, payload_bytes
 
 __all__ = [
     "ClientAlgorithm",
+    "ClientBehaviour",
     "ClientProgram",
     "ClientResult",
     "ClientStreams",
@@ -50,6 +50,17 @@ class ClientStreams:
     def torch(self, purpose: str) -> torch.Generator:
         """The generator for ``purpose`` (``train``, ``attack``, ``release``, …)."""
         return torch_generator(*self.keys, purpose)
+
+
+class ClientBehaviour(Protocol):
+    """A malicious behaviour applied to the trained update of its clients
+    (:mod:`geofl.attacks.client` registers them)."""
+
+    clients: frozenset[int]
+
+    def __call__(
+        self, update: ClientUpdate, directives: ClientDirectives, generator: torch.Generator
+    ) -> ClientUpdate: ...
 
 
 class ClientAlgorithm(Protocol):
@@ -114,7 +125,7 @@ class ClientProgram:
     train: LocalTrainParams
     algorithm: ClientAlgorithm = field(default_factory=PlainClient)
     release: Sequence[ReleaseStep] = ()
-    attack: Attack | None = None
+    attack: ClientBehaviour | None = None
 
 
 @dataclass(frozen=True)

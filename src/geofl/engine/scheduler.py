@@ -24,8 +24,8 @@ import torch
 from geofl.attacks.observe import update_statistics
 from geofl.client.step import ClientResult, ClientStreams, client_step
 from geofl.engine.components import RunComponents
-from geofl.engine.hashing import params_sha256, update_set_sha256
 from geofl.errors import AggregationError
+from geofl.hashing import params_sha256, update_set_sha256
 from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
 from geofl.rng import numpy_generator
 from geofl.server.sampling import Cohort

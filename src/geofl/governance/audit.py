@@ -18,10 +18,10 @@ from typing import Any
 import torch
 import yaml
 
-from geofl.engine.hashing import params_sha256
 from geofl.errors import GovernanceError, LedgerError
 from geofl.governance.ledger import EmbeddedLedger, Ledger, RpcLedger, hash_json
 from geofl.governance.subscriber import LEDGER_DIR, LOG_FILE, RULE_FILE
+from geofl.hashing import params_sha256
 from geofl.io import read_jsonl
 
 __all__ = ["LedgerRun", "find_ledgers", "governance_log", "open_readonly", "verify_run"]
