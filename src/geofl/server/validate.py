@@ -7,6 +7,7 @@ record; the round proceeds with the remaining updates.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -45,6 +46,9 @@ def validate_update(update: ClientUpdate, dim: int, tensor_names: Sequence[str] 
             return reason
     if update.meta.num_samples <= 0:
         return f"num_samples={update.meta.num_samples} must be positive"
+    for key, value in update.meta.scalars.items():
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            return f"metadata scalar {key}={value!r} is not a finite number"
     hist = update.meta.label_histogram
     if hist is not None:
         h = np.asarray(hist)
