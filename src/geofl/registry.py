@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypeVar
@@ -35,6 +36,7 @@ __all__ = [
     "Registry",
     "RegistryEntry",
     "format_validation_error",
+    "reject_loose_values",
 ]
 
 
@@ -108,6 +110,75 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> ConfigErr
     return ConfigError(path, msg)
 
 
+_NUMBER_TYPES = (int, float)
+
+
+def _number_field(annotation: Any) -> bool:
+    """Whether a field's annotation is int or float, optionally Optional."""
+    if annotation in _NUMBER_TYPES:
+        return True
+    args = getattr(annotation, "__args__", ())
+    return bool(args) and all(a in (*_NUMBER_TYPES, type(None)) for a in args)
+
+
+def reject_loose_values(model: type[BaseModel], data: Any, prefix: str = "") -> None:
+    """Refuse what pydantic's lax mode would quietly coerce, before validation.
+
+    * a non-finite float (``.inf``, ``.nan``) anywhere in ``data``;
+    * a bool or a string given for a number field (``batch_size: true`` → 1,
+      ``rounds: '3'`` → 3), in ``model`` and in nested models.
+
+    Raises:
+        ConfigError: naming the field path.
+    """
+    _reject_non_finite(data, prefix)
+    _reject_coercions(model, data, prefix)
+
+
+def _reject_non_finite(data: Any, path: str) -> None:
+    if isinstance(data, float) and not math.isfinite(data):
+        raise ConfigError(path or "config", f"{data} is not a finite number")
+    items = (
+        data.items()
+        if isinstance(data, Mapping)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    )
+    for key, value in items:
+        _reject_non_finite(value, ".".join(p for p in (path, str(key)) if p))
+
+
+def _reject_coercions(model: type[BaseModel], data: Any, path: str) -> None:
+    if not isinstance(data, Mapping):
+        return
+    for name, field_info in model.model_fields.items():
+        if name not in data:
+            continue
+        value, where = data[name], ".".join(p for p in (path, name) if p)
+        ann = field_info.annotation
+        if _number_field(ann) and isinstance(value, bool | str):
+            raise ConfigError(
+                where, f"expected a number, got {type(value).__name__} {value!r}; write a number"
+            )
+        nested = _nested_model(ann)
+        if nested is not None:
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    _reject_coercions(nested, item, f"{where}.{i}")
+            else:
+                _reject_coercions(nested, value, where)
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel inside ``M``, ``M | None`` or ``list[M]``, if any."""
+    candidates = [annotation, *getattr(annotation, "__args__", ())]
+    for c in candidates:
+        if isinstance(c, type) and issubclass(c, BaseModel):
+            return c
+    return None
+
+
 class Registry(Generic[T]):
     """A name → implementation map for one extension point; duplicate keys are refused."""
 
@@ -159,6 +230,7 @@ class Registry(Generic[T]):
     def validate(self, key: str, params: Mapping[str, Any], *, path: str = "") -> BaseModel:
         """Validate ``params`` against the entry's parameter model."""
         entry = self.entry(key, path=path)
+        reject_loose_values(entry.params, dict(params), path)
         try:
             return entry.params.model_validate(dict(params))
         except ValidationError as err:

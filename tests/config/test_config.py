@@ -59,7 +59,7 @@ def test_overrides_by_index_by_name_and_seeds(tmp_path: Path) -> None:
     ("override", "message"),
     [
         ("federation.roundz=3", r"^federation.roundz: unknown field"),
-        ("federation.rounds=many", r"^federation.rounds: Input should be a valid integer"),
+        ("federation.rounds=many", r"^federation.rounds: expected a number, got str"),
         ("federation.participation=0", r"^federation.participation: Input should be greater"),
         (
             "methods.1.partition.alpha=0",

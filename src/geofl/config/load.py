@@ -5,6 +5,7 @@ Every error is a one-line :class:`~geofl.errors.ConfigError` naming the field pa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 from importlib import resources
@@ -16,7 +17,12 @@ from pydantic import ValidationError
 
 from geofl.config.schema import Component, ExperimentConfig, MethodConfig
 from geofl.errors import ConfigError
-from geofl.registry import CheckContext, Registry, format_validation_error
+from geofl.registry import (
+    CheckContext,
+    Registry,
+    format_validation_error,
+    reject_loose_values,
+)
 
 __all__ = [
     "apply_override",
@@ -27,6 +33,21 @@ __all__ = [
     "preset_path",
     "validate_config",
 ]
+
+
+class Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 floats: ``1e6`` and ``1.0e6`` are numbers.
+
+    PyYAML follows YAML 1.1, where an exponent needs a dot and a sign (``1.0e+6``), so
+    ``1.0e6`` would silently be the *string* "1.0e6".
+    """
+
+
+Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+    list("-+.0123456789"),
+)
 
 
 def list_presets() -> dict[str, str]:
@@ -53,7 +74,7 @@ def load_raw(source: str | Path) -> dict[str, Any]:
         presets = ", ".join(list_presets())
         raise ConfigError("config", f"{source!s} is neither a preset ({presets}) nor a file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=Yaml12Loader)
     except yaml.YAMLError as err:
         raise ConfigError("config", f"{path} is not valid YAML: {err}".splitlines()[0]) from None
     if not isinstance(raw, dict):
@@ -62,50 +83,78 @@ def load_raw(source: str | Path) -> dict[str, Any]:
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
-    """Apply ``path.to.field=value`` in place; the value is parsed as YAML.
+    """Apply ``path.to.field=value`` in place; the value is parsed as YAML 1.2.
 
-    List items are addressed by index (``methods.1.partition.alpha=0.5``) or, for
-    ``methods``, by method name (``methods.fedavg-iid.partition.alpha=0.5``).
+    List items are addressed by index (``methods.1.partition.alpha=0.5``) or, for lists of
+    named items such as ``methods``, by name (``methods.fedavg-iid.partition.alpha=0.5``).
+    A name may contain dots: ``methods.fedavg-dir0.1.partition.alpha=0.3`` finds the method
+    ``fedavg-dir0.1`` (the longest name that matches wins); ``methods[fedavg-dir0.1]`` is the
+    explicit form.
     """
     if "=" not in assignment:
         raise ConfigError("--set", f"{assignment!r} must look like path.to.field=value")
     path, _, text = assignment.partition("=")
-    keys = [k for k in path.strip().split(".") if k]
-    if not keys:
-        raise ConfigError("--set", f"{assignment!r} names no field")
+    keys = _split_path(path.strip(), assignment)
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=Yaml12Loader)
     except yaml.YAMLError:
         value = text
     node: Any = raw
-    for depth, key in enumerate(keys):
-        last = depth == len(keys) - 1
-        where = ".".join(keys[: depth + 1])
+    depth = 0
+    while depth < len(keys):
         if isinstance(node, list):
-            idx = _list_index(node, key, where)
-            if last:
+            idx, used = _list_index(node, keys, depth)
+            depth += used
+            if depth == len(keys):
                 node[idx] = value
-            else:
-                node = node[idx]
+                return
+            node = node[idx]
         elif isinstance(node, dict):
-            if last:
+            key = keys[depth]
+            depth += 1
+            if depth == len(keys):
                 node[key] = value
-            else:
-                node = node.setdefault(key, {})
+                return
+            node = node.setdefault(key, {})
         else:
+            where = ".".join(keys[:depth])
             raise ConfigError(where, f"cannot set a field inside a {type(node).__name__}")
 
 
-def _list_index(node: list[Any], key: str, where: str) -> int:
+def _split_path(path: str, assignment: str) -> list[str]:
+    """``a.b[c.d].e`` → ``["a", "b", "c.d", "e"]`` (brackets keep dots in a name)."""
+    keys: list[str] = []
+    rest = path
+    while rest:
+        head, sep, tail = rest.partition("[")
+        keys += [k for k in head.split(".") if k]
+        if not sep:
+            break
+        name, close, rest = tail.partition("]")
+        if not close or not name:
+            raise ConfigError("--set", f"{assignment!r}: unbalanced or empty [name]")
+        keys.append(name)
+    if not keys:
+        raise ConfigError("--set", f"{assignment!r} names no field")
+    return keys
+
+
+def _list_index(node: list[Any], keys: list[str], depth: int) -> tuple[int, int]:
+    """(index of the addressed item, how many keys its address used)."""
+    key = keys[depth]
     if key.lstrip("-").isdigit():
         idx = int(key)
         if not -len(node) <= idx < len(node):
+            where = ".".join(keys[: depth + 1])
             raise ConfigError(where, f"index {idx} out of range (list has {len(node)} items)")
-        return idx
-    for i, item in enumerate(node):
-        if isinstance(item, dict) and item.get("name") == key:
-            return i
-    raise ConfigError(where, f"no list item named {key!r}")
+        return idx, 1
+    names = {item.get("name"): i for i, item in enumerate(node) if isinstance(item, dict)}
+    for used in range(len(keys) - depth, 0, -1):  # longest dotted name first
+        name = ".".join(keys[depth : depth + used])
+        if name in names:
+            return names[name], used
+    known = ", ".join(str(n) for n in names) or "none"
+    raise ConfigError(".".join(keys[: depth + 1]), f"no list item named {key!r} (items: {known})")
 
 
 def load_config(
@@ -126,6 +175,7 @@ def load_config(
         apply_override(raw, assignment)
     if seeds is not None:
         raw["seeds"] = seeds
+    reject_loose_values(ExperimentConfig, raw)
     _complete_sections(raw)
     try:
         cfg = ExperimentConfig.model_validate(raw)
