@@ -104,3 +104,22 @@ class LedgerIntegrityError(LedgerError, ValueError):
 
 
 __all__ += ["LedgerError", "LedgerIntegrityError", "LedgerRevertError"]
+
+
+class RunStoppedError(GeoflError):
+    """A run stopped on request (SIGINT/SIGTERM) after a round's durable write.
+
+    Attributes:
+        method: The method that was running.
+        seed: Its seed.
+        round: The last completed (and checkpointed) round.
+        signum: The signal that asked for the stop.
+    """
+
+    def __init__(self, method: str, seed: int, round_idx: int, signum: int) -> None:
+        super().__init__(f"stopped after round {round_idx} of {method} seed {seed}")
+        self.method, self.seed, self.round, self.signum = method, seed, round_idx, signum
+
+
+class RunDirLockedError(RunDirError):
+    """Another live process holds the run directory."""

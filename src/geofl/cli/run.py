@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from geofl.cli.common import RunDirArg, SetOpt, SourceArg, console, fail
-from geofl.errors import ConfigError, GeoflError
+from geofl.errors import ConfigError, GeoflError, RunStoppedError
 
 __all__ = ["presets_cmd", "report_cmd", "run_cmd"]
 
@@ -42,6 +42,7 @@ def run_cmd(
     from geofl.cli.progress import ProgressSubscriber, make_progress
     from geofl.config.load import load_config
     from geofl.engine.experiment import run_experiment
+    from geofl.engine.stop import StopRequest
     from geofl.events import LogSubscriber, Subscriber
 
     try:
@@ -51,19 +52,28 @@ def run_cmd(
                 raise ConfigError("--out", "--resume needs the run directory as --out")
             out = Path("runs") / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
         subs: list[Subscriber] = [LogSubscriber()]
-        if progress:
-            bar = make_progress()
-            subs.append(ProgressSubscriber(bar))
-            with bar:
-                run_dir = run_experiment(cfg, out, resume=resume, subscribers=subs)
-        else:
-            run_dir = run_experiment(cfg, out, resume=resume, subscribers=subs)
+        with StopRequest().install() as stop:
+            if progress:
+                bar = make_progress()
+                subs.append(ProgressSubscriber(bar))
+                with bar:
+                    run_dir = run_experiment(cfg, out, resume=resume, subscribers=subs, stop=stop)
+            else:
+                run_dir = run_experiment(cfg, out, resume=resume, subscribers=subs, stop=stop)
         if report:
             from geofl.report import write_report
 
             index = write_report(run_dir)
             console.print(f"report: {index}")
         _print_summary(run_dir)
+    except RunStoppedError as err:
+        where = out if out is not None else "RUN_DIR"
+        console.print(
+            f"{err}; resume with: geofl run {where}/config.yaml --out {where} --resume",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=128 + err.signum) from None
     except GeoflError as err:
         raise fail(str(err)) from None
 

@@ -26,11 +26,12 @@ from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
 from geofl.engine.components import PreparedData
 from geofl.engine.run import FederatedRun
+from geofl.engine.stop import StopRequest
 from geofl.errors import RunDirError
 from geofl.events import Subscriber
 from geofl.io import write_json_atomic
 from geofl.rng import numpy_generator
-from geofl.rundir import seed_dir
+from geofl.rundir import LOCK_FILE, lock_run_dir, seed_dir
 
 __all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment"]
 
@@ -101,31 +102,33 @@ def run_experiment(
     *,
     resume: bool = False,
     subscribers: Sequence[Subscriber] = (),
+    stop: StopRequest | None = None,
 ) -> Path:
     """Run every method for every seed into ``out_dir``; returns the run directory.
 
+    The run directory is locked for the run's life (:func:`~geofl.rundir.lock_run_dir`).
+
+    Args:
+        cfg: The validated experiment.
+        out_dir: The run directory.
+        resume: Continue the run already in ``out_dir``.
+        subscribers: Observers of every (method, seed) run.
+        stop: Polled between rounds; a requested stop ends the run after a durable round.
+
     Raises:
-        RunDirError: if ``out_dir`` holds another run and ``resume`` is False, or its
-            config differs from ``cfg`` when resuming.
+        RunDirError: if ``out_dir`` holds another run and ``resume`` is False, holds nothing
+            to resume, its config differs from ``cfg`` when resuming, or another process
+            holds it.
+        RunStoppedError: when ``stop`` was requested.
     """
     out_dir = Path(out_dir)
     resolved = cfg.model_dump(mode="json")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not resume:
-            raise RunDirError(
-                f"{out_dir} already holds a run; pass --resume to continue it or choose "
-                "another --out"
-            )
-        stored = out_dir / "config.yaml"
-        if not stored.exists() or yaml.safe_load(stored.read_text()) != resolved:
-            raise RunDirError(
-                f"{stored} differs from the requested config; resume with the same config "
-                f"(geofl run {out_dir}/config.yaml --out {out_dir} --resume)"
-            )
+    _check_out_dir(out_dir, resolved, resume)
     ds = load_dataset(cfg)
     # Validate every split and partition before anything is written.
     labels = ds.labels.numpy()
     splits = {seed: stratified_split(labels, cfg.data.split, seed) for seed in cfg.seeds}
+    _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
     partitions: dict[int, dict[str, Partition]] = {
         seed: {m.name: build_partition(cfg, m, ds, splits[seed].train, seed) for m in cfg.methods}
         for seed in cfg.seeds
@@ -134,33 +137,80 @@ def run_experiment(
         governance = plugins.SUBSCRIBERS.build("governance", cfg.governance, experiment=resolved)
         subscribers = [*subscribers, governance]
     created = not out_dir.exists()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        _write_header(cfg, out_dir, resolved)
-        for seed in cfg.seeds:
-            data = prepare_split(ds, cfg, seed, splits[seed])
-            for method in cfg.methods:
-                sdir = seed_dir(out_dir, method.name, seed)
-                if resume and (sdir / "final.json").exists():
-                    log.info("%s seed=%d already finished; skipping", method.name, seed)
-                    continue
-                part = partitions[seed][method.name]
-                write_json_atomic(
-                    sdir / "partition.json",
-                    _partition_json(part, ds, method, splits[seed].train),
-                )
-                FederatedRun(cfg, method, seed, data, part, sdir, subscribers).run(resume=resume)
-            del data
-    except BaseException:
-        if created and not any((out_dir / "methods").glob("*/*/checkpoint.pt")):
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise
-    for analysis in cfg.analyses:
-        plugins.ANALYSES.build(analysis.name, analysis.params)(out_dir)
+    with lock_run_dir(out_dir):
+        try:
+            _write_header(cfg, out_dir, resolved)
+            for seed in cfg.seeds:
+                data = prepare_split(ds, cfg, seed, splits[seed])
+                for method in cfg.methods:
+                    sdir = seed_dir(out_dir, method.name, seed)
+                    if resume and (sdir / "final.json").exists():
+                        log.info("%s seed=%d already finished; skipping", method.name, seed)
+                        continue
+                    part = partitions[seed][method.name]
+                    write_json_atomic(
+                        sdir / "partition.json",
+                        _partition_json(part, ds, method, splits[seed].train),
+                    )
+                    run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
+                    run.run(resume=resume, stop=stop)
+                del data
+        except BaseException:
+            if created and not any((out_dir / "methods").glob("*/*/checkpoint.pt")):
+                shutil.rmtree(out_dir, ignore_errors=True)
+            raise
+        for analysis in cfg.analyses:
+            plugins.ANALYSES.build(analysis.name, analysis.params)(out_dir)
     from geofl.report import write_summary
 
     write_summary(out_dir)
     return out_dir
+
+
+def _check_out_dir(out_dir: Path, resolved: dict[str, Any], resume: bool) -> None:
+    """Refuse to overwrite a run, to resume nothing, or to resume another config."""
+    content = [p for p in out_dir.iterdir() if p.name != LOCK_FILE] if out_dir.is_dir() else []
+    if not content:
+        if resume:
+            raise RunDirError(
+                f"{out_dir} holds no run to resume; check --out, or drop --resume to start "
+                "a new run there"
+            )
+        return
+    if not resume:
+        raise RunDirError(
+            f"{out_dir} already holds a run; pass --resume to continue it or choose another --out"
+        )
+    stored = out_dir / "config.yaml"
+    try:
+        same = yaml.safe_load(stored.read_text(encoding="utf-8")) == resolved
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise RunDirError(
+            f"{stored} cannot be read ({type(err).__name__}); the run directory is damaged, "
+            "start a new run with another --out"
+        ) from None
+    if not same:
+        raise RunDirError(
+            f"{stored} differs from the requested config; resume with the same config "
+            f"(geofl run {out_dir}/config.yaml --out {out_dir} --resume)"
+        )
+
+
+def _warn_degenerate(train_labels: np.ndarray, classes: Sequence[str]) -> None:
+    """Warn when the training split cannot teach a classifier much."""
+    present = np.unique(train_labels)
+    if present.size < 2:
+        log.warning(
+            "the training split holds a single class (%s): accuracy is trivially 1 and "
+            "nothing is learned; check the dataset",
+            classes[int(present[0])] if present.size else "none",
+        )
+    elif present.size < len(classes):
+        missing = sorted(set(range(len(classes))) - {int(c) for c in present})
+        log.warning(
+            "classes %s have no training samples; they can never be predicted",
+            [classes[i] for i in missing],
+        )
 
 
 def _write_header(cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any]) -> None:

@@ -25,6 +25,8 @@ from geofl.data.partition import Partition
 from geofl.engine.components import PreparedData, build_components
 from geofl.engine.evaluate import evaluate
 from geofl.engine.scheduler import SyncScheduler
+from geofl.engine.stop import StopRequest
+from geofl.errors import RunStoppedError
 from geofl.events import ParticipationGate, RunInfo, Subscriber
 from geofl.io import (
     append_jsonl,
@@ -112,11 +114,18 @@ class FederatedRun:
         }
 
     # ------------------------------------------------------------------ whole run
-    def run(self, *, resume: bool = False) -> dict[str, Any]:
+    def run(self, *, resume: bool = False, stop: StopRequest | None = None) -> dict[str, Any]:
         """Train for ``federation.rounds`` rounds; resume from ``checkpoint.pt`` if asked.
+
+        Args:
+            resume: Continue from the checkpoint in the seed directory.
+            stop: Polled after each round's durable write.
 
         Returns:
             The final record also written to ``final.json``.
+
+        Raises:
+            RunStoppedError: after the round in which ``stop`` was requested.
         """
         out = self.out_dir
         out.mkdir(parents=True, exist_ok=True)
@@ -137,6 +146,8 @@ class FederatedRun:
             self.comps.store.commit()  # after the checkpoint that carries the staged rows
             for sub in self.subscribers:
                 sub.on_round_end(info, record)
+            if stop is not None and stop.signum is not None and r < rounds:
+                raise RunStoppedError(self.method.name, self.seed, r, stop.signum)
         final = self._final(best, wall_before + time.perf_counter() - t_run)
         write_json_atomic(out / "final.json", final)
         for sub in self.subscribers:
