@@ -152,9 +152,8 @@ def test_empty_poisson_rounds_are_logged_no_ops(
     statuses = [r.status for r in records]
     # seed 3, 4 clients, p = 0.05: cohort sizes [0, 1, 0, 0] (see the sampler's own draws)
     assert RoundStatus.AGGREGATED in statuses, statuses
-    assert any(r.status is RoundStatus.EMPTY_COHORT for r in records[1:]), (
-        statuses
-    )  # an empty round after a real one, so the hash comparison means something
+    # an empty round after a real one, so the hash comparison below means something
+    assert any(r.status is RoundStatus.EMPTY_COHORT for r in records[1:]), statuses
     for prev, rec in itertools.pairwise(records):
         if rec.status is RoundStatus.EMPTY_COHORT:
             assert rec.model_sha256 == prev.model_sha256, rec.round
