@@ -7,6 +7,7 @@ algorithms, store, network models and scheduler are the real ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,11 +15,13 @@ import torch
 from torch import nn
 
 import geofl.algorithms.fedavg
+import geofl.algorithms.fednova
 import geofl.algorithms.scaffold  # noqa: F401  (registers the algorithms)
 from geofl.algorithms import ALGORITHMS, AlgorithmContext
+from geofl.algorithms.fednova import A_NORM, FedNovaClient
 from geofl.client.data import ClientData
-from geofl.client.state import ClientStateStore
-from geofl.client.step import ClientProgram
+from geofl.client.state import ClientState, ClientStateStore
+from geofl.client.step import ClientAlgorithm, ClientProgram
 from geofl.client.trainer import GradCorrection, LocalTrainParams
 from geofl.engine.components import RunComponents
 from geofl.engine.hashing import params_sha256
@@ -61,6 +64,7 @@ def _scheduler(
     network: tuple[str, dict[str, object]] = ("ideal", {}),
     allowed: Callable[[int, int], bool] = lambda k, r: True,
     aggregator: Aggregator | None = None,
+    client: ClientAlgorithm | None = None,
 ) -> SyncScheduler:
     tier = FlatTier(data_size_weights, aggregator or build_mean(NoParams()))
     alg = ALGORITHMS.build(algorithm, {}, ctx=AlgorithmContext(tier, 1.0, K, D, TRAIN))
@@ -70,7 +74,7 @@ def _scheduler(
     ]
     comps = RunComponents(
         workspace=FlatModel(nn.Linear(D, 1, bias=False)),
-        program=ClientProgram(_FixedDelta(), TRAIN, alg.client),
+        program=ClientProgram(_FixedDelta(), TRAIN, client or alg.client),
         strategy=alg.strategy,
         store=ClientStateStore(K, alg.client.state_specs(D)),
         sampler=lambda n, r, rng: Cohort(list(cohort), "test", None),
@@ -154,3 +158,44 @@ def test_bytes_count_extra_tensors_both_ways(algorithm: str, factor: int) -> Non
     assert rec.status is RoundStatus.AGGREGATED
     assert rec.bytes_up == 3 * factor * D * 4
     assert rec.bytes_down == 3 * factor * D * 4
+
+
+class _BadANorm(FedNovaClient):
+    """Client 1 reports a non-finite ‖a‖₁ (a bug or a malicious client)."""
+
+    def finish(
+        self,
+        update: ClientUpdate,
+        state: ClientState,
+        directives: ClientDirectives,
+        train: LocalTrainParams,
+    ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
+        update, new = super().finish(update, state, directives, train)
+        if directives.client_id == 1:
+            meta = replace(update.meta, scalars={**update.meta.scalars, A_NORM: float("nan")})
+            update = replace(update, meta=meta)
+        return update, new
+
+
+def test_fednova_honest_a_norms_aggregate() -> None:
+    out = _scheduler([0, 1, 2], algorithm="fednova").round(W0, 1)
+    # τ = 2 for everyone → FedNova = FedAvg: Δ = mean([1, 2, 3]) = 2 on the first entry
+    assert out.record.status is RoundStatus.AGGREGATED
+    assert torch.allclose(out.params, torch.tensor([3.0, 2.0, 3.0]))
+    assert out.record.strategy == pytest.approx({"tau_eff": 2.0})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="BUG: server/validate.py validate_update never checks UpdateMeta.scalars, so a "
+    "non-finite FedNova a_norm reaches FedNovaStrategy.aggregate (fednova.py:59-66) and "
+    "weighted_mean raises ValueError, which SyncScheduler._aggregate does not catch: one "
+    "client kills the run; reject non-finite (and, for a_norm, non-positive) scalars as malformed",
+)
+def test_a_non_finite_a_norm_is_rejected_not_fatal() -> None:
+    out = _scheduler([0, 1, 2], algorithm="fednova", client=_BadANorm()).round(W0, 1)
+    rec = out.record
+    assert [(r.client, r.reason) for r in rec.rejected] == [(1, RejectionReason.MALFORMED)]
+    assert rec.participants == [0, 2] and rec.status is RoundStatus.AGGREGATED
+    assert bool(torch.isfinite(out.params).all())
