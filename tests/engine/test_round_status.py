@@ -189,7 +189,7 @@ def test_fednova_honest_a_norms_aggregate() -> None:
     strict=True,
     raises=ValueError,
     reason="BUG: server/validate.py validate_update never checks UpdateMeta.scalars, so a "
-    "non-finite FedNova a_norm reaches FedNovaStrategy.aggregate (fednova.py:59-66) and "
+    "non-finite FedNova a_norm reaches FedNovaStrategy.aggregate (fednova.py:56-61) and "
     "weighted_mean raises ValueError, which SyncScheduler._aggregate does not catch: one "
     "client kills the run; reject non-finite (and, for a_norm, non-positive) scalars as malformed",
 )
