@@ -2,9 +2,10 @@
 bit-identical to one that never stopped — records, model hashes, final model, server state
 (SCAFFOLD's c, FedDyn's h, FedYogi's m and v) and every client's state (c_k, ∇L_k).
 
-Kills are simulated at two points: after a round is complete (a subscriber raises
-KeyboardInterrupt, as in tests/engine/test_engine.py) and between the checkpoint and the
-client-state commit (the window the staged rows in the checkpoint exist for).
+Kills are simulated at three points: after a round is complete (a subscriber raises
+KeyboardInterrupt, as in tests/engine/test_engine.py), while the checkpoint is written (the
+round's record already appended), and between the checkpoint and the client-state commit
+(the window the staged rows in the checkpoint exist for).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 import yaml
 from tests.conftest import tiny_raw
 
+import geofl.engine.run as run_module
 from geofl.client.state import ClientStateStore
 from geofl.config.load import load_config
 from geofl.config.schema import ExperimentConfig
@@ -79,6 +81,20 @@ def _kill_before_commit(monkeypatch: pytest.MonkeyPatch, state_name: str, nth: i
         real(self)
 
     monkeypatch.setattr(ClientStateStore, "commit", commit)
+
+
+def _kill_at_checkpoint(monkeypatch: pytest.MonkeyPatch, method: str, round_idx: int) -> None:
+    """Kill while ``method`` writes the checkpoint of ``round_idx``: the round's record is
+    already in rounds.jsonl, the previous checkpoint and the committed state are on disk."""
+    real = run_module._torch_save_atomic
+
+    def save(path: Path, obj: dict[str, Any]) -> None:
+        at = path.parent.parent.name == method and obj.get("round") == round_idx
+        if path.name == "checkpoint.pt" and at:
+            raise KeyboardInterrupt
+        real(path, obj)
+
+    monkeypatch.setattr(run_module, "_torch_save_atomic", save)
 
 
 @pytest.fixture(scope="module")
@@ -155,16 +171,22 @@ def test_killed_and_resumed_runs_are_bit_identical(
     assert len(read_jsonl(seed_dir(cut, "scaffold", SEED) / "rounds.jsonl")) == 2
     if client_state == "mmap":
         assert (seed_dir(cut, "scaffold", SEED) / "client_state" / "control.npy").exists()
-    # 2. resumed; killed in FedDyn's round 2 after its checkpoint, before the state commit
+    # 2. resumed; killed while SCAFFOLD writes round 3's checkpoint (its record is written)
+    with monkeypatch.context() as m:
+        _kill_at_checkpoint(m, "scaffold", 3)
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(cfg, cut, resume=True)
+    assert len(read_jsonl(seed_dir(cut, "scaffold", SEED) / "rounds.jsonl")) == 3
+    # 3. resumed; killed in FedDyn's round 2 after its checkpoint, before the state commit
     with monkeypatch.context() as m:
         _kill_before_commit(m, "dyn_gradient", 2)
         with pytest.raises(KeyboardInterrupt):
             run_experiment(cfg, cut, resume=True)
     assert (seed_dir(cut, "scaffold", SEED) / "final.json").exists()
     assert len(read_jsonl(seed_dir(cut, "feddyn", SEED) / "rounds.jsonl")) == 2
-    # 3. resumed; killed after FedYogi's round 3 (server optimiser state only)
+    # 4. resumed; killed after FedYogi's round 3 (server optimiser state only)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, cut, resume=True, subscribers=[_CrashAfter("fedyogi", 3)])
-    # 4. resumed to the end
+    # 5. resumed to the end
     run_experiment(cfg, cut, resume=True)
     _assert_identical(cut, uninterrupted)
