@@ -1,0 +1,154 @@
+"""Typed round records: JSON round trip, pre-typed records, damaged rounds.jsonl."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from geofl.errors import RunDirError
+from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus, read_rounds
+
+METRICS = {"accuracy": 0.5, "macro_f1": 0.25, "loss": 1.5, "n": 10}
+
+
+def _full() -> RoundRecord:
+    return RoundRecord(
+        round=4,
+        status=RoundStatus.AGGREGATED,
+        participants=[0, 3],
+        weights=[0.25, 0.75],
+        rejected=[
+            Rejection(1, RejectionReason.MALFORMED, "delta has 3 non-finite values (NaN/Inf)"),
+            Rejection(2, RejectionReason.LOST_IN_TRANSIT),
+        ],
+        excluded=[5],
+        cohort=[0, 1, 2, 3, 5],
+        sampling={"scheme": "poisson", "rate": 0.05},
+        train_loss=1.25,
+        train_accuracy=0.5,
+        bytes_up=96,
+        bytes_down=240,
+        update_norms=[0.5, 2.0],
+        client_log={"0": {"l2_clip": {"norm": 3.0, "bound": 1.0, "clipped": True}}},
+        time_s={"train": 0.5, "total": 1.0},
+        model_sha256="ab" * 32,
+        update_set_sha256="cd" * 32,
+        val=dict(METRICS),
+        test=dict(METRICS),
+        strategy={"control_norm": 0.125},
+    )
+
+
+def test_to_json_from_json_round_trip() -> None:
+    rec = _full()
+    line = json.dumps(rec.to_json())  # what rounds.jsonl holds
+    data = json.loads(line)
+    assert data["status"] == "aggregated"
+    assert data["rejected"] == [
+        {"client": 1, "reason": "malformed", "detail": "delta has 3 non-finite values (NaN/Inf)"},
+        {"client": 2, "reason": "lost in transit", "detail": ""},
+    ]
+    back = RoundRecord.from_json(data)
+    assert back == rec
+    assert back.status is RoundStatus.AGGREGATED
+    assert back.rejected[1].reason is RejectionReason.LOST_IN_TRANSIT
+    assert back.failed_clients == [1, 2] and back.evaluated
+
+
+@pytest.mark.parametrize("status", list(RoundStatus))
+def test_every_status_round_trips_and_unevaluated_rounds_omit_metrics(status: RoundStatus) -> None:
+    rec = RoundRecord(round=2, status=status, participants=[], weights=[])
+    data = json.loads(json.dumps(rec.to_json()))
+    assert "val" not in data and "test" not in data
+    back = RoundRecord.from_json(data)
+    assert back == rec and back.status is status and not back.evaluated
+
+
+def _pre_typed(**over: Any) -> dict[str, Any]:
+    """A record as the engine wrote it before records were typed: no status, validator text
+    as the rejection reason."""
+    data: dict[str, Any] = {
+        "round": 2,
+        "participants": [0, 3],
+        "weights": [0.5, 0.5],
+        "rejected": [
+            {"client": 1, "reason": "delta has 3 non-finite values (NaN/Inf)"},
+            {"client": 2, "reason": "lost in transit"},
+        ],
+        "excluded": [],
+        "train_loss": 2.0,
+        "train_accuracy": 0.25,
+        "bytes_up": 64,
+        "update_norms": [1.0, 1.0],
+        "time_s": {"total": 0.1},
+        "model_sha256": "00" * 32,
+        "val": dict(METRICS),
+        "test": dict(METRICS),
+    }
+    data.update(over)
+    return data
+
+
+def test_pre_typed_record_loads_with_typed_reasons_and_inferred_status() -> None:
+    rec = RoundRecord.from_json(_pre_typed())
+    assert rec.status is RoundStatus.AGGREGATED  # it had participants
+    assert rec.rejected == [
+        Rejection(1, RejectionReason.MALFORMED, "delta has 3 non-finite values (NaN/Inf)"),
+        Rejection(2, RejectionReason.LOST_IN_TRANSIT, ""),
+    ]
+    assert rec.failed_clients == [1, 2]
+    assert rec.cohort == [] and rec.sampling == {} and rec.strategy == {}
+    assert rec.bytes_down == 0 and rec.update_set_sha256 == ""
+    # and it is written back in the typed layout
+    again = RoundRecord.from_json(json.loads(json.dumps(rec.to_json())))
+    assert again == rec
+
+
+def test_pre_typed_status_inference() -> None:
+    failed = RoundRecord.from_json(
+        _pre_typed(participants=[0, 3], aggregation_error="Krum needs more than 4 updates")
+    )
+    assert failed.status is RoundStatus.AGGREGATION_FAILED
+    assert failed.aggregation_error == "Krum needs more than 4 updates"
+    none = RoundRecord.from_json(_pre_typed(participants=[], weights=[]))
+    assert none.status is RoundStatus.NO_UPDATES
+
+
+def _write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_read_rounds_mixes_typed_and_pre_typed_lines(tmp_path: Path) -> None:
+    typed = _full()
+    path = _write_lines(
+        tmp_path / "rounds.jsonl",
+        [json.dumps(_pre_typed(round=1)), json.dumps(typed.to_json())],
+    )
+    records = read_rounds(path)
+    assert [r.round for r in records] == [1, 4]
+    assert records[1] == typed
+    assert read_rounds(tmp_path / "absent.jsonl") == []
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        '{"round": 2, "participants": [0',  # torn
+        '{"participants": [0]}',  # no round
+        '{"round": 2, "participants": [0], "status": "exploded"}',  # unknown status
+        '{"round": "two", "participants": []}',  # wrong type
+        "[1, 2]",  # not an object
+    ],
+)
+def test_read_rounds_strict_names_file_and_line(tmp_path: Path, damaged: str) -> None:
+    good = [json.dumps(_pre_typed(round=r)) for r in (1, 3)]
+    path = _write_lines(tmp_path / "rounds.jsonl", [good[0], damaged, good[1]])
+    with pytest.raises(RunDirError, match=r"rounds\.jsonl:2: damaged round record") as err:
+        read_rounds(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    # non-strict reading (resume after a crash) keeps what precedes the damage
+    assert [r.round for r in read_rounds(path, strict=False)] == [1]
