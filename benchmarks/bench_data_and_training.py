@@ -33,8 +33,7 @@ from torch.nn import functional as F
 from _common import footer, header, median_time, print_table, set_threads
 from geofl import plugins
 from geofl.client.data import ClientData
-from geofl.client.trainer import LocalSGD
-from geofl.config.schema import TrainConfig
+from geofl.client.trainer import LocalSGD, LocalTrainParams
 from geofl.data.synthetic import SyntheticParams, generate_synthetic
 from geofl.engine.evaluate import evaluate
 from geofl.models.base import MODELS, FlatModel
@@ -85,7 +84,7 @@ def train_step_time(
     repeats: int,
 ) -> float:
     """Median seconds of one SGD step (forward, loss, backward, optimizer step)."""
-    t = TrainConfig()
+    t = LocalTrainParams()
     opt = torch.optim.SGD(
         model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay
     )
@@ -143,7 +142,7 @@ def bench_trainer_ratio(args: argparse.Namespace) -> tuple[float, float]:
     labels = torch.randint(0, NUM_CLASSES, (n,), generator=gen)
     data = ClientData(0, images, labels, np.bincount(labels.numpy(), minlength=NUM_CLASSES))
     workspace = FlatModel(build_model("small_cnn", 13))
-    trainer = LocalSGD(workspace, TrainConfig(batch_size=batch))
+    trainer = LocalSGD(workspace, LocalTrainParams(batch_size=batch))
     params = workspace.snapshot()
     directives = ClientDirectives(1, 0)
     t_trainer, _ = median_time(

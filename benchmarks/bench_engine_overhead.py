@@ -22,9 +22,12 @@ The script runs one federated method of a preset (``demo``: synthetic 13-band 32
   client loop around it are *not* counted as training);
 * *evaluation* is the round record's ``time_s.eval`` (the ``FederatedRun.evaluate`` call).
 
-The remaining overhead is broken down by wrapping (in this process only) the engine's
-``append_jsonl``, ``_torch_save_atomic`` and ``write_json_atomic`` and by the round
-records' ``time_s`` (aggregation, per-client engine work). Target: overhead ≤ 3 %.
+The remaining overhead is broken down by wrapping (in this process only) the run's
+``append_jsonl``, ``_torch_save_atomic`` (checkpoint with strategy and client state, best
+model), ``write_json_atomic`` and ``read_rounds``, the scheduler's ``_with_hashes`` (model
+and update-set SHA-256, outside the record's ``time_s.total``) and
+``ClientStateStore.commit``, and by the typed round records' ``time_s`` (aggregation,
+per-client engine work). Target: overhead ≤ 3 %.
 Each repeat is a fresh run directory; a one-round warm-up run comes first. Medians over
 repeats are reported.
 """
@@ -40,13 +43,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import geofl.engine.loop as loop
 import torch
 
+import geofl.engine.run as run_mod
+import geofl.engine.scheduler as scheduler_mod
 from _common import footer, header, print_table, set_threads
-from geofl.client.trainer import LOCAL_TRAINERS, LocalSGD, LocalTrainer
+from geofl.client.state import ClientStateStore
+from geofl.client.trainer import LOCAL_TRAINERS, LocalSGD, LocalTrainer, LocalTrainParams
 from geofl.config.load import load_config
-from geofl.config.schema import Component, ExperimentConfig, TrainConfig
+from geofl.config.schema import Component, ExperimentConfig
 from geofl.engine.experiment import run_experiment
 from geofl.events import RunInfo
 from geofl.models.base import FlatModel
@@ -66,17 +71,17 @@ class TimedTrainer:
     def __init__(self, inner: LocalTrainer) -> None:
         self.inner = inner
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped trainer and time it."""
         t0 = time.perf_counter()
         try:
-            return self.inner(*args)
+            return self.inner(*args, **kwargs)
         finally:
             SECTIONS["trainer"] += time.perf_counter() - t0
 
 
 @LOCAL_TRAINERS.register(TRAINER_KEY)
-def build_timed_local_sgd(_: NoParams, *, workspace: FlatModel, train: TrainConfig) -> Any:
+def build_timed_local_sgd(_: NoParams, *, workspace: FlatModel, train: LocalTrainParams) -> Any:
     """The stock local SGD trainer, timed per call (benchmark only)."""
     return TimedTrainer(LocalSGD(workspace, train))
 
@@ -95,13 +100,20 @@ def _timed(section: Callable[..., str], fn: Callable[..., Any]) -> Callable[...,
 
 
 def instrument_engine() -> None:
-    """Time the engine's per-round file I/O (module attributes of ``geofl.engine.loop``)."""
-    loop.append_jsonl = _timed(lambda *a: "jsonl append", loop.append_jsonl)
-    loop._torch_save_atomic = _timed(
-        lambda path, *a: f"torch.save {Path(path).name}", loop._torch_save_atomic
+    """Time the run's per-round file I/O (module attributes of ``geofl.engine.run``), the
+    scheduler's content hashes and the client-state commit (in this process only)."""
+    run_mod.append_jsonl = _timed(lambda *a: "jsonl append", run_mod.append_jsonl)
+    run_mod._torch_save_atomic = _timed(
+        lambda path, *a: f"torch.save {Path(path).name}", run_mod._torch_save_atomic
     )
-    loop.write_json_atomic = _timed(lambda *a: "final.json", loop.write_json_atomic)
-    loop.read_jsonl = _timed(lambda *a: "read rounds.jsonl", loop.read_jsonl)
+    run_mod.write_json_atomic = _timed(lambda *a: "final.json", run_mod.write_json_atomic)
+    run_mod.read_rounds = _timed(lambda *a, **k: "read rounds.jsonl", run_mod.read_rounds)
+    scheduler_mod._with_hashes = _timed(
+        lambda *a: "model + update-set sha256", scheduler_mod._with_hashes
+    )
+    ClientStateStore.commit = _timed(  # type: ignore[method-assign]
+        lambda *a: "client-state commit", ClientStateStore.commit
+    )
 
 
 class Recorder:
@@ -109,7 +121,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.t_start = self.t_end = 0.0
-        self.records: list[dict[str, Any]] = []
+        self.records: list[RoundRecord] = []
 
     def on_run_start(self, info: RunInfo) -> None:
         """Start of the round loop."""
@@ -137,6 +149,7 @@ def build_config(preset: str, method: str, overrides: list[str]) -> ExperimentCo
     raw = cfg.model_dump(mode="json")
     raw["methods"] = [m.model_dump(mode="json")]
     raw["paper"] = {k: v for k, v in raw["paper"].items() if k == method}
+    raw["figures"] = [f for f in raw["figures"] if set(f["methods"]) <= {method}]
     return ExperimentConfig.model_validate(raw)
 
 
@@ -148,7 +161,7 @@ def one_run(cfg: ExperimentConfig) -> dict[str, float]:
         run_experiment(cfg, Path(tmp) / "run", subscribers=[rec])
         t_total = time.perf_counter() - t0
     wall = rec.t_end - rec.t_start
-    rs = [r["time_s"] for r in rec.records]
+    rs = [r.time_s for r in rec.records]
     train_rec = sum(r["train"] for r in rs)
     agg = sum(r["aggregate"] for r in rs)
     round_total = sum(r["total"] for r in rs)
