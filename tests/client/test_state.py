@@ -109,12 +109,18 @@ def test_state_dict_round_trip(kind: str, tmp_path: Path) -> None:
     assert other.events(2) == (EVENT, EVENT)
 
 
-def test_ram_state_dict_is_a_copy() -> None:
+def test_ram_state_dict_serialised_before_commit_keeps_the_pre_commit_arrays() -> None:
+    # state_dict() hands out views (no K x D copy per checkpoint); the run serialises it
+    # before commit() writes the arrays, so the checkpoint holds the pre-commit state.
     store = ClientStateStore(K, SPECS)
-    state = store.state_dict()
     store.stage(0, _state(4.0))
+    buf = io.BytesIO()
+    torch.save(store.state_dict(), buf)
     store.commit()
+    buf.seek(0)
+    state = torch.load(buf, weights_only=False)
     assert torch.equal(state["arrays"]["control"], torch.zeros(K, D))
+    assert torch.equal(state["staged"][0]["control"], _state(4.0).tensors["control"])
 
 
 def test_mmap_reopens_an_existing_file(tmp_path: Path) -> None:

@@ -32,9 +32,10 @@ def _cfg_file(tmp_path: Path, **over: object) -> Path:
 def test_a_second_process_on_a_locked_run_dir_is_refused(tmp_path: Path) -> None:
     cfg = load_config(_cfg_file(tmp_path))
     out = tmp_path / "run"
-    with lock_run_dir(out):  # another open file description: conflicts like a process
-        with pytest.raises(RunDirLockedError, match=rf"in use by process {os.getpid()}"):
-            run_experiment(cfg, out)
+    # another open file description conflicts like another process would
+    locked = pytest.raises(RunDirLockedError, match=rf"in use by process {os.getpid()}")
+    with lock_run_dir(out), locked:
+        run_experiment(cfg, out)
     assert [p.name for p in out.iterdir()] == [LOCK_FILE]  # nothing half-written
 
 
@@ -75,7 +76,8 @@ def test_signal_stops_after_a_durable_round_and_resume_finishes_identically(
 ) -> None:
     src = _cfg_file(tmp_path, federation={"num_clients": 4, "rounds": 6})
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # one torch thread, as this process runs (tests/conftest.py): same reduction order
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "geofl.cli", "run", str(src), "--out", str(out)]
     proc = subprocess.Popen(
         [*cmd, "--no-progress", "--no-report"], env=env, stderr=subprocess.PIPE, text=True

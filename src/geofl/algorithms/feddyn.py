@@ -59,8 +59,9 @@ class FedDynStrategy(ComposedStrategy):
         self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
     ) -> StrategyResult:
         res = self.combine(round_idx, batch)
-        kept = batch.deltas[res.kept]
-        self.h = self.h - (self.alpha / self.num_clients) * kept.sum(dim=0)
+        kept = batch.deltas if bool(res.kept.all()) else batch.deltas[res.kept]
+        n = batch.num_clients or self.num_clients
+        self.h = self.h - (self.alpha / n) * kept.sum(dim=0)
         params = global_params + res.delta - self.h / self.alpha
         info = {"h_norm": float(torch.linalg.vector_norm(self.h))}
         return StrategyResult(params, res.delta, res.weights, res.kept, info)

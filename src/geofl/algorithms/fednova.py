@@ -45,6 +45,8 @@ A_NORM = "a_norm"
 class FedNovaStrategy(ComposedStrategy):
     """Server half: normalised averaging (Wang et al. 2020, Eq. 6–7)."""
 
+    scalars: tuple[str, ...] = (A_NORM,)
+
     def __init__(self, tier: FlatTier, server_lr: float) -> None:
         super().__init__(tier, PlainServerOptimizer(server_lr))
 
@@ -53,9 +55,7 @@ class FedNovaStrategy(ComposedStrategy):
     ) -> StrategyResult:
         kept, p = self.tier.select(batch.deltas, batch.metas, round_idx)
         idx = torch.nonzero(kept).flatten().tolist()
-        a = torch.tensor(
-            [float(batch.metas[i].scalars[A_NORM]) for i in idx], dtype=torch.float64
-        ).clamp_min(1e-12)
+        a = torch.tensor([float(batch.metas[i].scalars[A_NORM]) for i in idx], dtype=torch.float64)
         scaled = p / a
         total = float(scaled.sum())
         res = self.tier.combine(batch.deltas, batch.metas, kept, scaled / total)

@@ -69,9 +69,11 @@ class ScaffoldStrategy(ComposedStrategy):
         self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
     ) -> StrategyResult:
         res = super().aggregate(round_idx, global_params, batch)
-        deltas = batch.tensors[CONTROL_DELTA][res.kept]
+        deltas = batch.tensors[CONTROL_DELTA]
+        if not bool(res.kept.all()):  # copy rows only when a defense dropped some
+            deltas = deltas[res.kept]
         if deltas.shape[0]:
-            scale = deltas.shape[0] / self.num_clients
+            scale = deltas.shape[0] / (batch.num_clients or self.num_clients)
             self.control = self.control + scale * deltas.mean(dim=0)
         norm = float(torch.linalg.vector_norm(self.control))
         return replace(res, info={"control_norm": norm})

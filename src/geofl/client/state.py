@@ -15,6 +15,7 @@ never disagree.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +114,10 @@ class ClientStateStore:
             raise ValueError(f"client {client}: new state lacks {sorted(missing)}")
         self._staged[client] = state
 
+    def staged(self, client: int) -> ClientState | None:
+        """The state staged for ``client`` this round, if any."""
+        return self._staged.get(client)
+
     def commit(self) -> None:
         """Apply every staged state (and flush memory-mapped arrays)."""
         for client, state in sorted(self._staged.items()):
@@ -120,8 +125,16 @@ class ClientStateStore:
                 arr[client].copy_(state.tensors[name])
             self._events[client] = list(state.dp_events)
         self._staged.clear()
+        self._release_pages()
+
+    def _release_pages(self) -> None:
+        """Flush memory-mapped arrays and drop their pages from this process's resident set
+        (they stay in the page cache), so RSS does not grow with every row ever touched."""
         for mm in self._mmaps.values():
             mm.flush()
+            raw = getattr(mm, "_mmap", None)  # numpy.memmap keeps its mmap.mmap here
+            if raw is not None and hasattr(mmap, "MADV_DONTNEED"):
+                raw.madvise(mmap.MADV_DONTNEED)
 
     def events(self, client: int) -> tuple[Mapping[str, Any], ...]:
         """The committed privacy ledger of ``client``."""
@@ -129,15 +142,15 @@ class ClientStateStore:
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint needs: staged rows, ledgers and (in RAM) the arrays."""
-        staged = {
-            k: {name: t.clone() for name, t in s.tensors.items()} for k, s in self._staged.items()
-        }
+        # No copies: the checkpoint is serialised before :meth:`commit` writes the arrays,
+        # and staged tensors are the client step's own fresh tensors.
+        staged = {k: dict(s.tensors) for k, s in self._staged.items()}
         events = [list(e) for e in self._events]
         for k, s in self._staged.items():
             events[k] = list(s.dp_events)
         out: dict[str, Any] = {"staged": staged, "events": events}
         if self.path is None:
-            out["arrays"] = {name: arr.clone() for name, arr in self._arrays.items()}
+            out["arrays"] = dict(self._arrays)
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

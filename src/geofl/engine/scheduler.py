@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from geofl.attacks.observe import update_statistics
+from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
 from geofl.engine.components import RunComponents
 from geofl.errors import AggregationError
@@ -113,6 +114,15 @@ class SyncScheduler:
         self.c.store.stage(client, res.state)
         return res
 
+    def _forget_state(self, client: int) -> None:
+        """An upload that did not arrive leaves the client's algorithm state as it was (the
+        client keeps new state only on the server's acknowledgement, so SCAFFOLD's c stays
+        the mean of the c_k); what it released still counts in its privacy ledger."""
+        old = self.c.store.get(client)
+        new = self.c.store.staged(client)
+        if new is not None and old.tensors:
+            self.c.store.stage(client, ClientState(old.tensors, new.dp_events))
+
     def _collect(
         self, global_params: torch.Tensor, trained: list[int], round_idx: int
     ) -> _Collected:
@@ -133,11 +143,12 @@ class SyncScheduler:
             if not self.c.network(update.meta, rng).delivered:
                 rejection = Rejection(k, RejectionReason.LOST_IN_TRANSIT)
             else:
-                detail = validate_update(update, self.dim, names)
+                detail = validate_update(update, self.dim, names, self.c.strategy.scalars)
                 rejection = (
                     None if detail is None else Rejection(k, RejectionReason.MALFORMED, detail)
                 )
             if rejection is not None:
+                self._forget_state(k)
                 log.warning(
                     "round %d: rejected update of client %d: %s",
                     round_idx,
@@ -168,17 +179,19 @@ class SyncScheduler:
             len(self.c.clients),
         )
         t_agg = time.perf_counter()
-        status, result, error = self._aggregate(global_params, batch, round_idx, bool(trained))
+        status, result, error = self._aggregate(
+            global_params, batch, round_idx, bool(cohort.clients)
+        )
         agg_time = time.perf_counter() - t_agg
         params = result.params if result is not None else global_params
         observed = None
         if result is not None and self.observe_layers is not None:
             observed = self._observe(batch, result, round_idx, self.observe_layers)
         record = self._record(round_idx, cohort, excluded, got, batch, status, result, error)
+        record = _with_hashes(record, params, batch)
         record.time_s.update(
             train=got.train_time, aggregate=agg_time, total=time.perf_counter() - t0
         )
-        record = _with_hashes(record, params, batch)
         return RoundOutcome(params, record, observed)
 
     def _aggregate(

@@ -77,9 +77,11 @@ class Strategy(Protocol):
 
     Attributes:
         uploads: Names of the extra tensors each client must upload besides Δw.
+        scalars: Names of metadata scalars each update must carry (finite, > 0).
     """
 
     uploads: tuple[str, ...]
+    scalars: tuple[str, ...]
 
     def configure(self, round_idx: int, cohort: Sequence[int]) -> RoundPlan:
         """Directives and payload for the clients trained in ``round_idx``."""
@@ -109,6 +111,7 @@ class ComposedStrategy:
     """
 
     uploads: tuple[str, ...] = ()
+    scalars: tuple[str, ...] = ()
 
     def __init__(self, tier: FlatTier, optimizer: ServerOptimizer) -> None:
         self.tier = tier

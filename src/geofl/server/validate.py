@@ -20,7 +20,12 @@ __all__ = ["validate_update"]
 log = logging.getLogger(__name__)
 
 
-def validate_update(update: ClientUpdate, dim: int, tensor_names: Sequence[str] = ()) -> str | None:
+def validate_update(
+    update: ClientUpdate,
+    dim: int,
+    tensor_names: Sequence[str] = (),
+    scalar_names: Sequence[str] = (),
+) -> str | None:
     """The reason ``update`` is malformed, or None if it is acceptable.
 
     Checks, in order: the delta is a ``[dim]`` floating tensor; every entry is finite;
@@ -32,6 +37,7 @@ def validate_update(update: ClientUpdate, dim: int, tensor_names: Sequence[str] 
         dim: D, the model's flat parameter count.
         tensor_names: Extra tensors the strategy expects (each ``[dim]``, finite); others
             are refused too.
+        scalar_names: Metadata scalars the strategy needs (each present, finite, > 0).
     """
     reason = _tensor_reason("delta", update.delta, dim)
     if reason is not None:
@@ -49,6 +55,10 @@ def validate_update(update: ClientUpdate, dim: int, tensor_names: Sequence[str] 
     for key, value in update.meta.scalars.items():
         if not isinstance(value, int | float) or not math.isfinite(value):
             return f"metadata scalar {key}={value!r} is not a finite number"
+    for key in scalar_names:
+        scalar = update.meta.scalars.get(key)
+        if scalar is None or not scalar > 0:
+            return f"metadata scalar {key}={scalar!r} must be present and positive"
     hist = update.meta.label_histogram
     if hist is not None:
         h = np.asarray(hist)
