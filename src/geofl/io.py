@@ -17,6 +17,7 @@ from typing import IO, Any
 
 __all__ = [
     "append_jsonl",
+    "append_text_line",
     "atomic_write",
     "dumps_line",
     "read_jsonl",
@@ -87,8 +88,13 @@ def dumps_line(record: Any) -> str:
 
 def append_jsonl(path: Path, record: Any) -> None:
     """Append one JSON line and ``fsync`` it."""
+    append_text_line(path, dumps_line(record))
+
+
+def append_text_line(path: Path, line: str) -> None:
+    """Append ``line`` and a newline to ``path`` and ``fsync`` it."""
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(dumps_line(record) + "\n")
+        fh.write(line + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 

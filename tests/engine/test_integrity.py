@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +19,11 @@ from typer.testing import CliRunner
 
 from geofl.cli import app
 from geofl.config.load import load_config
+from geofl.config.schema import ExperimentConfig
 from geofl.engine.experiment import run_experiment
-from geofl.errors import RunDirLockedError
+from geofl.errors import RunDirError, RunDirLockedError
+from geofl.events import RunInfo
+from geofl.records import RoundRecord
 from geofl.rundir import LOCK_FILE, lock_run_dir
 
 
@@ -105,3 +109,96 @@ def test_signal_stops_after_a_durable_round_and_resume_finishes_identically(
         a = json.loads((out / "methods" / method / "seed-3" / "final.json").read_text())
         b = json.loads((fresh / "methods" / method / "seed-3" / "final.json").read_text())
         assert a["final"] == b["final"], method
+
+
+class _StopAfter:
+    """Interrupts the fedavg run after round ``after`` (a kill after a durable round)."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+
+    def on_run_start(self, info: object) -> None: ...
+
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
+        if info.method == "fedavg" and record.round == self.after:
+            raise KeyboardInterrupt
+
+    def on_run_end(self, info: object, final: object) -> None: ...
+
+
+def _private_cfg(tmp_path: Path) -> ExperimentConfig:
+    raw = tiny_raw(federation={"num_clients": 4, "rounds": 4})
+    raw["methods"][1]["release"] = [{"name": "gaussian", "clip": 10.0, "sigma": 0.01}]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_config(path)
+
+
+@pytest.fixture(scope="module")
+def whole_private(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("whole")
+    return run_experiment(_private_cfg(tmp), tmp / "run")
+
+
+@pytest.mark.parametrize("damage", ["delete", "garble", "edit"])
+def test_a_damaged_round_log_blocks_resume_unless_rebuilt_from_the_checkpoint(
+    tmp_path: Path, whole_private: Path, damage: str
+) -> None:
+    cfg, out = _private_cfg(tmp_path), tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, out, subscribers=[_StopAfter(3)])
+    rounds = out / "methods" / "fedavg" / "seed-3" / "rounds.jsonl"
+    lines = rounds.read_text().splitlines()
+    assert len(lines) == 3
+    if damage == "delete":
+        del lines[1]
+    elif damage == "garble":
+        lines[1] = lines[1][:40] + "\x00garbage"
+    else:
+        lines[1] = lines[1].replace('"round": 2', '"round": 7')
+    rounds.write_text("".join(f"{line}\n" for line in lines))
+    before = rounds.read_text()
+    with pytest.raises(RunDirError, match=r"rounds\.jsonl:2: round 2's record"):
+        run_experiment(cfg, out, resume=True)
+    assert rounds.read_text() == before  # refusing leaves the evidence as it was
+    run_experiment(cfg, out, resume=True, rebuild_log=True)
+    got = json.loads((out / "methods/fedavg/seed-3/final.json").read_text())
+    want = json.loads((whole_private / "methods/fedavg/seed-3/final.json").read_text())
+    assert got["final"] == want["final"]
+    assert got["privacy"]["epsilon_per_client"] == want["privacy"]["epsilon_per_client"]
+    assert _untimed(rounds) == _untimed(whole_private / "methods/fedavg/seed-3/rounds.jsonl")
+
+
+def _untimed(path: Path) -> list[dict[str, object]]:
+    """The records of a round log without their wall-clock timings."""
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in recs]
+
+
+def test_a_garbled_first_line_of_a_finished_seed_is_named_and_not_erased(
+    tmp_path: Path, whole_private: Path
+) -> None:
+    out = tmp_path / "run"
+    shutil.copytree(whole_private, out)
+    (out / LOCK_FILE).unlink(missing_ok=True)
+    rounds = out / "methods/fedavg/seed-3/rounds.jsonl"
+    text = rounds.read_text()
+    rounds.write_text("{garbled\n" + text.split("\n", 1)[1])
+    damaged = rounds.read_text()
+    result = CliRunner().invoke(
+        app, ["run", str(out / "config.yaml"), "--out", str(out), "--resume", "--no-progress"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "rounds.jsonl:1" in result.output
+    assert rounds.read_text() == damaged
+
+
+def test_a_damaged_checkpoint_is_one_line(tmp_path: Path) -> None:
+    cfg, out = _private_cfg(tmp_path), tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, out, subscribers=[_StopAfter(2)])
+    ckpt = out / "methods/fedavg/seed-3/checkpoint.pt"
+    for content in (b"", ckpt.read_bytes()[:100]):
+        ckpt.write_bytes(content)
+        with pytest.raises(RunDirError, match=r"checkpoint\.pt is damaged"):
+            run_experiment(cfg, out, resume=True)

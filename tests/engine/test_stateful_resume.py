@@ -86,15 +86,14 @@ def _kill_before_commit(monkeypatch: pytest.MonkeyPatch, state_name: str, nth: i
 def _kill_at_checkpoint(monkeypatch: pytest.MonkeyPatch, method: str, round_idx: int) -> None:
     """Kill while ``method`` writes the checkpoint of ``round_idx``: the round's record is
     already in rounds.jsonl, the previous checkpoint and the committed state are on disk."""
-    real = run_module._torch_save_atomic
+    real = run_module.save_checkpoint
 
     def save(path: Path, obj: dict[str, Any]) -> None:
-        at = path.parent.parent.name == method and obj.get("round") == round_idx
-        if path.name == "checkpoint.pt" and at:
+        if path.parent.parent.name == method and obj.get("round") == round_idx:
             raise KeyboardInterrupt
         real(path, obj)
 
-    monkeypatch.setattr(run_module, "_torch_save_atomic", save)
+    monkeypatch.setattr(run_module, "save_checkpoint", save)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -35,6 +36,13 @@ def run_cmd(
     ] = None,
     set_: SetOpt = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
+    rebuild_log: Annotated[
+        bool,
+        typer.Option(
+            help="With --resume: rewrite a damaged rounds.jsonl from the checkpoint instead "
+            "of refusing."
+        ),
+    ] = False,
     report: Annotated[bool, typer.Option(help="Write the HTML report at the end.")] = True,
     progress: Annotated[bool, typer.Option(help="Show the progress display.")] = True,
 ) -> None:
@@ -52,14 +60,14 @@ def run_cmd(
                 raise ConfigError("--out", "--resume needs the run directory as --out")
             out = Path("runs") / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
         subs: list[Subscriber] = [LogSubscriber()]
-        with StopRequest().install() as stop:
+        with StopRequest().install() as stop, contextlib.ExitStack() as stack:
             if progress:
                 bar = make_progress()
                 subs.append(ProgressSubscriber(bar))
-                with bar:
-                    run_dir = run_experiment(cfg, out, resume=resume, subscribers=subs, stop=stop)
-            else:
-                run_dir = run_experiment(cfg, out, resume=resume, subscribers=subs, stop=stop)
+                stack.enter_context(bar)
+            run_dir = run_experiment(
+                cfg, out, resume=resume, subscribers=subs, stop=stop, rebuild_log=rebuild_log
+            )
         if report:
             from geofl.report import write_report
 

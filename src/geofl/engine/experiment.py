@@ -103,6 +103,7 @@ def run_experiment(
     resume: bool = False,
     subscribers: Sequence[Subscriber] = (),
     stop: StopRequest | None = None,
+    rebuild_log: bool = False,
 ) -> Path:
     """Run every method for every seed into ``out_dir``; returns the run directory.
 
@@ -114,6 +115,7 @@ def run_experiment(
         resume: Continue the run already in ``out_dir``.
         subscribers: Observers of every (method, seed) run.
         stop: Polled between rounds; a requested stop ends the run after a durable round.
+        rebuild_log: On resume, rewrite damaged round logs from the checkpoints.
 
     Raises:
         RunDirError: if ``out_dir`` holds another run and ``resume`` is False, holds nothing
@@ -153,7 +155,7 @@ def run_experiment(
                         _partition_json(part, ds, method, splits[seed].train),
                     )
                     run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
-                    run.run(resume=resume, stop=stop)
+                    run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
                 del data
         except BaseException:
             if created and not any((out_dir / "methods").glob("*/*/checkpoint.pt")):

@@ -22,6 +22,7 @@ from geofl.client.state import ClientState
 from geofl.client.step import dp_events_of
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.partition import Partition
+from geofl.engine.checkpoint import load_checkpoint, restore_round_log, save_checkpoint
 from geofl.engine.components import PreparedData, build_components
 from geofl.engine.evaluate import evaluate
 from geofl.engine.scheduler import SyncScheduler
@@ -30,6 +31,7 @@ from geofl.errors import RunStoppedError
 from geofl.events import ParticipationGate, RunInfo, Subscriber
 from geofl.io import (
     append_jsonl,
+    append_text_line,
     atomic_write,
     dumps_line,
     read_jsonl,
@@ -43,9 +45,6 @@ from geofl.tasks.metrics import Metrics
 __all__ = ["FederatedRun"]
 
 log = logging.getLogger("geofl")
-
-#: Checkpoint layout version (1: params/best/wall only; 2: + strategy and client state).
-CHECKPOINT_FORMAT = 2
 
 
 class FederatedRun:
@@ -84,6 +83,7 @@ class FederatedRun:
         self.dim = self.workspace.spec.numel
         self.init_params = self.workspace.snapshot()
         self._layers = layer_bounds(self.workspace.spec)
+        self._lines: list[str] = []  # JSON lines of this run's round records so far
         self.scheduler = SyncScheduler(
             self.comps,
             seed=seed,
@@ -114,12 +114,16 @@ class FederatedRun:
         }
 
     # ------------------------------------------------------------------ whole run
-    def run(self, *, resume: bool = False, stop: StopRequest | None = None) -> dict[str, Any]:
+    def run(
+        self, *, resume: bool = False, stop: StopRequest | None = None, rebuild_log: bool = False
+    ) -> dict[str, Any]:
         """Train for ``federation.rounds`` rounds; resume from ``checkpoint.pt`` if asked.
 
         Args:
             resume: Continue from the checkpoint in the seed directory.
             stop: Polled after each round's durable write.
+            rebuild_log: On resume, rewrite a damaged ``rounds.jsonl`` from the checkpoint
+                instead of refusing (:func:`~geofl.engine.checkpoint.restore_round_log`).
 
         Returns:
             The final record also written to ``final.json``.
@@ -130,7 +134,7 @@ class FederatedRun:
         out = self.out_dir
         out.mkdir(parents=True, exist_ok=True)
         rounds = self.cfg.federation.rounds
-        params, start, best, wall_before = self._start(resume)
+        params, start, best, wall_before = self._start(resume, rebuild_log)
         info = RunInfo(self.method.name, self.seed, rounds, start, len(self.clients), out, self.dim)
         for sub in self.subscribers:
             sub.on_run_start(info)
@@ -141,7 +145,9 @@ class FederatedRun:
             record, best = self._evaluate_round(record, params, best, r == rounds)
             if outcome.observed is not None:
                 append_jsonl(out / "observations.jsonl", outcome.observed)
-            append_jsonl(out / "rounds.jsonl", record.to_json())
+            line = dumps_line(record.to_json())
+            append_text_line(out / "rounds.jsonl", line)
+            self._lines.append(line)
             self._checkpoint(r, params, best, wall_before + time.perf_counter() - t_run)
             self.comps.store.commit()  # after the checkpoint that carries the staged rows
             for sub in self.subscribers:
@@ -175,10 +181,9 @@ class FederatedRun:
     def _checkpoint(
         self, r: int, params: torch.Tensor, best: dict[str, Any] | None, wall_s: float
     ) -> None:
-        _torch_save_atomic(
+        save_checkpoint(
             self.out_dir / "checkpoint.pt",
             {
-                "format": CHECKPOINT_FORMAT,
                 "round": r,
                 "params": params,
                 "best": best,
@@ -186,10 +191,13 @@ class FederatedRun:
                 "previous_delta": self.scheduler.previous_aggregate,
                 "strategy": self.comps.strategy.state_dict(),
                 "clients": self.comps.store.state_dict(),
+                "rounds": self._lines,
             },
         )
 
-    def _start(self, resume: bool) -> tuple[torch.Tensor, int, dict[str, Any] | None, float]:
+    def _start(
+        self, resume: bool, rebuild_log: bool
+    ) -> tuple[torch.Tensor, int, dict[str, Any] | None, float]:
         """Fresh files, or the checkpoint's state with logs cut back to it."""
         out = self.out_dir
         ckpt_path = out / "checkpoint.pt"
@@ -203,10 +211,16 @@ class FederatedRun:
                     {"features": feature_names(self._layers), "num_params": self.dim},
                 )
             return self.init_params, 1, None, 0.0
-        ckpt = torch.load(ckpt_path, weights_only=False)
+        ckpt = load_checkpoint(ckpt_path)
         start = int(ckpt["round"]) + 1
-        kept = [r for r in read_rounds(rounds_path, strict=False) if r.round < start]
-        _rewrite_jsonl(rounds_path, [r.to_json() for r in kept])
+        if "rounds" in ckpt:  # format 3: the checkpoint carries every record
+            self._lines = list(ckpt["rounds"])
+            restore_round_log(rounds_path, self._lines, checkpoint=ckpt_path, rebuild=rebuild_log)
+            kept = read_rounds(rounds_path)
+        else:  # older checkpoints: keep the log's records before the checkpoint's round
+            kept = [r for r in read_rounds(rounds_path, strict=False) if r.round < start]
+            _rewrite_jsonl(rounds_path, [r.to_json() for r in kept])
+            self._lines = [dumps_line(r.to_json()) for r in kept]
         self.scheduler.previous_aggregate = ckpt.get("previous_delta")
         if "strategy" in ckpt:
             self.comps.strategy.load_state_dict(ckpt["strategy"])
@@ -268,4 +282,4 @@ def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def _torch_save_atomic(path: Path, obj: dict[str, Any]) -> None:
-    atomic_write(path, lambda fh: torch.save(obj, fh))
+    atomic_write(path, lambda fh: torch.save(obj, fh), sync=False)
