@@ -189,6 +189,7 @@ def _complete_sections(raw: dict[str, Any]) -> None:
     """Validate plug-in-owned sections (``governance``) and fill in their defaults."""
     from geofl import plugins
 
+    plugins.load_all()
     gov = raw.get("governance")
     if gov is not None:
         if not isinstance(gov, dict):
