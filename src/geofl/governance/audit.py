@@ -446,7 +446,7 @@ def _check_committee(
     ):
         if mine != theirs:
             yield Finding(
-                where, f"round {r}: committee election {eid}: {_diff(what, mine, theirs)}"
+                where, f"round {r}: committee election {eid}: {_diff(what, mine, theirs)}", r
             )
             return
 
@@ -650,7 +650,9 @@ def _load_model(path: Path) -> tuple[dict[str, Any] | None, str]:
     """
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        return ckpt, "0x" + params_sha256(ckpt["params"])
+        digest = "0x" + params_sha256(ckpt["params"])
+        ckpt["round"] = int(ckpt["round"])
+        return ckpt, digest
     except FileNotFoundError:
         return None, "missing"
     except (PermissionError, IsADirectoryError) as err:
@@ -676,8 +678,9 @@ def _check_model_file(
     want = chain.by_round[r]
     note = f"; it has {layout}'s layout" if layout else ""
     if digest == want.model_hash:
-        if int(ckpt.get("round", -1)) != r:
-            yield Finding(name, f"says round {ckpt.get('round')!r}; it must hold round {r} ({why})")
+        if ckpt["round"] != r:
+            what = f"says round {ckpt['round']}; it must hold round {r} ({why})"
+            yield Finding(name, what, r)
         elif layout:
             yield Finding(name, f"holds round {r}'s committed model but has the layout of {layout}")
         return
@@ -711,7 +714,10 @@ def _best_round(run: LedgerRun, ckpt: dict[str, Any] | None) -> tuple[list[Findi
             return [Finding(FINAL_FILE, f"damaged ({_why(err)}); best.pt's round unknown")], None
     from_ckpt: int | None = None
     if ckpt is not None and isinstance(ckpt.get("best"), dict):
-        from_ckpt = int(ckpt["best"]["round"])
+        try:
+            from_ckpt = int(ckpt["best"]["round"])
+        except (KeyError, TypeError, ValueError) as err:
+            return [Finding(CHECKPOINT_FILE, f"damaged best-round record ({_why(err)})")], None
     if from_final is not None and from_ckpt is not None and from_final != from_ckpt:
         what = f"best-validation round {from_final} differs from {CHECKPOINT_FILE}'s {from_ckpt}"
         return [Finding(FINAL_FILE, what)], None
