@@ -138,7 +138,7 @@ def test_config_edit_after_the_run_is_detected(runs: dict[str, Path], tmp_path: 
     cfg["train"]["lr"] = 0.5
     (copy / "config.yaml").write_text(yaml.safe_dump(cfg))
     bad = _cli("verify", str(copy))
-    assert bad.exit_code == 1 and "config.yaml differs" in bad.output
+    assert bad.exit_code == 1 and "config.yaml: differs from the committed rule" in bad.output
 
 
 def test_offline_build_reproduces_the_live_ledger(runs: dict[str, Path], tmp_path: Path) -> None:

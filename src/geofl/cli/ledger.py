@@ -49,49 +49,69 @@ def show(
     seed: SeedOpt = None,
     round_: Annotated[int | None, typer.Option("--round", help="Only this round.")] = None,
 ) -> None:
-    """Per-round governance records (000 Table 2 layout), each checked against the chain."""
-    from geofl.governance.audit import governance_log
+    """Per-round governance records (000 Table 2 layout), each checked against the chain.
+
+    The records shown are the chain's; "Success" means that rounds.jsonl and
+    governance.jsonl hold exactly what the chain records for the round, otherwise the
+    column says what is missing or different.
+    """
+    from geofl.governance.audit import audit_records, read_chain
 
     try:
         for run, ledger in _ledgers(run_dir, method, seed):
-            rule = ledger.rule(1)
-            table = Table(title=f"{run.name}: governance records ({rule.label})")
+            chain = read_chain(ledger)
+            findings = audit_records(run, chain)
+            by_round: dict[int, list[str]] = {}
+            for f in findings:
+                if f.round is not None:
+                    by_round.setdefault(f.round, []).append(str(f))
+            labels = {rule.index: rule.label for rule in chain.rules}
+            table = Table(title=f"{run.name}: governance records (from the chain)")
             for col in ("Round", "Rule", "Aggregation commitment", "Committee record",
                         "Members", "Permission changes", "Audit query"):  # fmt: skip
                 table.add_column(col)
-            for e in governance_log(run):
-                r = e["round"]
+            for r in sorted(set(chain.rounds()) | set(by_round)):
                 if round_ is not None and r != round_:
                     continue
-                agg = ledger.aggregation(r)
-                ok = agg is not None and agg.model_hash == "0x" + e["aggregation"]["model_hash"]
-                com = e.get("committee")
-                members = ""
-                if com is not None:
-                    onchain = ledger.committee(int(com["election_id"]))
-                    members = ", ".join(m.removeprefix("client") for m in onchain.members)
-                    ok = ok and [f"client{m}" for m in com["members"]] == list(onchain.members)
+                agg = chain.by_round.get(r)
+                coms = [c for c in chain.committees if c.round_id == r]
                 perms = "; ".join(
-                    f"client{p['node']} {p['old']}→{p['new']} (#{p['proposal_id']})"
-                    for p in e.get("permissions", [])
+                    f"{p.node} {p.old.name.lower()}→{p.new.name.lower()} (#{p.proposal_id}"
+                    f"{'' if p.proposal_id in chain.changes else ', not applied'})"
+                    for p in chain.proposals
+                    if p.round_id == r
+                )
+                problems = by_round.get(r, [])
+                members = "; ".join(
+                    "[" + ", ".join(m.removeprefix("client") for m in c.members) + "]" for c in coms
                 )
                 table.add_row(
                     f"Round {r}",
-                    rule.label,
-                    f"agg_r{r} {_short(agg.model_hash) if agg else '—'}",
-                    f"committee_e{com['election_id']}" if com else "—",
-                    f"[{members}]" if com else "",
+                    labels.get(agg.rule_index, "?") if agg else "—",
+                    f"agg_r{r} {_short(agg.model_hash)}" if agg else "—",
+                    ", ".join(f"committee_e{c.election_id}" for c in coms) or "—",
+                    members,
                     perms,
-                    "Success" if ok else "MISMATCH",
+                    "MISMATCH: " + "; ".join(problems) if problems else "Success",
                 )
             out.print(table)
+            rest = [f for f in findings if f.round is None]
+            if rest and round_ is None:
+                out.print("Not tied to a round: " + "; ".join(str(f) for f in rest))
     except GeoflError as err:
         raise fail(str(err)) from None
 
 
 @ledger_app.command("verify")
 def verify(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -> None:
-    """Replay every ledger and recompute config and model hashes; exit 1 on any mismatch."""
+    """Replay every ledger and check the run directory against it; exit 1 on any mismatch.
+
+    Checked against the chain: every round's record in rounds.jsonl (one per committed
+    round, in order, model and update-set hashes), every entry of governance.jsonl (rule,
+    aggregation commitments, committees, permission proposals and changes, transaction
+    hashes), the rule document and config.yaml, and the model hashes of checkpoint.pt (the
+    last round) and best.pt (the best-validation round).
+    """
     from geofl.governance.audit import verify_run
 
     try:
@@ -99,7 +119,10 @@ def verify(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -
     except GeoflError as err:
         raise fail(str(err)) from None
     for name in checked:
-        out.print(f"ok: {name} (chain replayed, rule, aggregation and checkpoint hashes match)")
+        out.print(
+            f"ok: {name}: chain replayed; rounds.jsonl, governance.jsonl, rule, config, "
+            "checkpoint.pt and best.pt match it"
+        )
     if problems:
         err_console = Console(stderr=True)
         for p in problems:
