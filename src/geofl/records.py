@@ -207,10 +207,10 @@ def read_rounds(path: Path, *, strict: bool = True) -> list[RoundRecord]:
     if not path.exists():
         return []
     out: list[RoundRecord] = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines, start=1):
+    lines = path.read_bytes().splitlines()
+    for i, raw in enumerate(lines, start=1):
         try:
-            out.append(RoundRecord.from_json(json.loads(line)))
+            out.append(RoundRecord.from_json(json.loads(raw.decode("utf-8"))))
         except (ValueError, KeyError, TypeError) as err:
             if not strict:
                 break
