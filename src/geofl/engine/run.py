@@ -9,6 +9,7 @@ ledgers, wall time); a run resumed from it continues exactly as if it had never 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -155,6 +156,8 @@ class FederatedRun:
             if stop is not None and stop.signum is not None and r < rounds:
                 raise RunStoppedError(self.method.name, self.seed, r, stop.signum)
         final = self._final(best, wall_before + time.perf_counter() - t_run)
+        if final["diverged"]:
+            log.warning("%s seed=%d diverged: %s", self.method.name, self.seed, final["diverged"])
         write_json_atomic(out / "final.json", final)
         for sub in self.subscribers:
             sub.on_run_end(info, final)
@@ -242,8 +245,10 @@ class FederatedRun:
                     store.commit()
 
     def _final(self, best: dict[str, Any] | None, wall_s: float) -> dict[str, Any]:
-        last = read_rounds(self.out_dir / "rounds.jsonl")[-1]
+        records = read_rounds(self.out_dir / "rounds.jsonl")
+        last = records[-1]
         final: dict[str, Any] = {
+            "diverged": divergence(records),
             "final": {"val": last.val, "test": last.test},
             "best_val": best,
             "rounds": self.cfg.federation.rounds,
@@ -283,3 +288,35 @@ def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 
 def _torch_save_atomic(path: Path, obj: dict[str, Any]) -> None:
     atomic_write(path, lambda fh: torch.save(obj, fh), sync=False)
+
+
+#: Test loss above this many times the first evaluated round's counts as divergence.
+DIVERGENCE_FACTOR = 10.0
+
+
+def divergence(records: Sequence[RoundRecord]) -> str | None:
+    """Why a run diverged, or None: a non-finite training or test loss in any round, or a
+    final test loss above :data:`DIVERGENCE_FACTOR` × the first evaluated one.
+
+    Args:
+        records: The run's round records in order.
+    """
+    first: float | None = None
+    for rec in records:
+        if rec.train_loss is not None and not math.isfinite(rec.train_loss):
+            return f"round {rec.round}: training loss is not finite"
+        if rec.test is None:
+            continue
+        loss = rec.test.get("loss")
+        if loss is None or not math.isfinite(float(loss)):
+            return f"round {rec.round}: test loss is not finite"
+        first = float(loss) if first is None else first
+    evaluated = [r for r in records if r.test is not None]
+    if first is not None and evaluated:
+        final = float(evaluated[-1].test["loss"])  # type: ignore[index]
+        if final > DIVERGENCE_FACTOR * first:
+            return (
+                f"final test loss {final:.3g} exceeds {DIVERGENCE_FACTOR:g}× the first "
+                f"evaluated round's {first:.3g}"
+            )
+    return None

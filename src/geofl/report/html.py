@@ -102,6 +102,9 @@ def _paper_cell(paper: dict[str, Any] | None, skip: frozenset[str] = frozenset()
 def _row(method: str, ms: MethodSummary, seeds: dict[int, SeedRun], skip: frozenset[str]) -> str:
     flag = ' class="incomplete"' if ms["incomplete"] else ""
     badge = BADGE_INCOMPLETE if ms["incomplete"] else ""
+    if ms.get("diverged"):
+        why = "; ".join(f"seed {s}: {r}" for s, r in ms["diverged"].items())
+        badge += f'<span class="badge" title="{escape(why)}">diverged</span>'
     done = ", ".join(str(s) for s in ms["seeds_done"]) or "none"
     best_round = ms["best_val_round"]
     at_round = (

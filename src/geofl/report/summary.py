@@ -79,6 +79,7 @@ class MethodSummary(TypedDict):
     best_val_round: Stat
     final_rolling_std: Stat
     bytes_up_per_round: Stat
+    diverged: dict[str, str]
     paper: dict[str, Any] | None
     epsilon_max: Stat | None
 
@@ -349,6 +350,11 @@ def _summarize_method(runs: dict[int, SeedRun], paper: Any, window: int) -> Meth
         ),
         best_val_round=make_stat([_final_metric(f, "best_val", "round") for f in finals]),
         final_rolling_std=make_stat(last_std),
+        diverged={
+            str(r.seed): str(r.final["diverged"])
+            for r in done
+            if r.final is not None and r.final.get("diverged")
+        },
         bytes_up_per_round=make_stat(
             [float(np.mean([rec.bytes_up for rec in r.rounds])) for r in done if r.rounds]
         ),
