@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from geofl.errors import RunDirLockedError
+from geofl.errors import RunDirError, RunDirLockedError
 
 __all__ = ["LOCK_FILE", "lock_run_dir", "seed_dir"]
 
@@ -48,9 +48,16 @@ def lock_run_dir(run_dir: Path) -> Iterator[Path]:
         RunDirLockedError: if another live process holds the lock.
     """
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except (FileExistsError, NotADirectoryError):
+        raise RunDirError(f"{run_dir} is a file, not a directory; choose another --out") from None
+    except OSError as err:
+        raise RunDirError(
+            f"{run_dir} cannot be written ({err.strerror}); choose a writable --out"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -202,3 +202,49 @@ def test_a_damaged_checkpoint_is_one_line(tmp_path: Path) -> None:
         ckpt.write_bytes(content)
         with pytest.raises(RunDirError, match=r"checkpoint\.pt is damaged"):
             run_experiment(cfg, out, resume=True)
+
+
+def _geofl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "geofl.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    return lines[0]
+
+
+def test_bad_sources_and_outputs_end_in_one_line(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    assert "not UTF-8" in _one_error_line(_geofl("run", str(binary)))
+    assert "is a directory" in _one_error_line(_geofl("run", str(tmp_path)))
+    src = _cfg_file(tmp_path)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    line = _one_error_line(_geofl("run", str(src), "--out", str(blocker), "--no-progress"))
+    assert "is a file" in line
+    line = _one_error_line(
+        _geofl("run", str(src), "--out", str(tmp_path / "o"), env={"GEOFL_CACHE": str(blocker)})
+    )
+    assert "cache directory" in line and not (tmp_path / "o").exists()
+
+
+def test_a_truncated_cache_file_is_named_with_a_fix(tmp_path: Path) -> None:
+    import numpy as np
+
+    from geofl.data.cache import cached_arrays
+    from geofl.errors import DataError
+
+    cached_arrays(tmp_path, "k", lambda: {"a": np.arange(1000)})
+    path = tmp_path / "k.npz"
+    path.write_bytes(path.read_bytes()[:50])
+    with pytest.raises(DataError, match=r"k\.npz is damaged .*delete it"):
+        cached_arrays(tmp_path, "k", lambda: {"a": np.arange(3)})

@@ -24,6 +24,7 @@ import sys
 import typer
 
 from geofl.cli import data, ledger, run
+from geofl.cli.common import console
 
 __all__ = ["app", "main"]
 
@@ -47,4 +48,11 @@ def main() -> None:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    app()
+    try:
+        app()
+    except OSError as err:  # a path the user gave that cannot be written or read
+        where = f"{err.filename}: " if err.filename else ""
+        console.print(
+            f"[bold red]error:[/] {where}{err.strerror or err}", highlight=False, soft_wrap=True
+        )
+        sys.exit(2)

@@ -84,6 +84,12 @@ def run_cmd(
         raise typer.Exit(code=128 + err.signum) from None
     except GeoflError as err:
         raise fail(str(err)) from None
+    except OSError as err:  # disk full, permissions: nothing half-written (atomic writes)
+        where = f"{err.filename}: " if err.filename else ""
+        raise fail(
+            f"{where}{err.strerror or err}; fix it (free space, permissions) and rerun with "
+            "--resume"
+        ) from None
 
 
 def _print_summary(run_dir: Path) -> None:
@@ -119,6 +125,12 @@ def report_cmd(run_dir: RunDirArg) -> None:
         print(write_report(run_dir))
     except GeoflError as err:
         raise fail(str(err)) from None
+    except OSError as err:  # disk full, permissions: nothing half-written (atomic writes)
+        where = f"{err.filename}: " if err.filename else ""
+        raise fail(
+            f"{where}{err.strerror or err}; fix it (free space, permissions) and rerun with "
+            "--resume"
+        ) from None
 
 
 def presets_cmd() -> None:

@@ -73,8 +73,14 @@ def load_raw(source: str | Path) -> dict[str, Any]:
     if not path.exists():
         presets = ", ".join(list_presets())
         raise ConfigError("config", f"{source!s} is neither a preset ({presets}) nor a file")
+    if path.is_dir():
+        raise ConfigError("config", f"{path} is a directory; give a preset name or a YAML file")
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=Yaml12Loader)
+    except UnicodeDecodeError:
+        raise ConfigError("config", f"{path} is not UTF-8 text; give a YAML file") from None
+    except OSError as err:
+        raise ConfigError("config", f"{path} cannot be read: {err.strerror}") from None
     except yaml.YAMLError as err:
         raise ConfigError("config", f"{path} is not valid YAML: {err}".splitlines()[0]) from None
     if not isinstance(raw, dict):

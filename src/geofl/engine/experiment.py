@@ -21,7 +21,7 @@ import yaml
 from geofl import __version__, plugins
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import GeoDataset
-from geofl.data.cache import default_cache_dir
+from geofl.data.cache import check_cache_dir, default_cache_dir
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
 from geofl.engine.components import PreparedData
@@ -29,7 +29,7 @@ from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
 from geofl.errors import RunDirError
 from geofl.events import Subscriber
-from geofl.io import write_json_atomic
+from geofl.io import write_json_atomic, write_text_atomic
 from geofl.rng import numpy_generator
 from geofl.rundir import LOCK_FILE, lock_run_dir, seed_dir
 
@@ -41,8 +41,9 @@ log = logging.getLogger("geofl")
 def load_dataset(cfg: ExperimentConfig) -> GeoDataset:
     """Build (or load from cache) the configured dataset and select its bands."""
     plugins.load_all()
-    cache = cfg.data.cache_dir or default_cache_dir()
-    ds = plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=Path(cache))
+    cache = Path(cfg.data.cache_dir or default_cache_dir()).expanduser()
+    check_cache_dir(cache)  # before any decoding
+    ds = plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
     return ds.select_bands(cfg.data.bands)
 
 
@@ -216,15 +217,19 @@ def _warn_degenerate(train_labels: np.ndarray, classes: Sequence[str]) -> None:
 
 
 def _write_header(cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any]) -> None:
-    (out_dir / "config.yaml").write_text(
-        yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
+    write_text_atomic(
+        out_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
     )
     run_json = out_dir / "run.json"
-    created = (
-        json.loads(run_json.read_text())["created"]
-        if run_json.exists()
-        else datetime.now(UTC).isoformat(timespec="seconds")
-    )
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    if run_json.exists():
+        try:
+            created = str(json.loads(run_json.read_text(encoding="utf-8"))["created"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise RunDirError(
+                f"{run_json} is damaged ({type(err).__name__}); restore it, or start a new "
+                "run with another --out"
+            ) from None
     write_json_atomic(
         run_json,
         {
