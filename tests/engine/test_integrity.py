@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -248,3 +249,33 @@ def test_a_truncated_cache_file_is_named_with_a_fix(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:50])
     with pytest.raises(DataError, match=r"k\.npz is damaged .*delete it"):
         cached_arrays(tmp_path, "k", lambda: {"a": np.arange(3)})
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import geofl.engine.checkpoint as checkpoint
+
+    real = checkpoint.torch.save
+    calls = {"n": 0}
+
+    def save(obj: object, fh: Any) -> None:
+        calls["n"] += isinstance(obj, dict) and "format" in obj  # checkpoints only
+        if calls["n"] == 2:  # the second checkpoint: half written, then the disk is full
+            fh.write(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(obj, fh)
+
+    monkeypatch.setattr(checkpoint.torch, "save", save)
+    src, out = _cfg_file(tmp_path), tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(src), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert "No space left on device" in result.output and "--resume" in result.output
+    assert not list(out.rglob("*.tmp"))
+    monkeypatch.setattr(checkpoint.torch, "save", real)
+    again = CliRunner().invoke(
+        app, ["run", str(src), "--out", str(out), "--resume", "--no-progress", "--no-report"]
+    )
+    assert again.exit_code == 0, again.output
