@@ -246,12 +246,133 @@ def test_fast_path_matches_sorted_reference(
 
 def test_krum_scores_match_float64_reference() -> None:
     gen = torch.Generator().manual_seed(3)
-    u = torch.randn(12, 700_000, generator=gen)  # > one Gram block
+    u = torch.randn(12, 700_000, generator=gen)  # > one block of columns
     scores = krum_scores(u, num_byzantine=2)
     u64 = u.double()
     d = torch.cdist(u64, u64) ** 2 + torch.diag(torch.full((12,), math.inf))
     ref = torch.sort(d, dim=1).values[:, : 12 - 2 - 2].sum(1)
-    assert torch.allclose(scores, ref, rtol=1e-5)
+    assert torch.allclose(scores, ref, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- exact Krum
+
+
+def _slow_distances(u: torch.Tensor) -> torch.Tensor:
+    """Σ_d (u_i − u_j)² in float64, one pair at a time (Flower's reference computes the same)."""
+    k = u.shape[0]
+    u64 = u.double()
+    out = torch.zeros(k, k, dtype=torch.float64)
+    for i in range(k):
+        for j in range(k):
+            out[i, j] = ((u64[i] - u64[j]) ** 2).sum()
+    return out
+
+
+def _slow_krum(u: torch.Tensor, f: int, m: int) -> tuple[torch.Tensor, list[int]]:
+    """Scores and the m selected rows (lowest score, then lowest index) from the slow path."""
+    k = u.shape[0]
+    d = _slow_distances(u) + torch.diag(torch.full((k,), math.inf))
+    scores = torch.sort(d, dim=1).values[:, : k - f - 2].sum(1)
+    order = sorted(range(k), key=lambda i: (float(scores[i]), i))
+    return scores, order[:m]
+
+
+def test_krum_exact_when_updates_share_a_large_component() -> None:
+    # Project issue 9 item 5: the float32 Gram matrix cancelled and chose row 0. float64:
+    #   scores (2 nearest): row 0: 1e-4 + 9e-4, row 1: 1e-4 + 4e-4 (lowest), row 2: 4e-4 + 9e-4
+    u = torch.tensor([[1000.00], [1000.01], [1000.03], [1000.06], [1001.0]])
+    res = krum(u, num_byzantine=1)
+    assert res.selected.tolist() == [1]
+    assert torch.equal(res.aggregate, u[1])
+    ref_scores, _ = _slow_krum(u, 1, 1)
+    assert torch.allclose(res.scores, ref_scores, rtol=1e-12, atol=0.0)
+
+
+def test_krum_is_translation_invariant() -> None:
+    # Issue 9 item 5: +100 on every coordinate moved the float32-Gram choice from 7 to 6.
+    u = torch.randn(10, 100_000, generator=torch.Generator().manual_seed(3))
+    for shifted in (u, u + 100.0, u + 1e4):
+        _, ref = _slow_krum(shifted, 2, 1)
+        assert ref == [7]
+        assert krum(shifted, num_byzantine=2).selected.tolist() == [7]
+
+
+def _adversarial(name: str) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(5)
+    if name == "offset":  # a common component 1e6 × the spread
+        return 1e4 + 1e-2 * torch.randn(9, 300, generator=gen)
+    if name == "near_tie":  # mirror images ±1, ±3 tie exactly; nudge one by 8 ulps of 1024
+        u = torch.tensor([-3.0, -1.0, 1.0, 3.0, 20.0, -20.0])[:, None].repeat(1, 16)
+        u[2, 5] += 2.0**-10
+        return u + 1000.0
+    if name == "outlier":  # one update 1e30 away: the others' distances must survive
+        u = torch.randn(9, 300, generator=gen)
+        u[4] = 1e30
+        return u
+    if name == "float32_max":  # squared differences ~1e77: fine in float64
+        u = torch.randn(8, 50, generator=gen)
+        u[0], u[1] = 3.0e38, -3.0e38
+        return u
+    if name == "tiny":  # squared differences ~1e-60
+        return 1e-30 * torch.randn(8, 50, generator=gen)
+    if name == "near_duplicates":  # a tight cluster (e.g. colluding clients) far away
+        u = torch.randn(10, 300, generator=gen)
+        u[:4] = 50.0 + 1e-5 * torch.randn(4, 300, generator=gen)
+        u[5] = u[6]  # and an exact duplicate
+        return u
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["offset", "near_tie", "outlier", "float32_max", "tiny", "near_duplicates"]
+)
+def test_krum_matches_slow_float64_reference(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(robust, "GRAM_BLOCK_COLUMNS", 7)  # many blocks, a ragged last one
+    u = _adversarial(name)
+    k = u.shape[0]
+    ref_d = _slow_distances(u)
+    dist = pairwise_squared_distances(u)
+    assert torch.equal(dist, dist.T) and bool((dist.diagonal() == 0).all())
+    assert torch.equal(dist == 0, ref_d == 0)  # identical rows: exactly 0
+    assert torch.allclose(dist, ref_d, rtol=1e-12, atol=0.0)
+    f = (k - 3) // 2
+    for m in (1, 2, k - f):
+        ref_scores, ref_sel = _slow_krum(u, f, m)
+        res = multi_krum(u, num_byzantine=f, num_selected=m)
+        assert res.selected.tolist() == ref_sel
+        assert torch.allclose(res.scores, ref_scores, rtol=1e-12, atol=0.0)
+
+
+def test_krum_distances_do_not_depend_on_the_thread_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 13-column blocks, 2 per span: 500 columns make 20 spans for the worker threads; the
+    # spans' sums add in column order whatever the number of threads
+    monkeypatch.setattr(robust, "GRAM_BLOCK_COLUMNS", 13)
+    monkeypatch.setattr(robust, "_BLOCKS_PER_SPAN", 2)
+    u = 1e3 + torch.randn(12, 500, generator=torch.Generator().manual_seed(9))
+    u[3] = u[4]  # a duplicate: the difference-based refinement runs too
+    prev = torch.get_num_threads()
+    try:
+        out = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            out.append(pairwise_squared_distances(u))
+    finally:
+        torch.set_num_threads(prev)
+    assert torch.equal(out[0], out[1]) and torch.equal(out[0], out[2])
+    assert torch.allclose(out[0], _slow_distances(u), rtol=1e-12, atol=0.0)
+    assert float(out[0][3, 4]) == 0.0
+
+
+def test_near_tie_is_resolved_as_float64_does() -> None:
+    # K=6, f=1: 3 nearest. Rows 1 (−1) and 2 (+1) both score 16·(4 + 4 + 16) = 384; the
+    # nudge δ = 2⁻¹⁰ of row 2 adds 8δ + 3δ² to its score and 4δ + δ² to row 1's: row 1 wins
+    # by 4δ + 2δ² ≈ 3.9e-3, while the common offset 1000 puts ‖u_i‖² at 1.6e7.
+    u = _adversarial("near_tie")
+    ref_scores, ref_sel = _slow_krum(u, 1, 1)
+    assert ref_sel == [1] and 0 < float(ref_scores[2] - ref_scores[1]) < 1e-2
+    assert krum(u, num_byzantine=1).selected.tolist() == [1]
 
 
 # ----------------------------------------------------------------------------- properties
@@ -306,14 +427,42 @@ def test_krum_properties(arr: np.ndarray, data: st.DataObject) -> None:
     res = multi_krum(u, num_byzantine=f, num_selected=m)
     assert _within_bounds(res.aggregate, u)
     assert res.selected.shape == (m,) and len(set(res.selected.tolist())) == m
-    # scores are permutation-equivariant …
+    # scores are permutation-equivariant (exact distances: float64 rounding only) …
     res_p = multi_krum(u[perm], num_byzantine=f, num_selected=m)
-    # float32 Gram: d_ij is off by ~1e-7·(‖u_i‖² + ‖u_j‖²) (identical rows can get ~1 ulp)
-    scale = k * (1.0 + float((u.double() ** 2).sum(1).max()))
-    assert torch.allclose(res_p.scores, res.scores[perm], atol=1e-4 * scale)
+    assert torch.allclose(res_p.scores, res.scores[perm], rtol=1e-12, atol=1e-300)
     # … so the aggregate is permutation-invariant unless a tie sits at the m-th place
     srt = torch.sort(res.scores).values
-    assume(m == k or float(srt[m] - srt[m - 1]) > 1e-3 * scale)
+    assume(m == k or float(srt[m] - srt[m - 1]) > 1e-9 * float(srt[m]))
     assert torch.allclose(res_p.aggregate, res.aggregate, atol=1e-3)
     # the selected rows are the m lowest scores
-    assert float(res.scores[res.selected].max()) <= float(srt[m - 1]) + 1e-9 * scale
+    assert float(res.scores[res.selected].max()) <= float(srt[m - 1])
+
+
+int_matrices = arrays(
+    np.float32,
+    st.tuples(st.integers(4, 10), st.integers(1, 8)),
+    elements=st.integers(-20, 20).map(float),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(int_matrices, st.integers(1_000, 10_000), st.data())
+def test_krum_selection_invariant_to_a_common_offset(
+    arr: np.ndarray, offset: int, data: st.DataObject
+) -> None:
+    # Integer-valued rows: adding an integer offset ≤ 1e4 is exact in float32, so the
+    # distances are the same real numbers and must come out bit-identical (ties included).
+    u = torch.from_numpy(arr)
+    k = u.shape[0]
+    f = data.draw(st.integers(0, (k - 3) // 2))
+    m = data.draw(st.integers(1, k - f))
+    res = multi_krum(u, num_byzantine=f, num_selected=m)
+    for shifted in (u + offset, u - offset):
+        res_s = multi_krum(shifted, num_byzantine=f, num_selected=m)
+        assert torch.equal(res_s.scores, res.scores)
+        assert torch.equal(res_s.selected, res.selected)
+        # the mean of the m selected rows (float32) moves with them, up to rounding
+        assert torch.allclose(res_s.aggregate, res.aggregate + (shifted[0] - u[0]), atol=5e-3)
+    # integer data: the scores are exact integers
+    _, ref_sel = _slow_krum(u, f, m)
+    assert res.selected.tolist() == ref_sel
