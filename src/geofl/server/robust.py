@@ -28,13 +28,13 @@ per-thread buffer, sort its rows, average the needed order statistics in float64
 ``torch.get_num_threads()`` threads (numpy releases the GIL). That runs at ~4–6× mean(0)
 (the transposing copy alone is ~2×). The effective weights come from the same pass, while
 the block is in cache: the sorted values give each column's kept range [lo_d, hi_d]; every
-row counts the columns where lo_d ≤ value ≤ hi_d (two comparisons and an int32 count,
-+~30 %); constant columns (a parameter no client changed) give 1/K to every row at no cost,
-and the other columns whose boundary tie group straddles the kept/trimmed boundary are
-corrected exactly — rare in float updates, but when every column has such ties (values
-rounded to 9 levels) the pass takes ~4× as long. Other devices and dtypes go through float64
-CPU copies of column chunks (exact, so ties survive; a GPU tensor is copied to the host
-chunk by chunk).
+row counts the columns where lo_d ≤ value ≤ hi_d (two comparisons and an int32 count:
++30–50 %, 5.9× / 5.7× mean(0) for trimmed mean / median with weights on a loaded machine);
+constant columns (a parameter no client changed) give 1/K to every row at no cost, and the
+other columns whose boundary tie group straddles the kept/trimmed boundary are corrected
+exactly — rare in float updates, but when every column has such ties (values rounded to 9
+levels) the pass takes ~4× as long. Other devices and dtypes go through float64 CPU copies
+of column chunks (exact, so ties survive; a GPU tensor is copied to the host chunk by chunk).
 
 Krum needs the pairwise squared distances, exactly (:func:`pairwise_squared_distances`). A
 Gram matrix of the raw updates (d_ij = G_ii + G_jj − 2 G_ij) cancels catastrophically when
@@ -44,12 +44,13 @@ to every coordinate changed its choice. Here the updates are centred on one cent
 (a translation, which leaves distances unchanged) in float64 before the Gram matrix is
 accumulated in float64, and the few pairs that could still lose precision are recomputed from
 differences: every d_ij is within ~1e-12 (measured ≤ 1e-14) of the float64 per-pair sum
-Σ_d (Δw_id − Δw_jd)², whatever the offset, scale or outliers. Cost: ~8–13× mean(0) (the
-float32 raw Gram was 6–9×; ``torch.pdist`` on float64 blocks throughout, exact by
-construction, ~1.7× the float64 Gram; a Gram centred on the column mean is as fast but keeps
-only ~1e-5 of the other distances next to a 1e6-times-larger outlier). The blocks go to
-worker threads (:func:`_blockwise_sum`). Memory beyond the input: a few MB of block buffers
-per thread plus the ``[D]`` output.
+Σ_d (Δw_id − Δw_jd)², whatever the offset, scale or outliers. Cost: 6.8× mean(0) for Krum,
+9.9× for Multi-Krum (2 threads on a 2-core machine loaded by other processes, where the
+float32 raw Gram measured 7.2× / 7.7×; 6.0× idle). ``torch.pdist`` on float64 blocks
+throughout, exact by construction, cost ~1.7× the float64 Gram; a Gram centred on the column
+mean is as fast but keeps only ~1e-5 of the other distances next to a 1e6-times-larger
+outlier. The blocks go to worker threads (:func:`_blockwise_sum`). Memory beyond the input:
+a few MB of block buffers per thread plus the ``[D]`` output.
 """
 
 from __future__ import annotations
@@ -455,39 +456,49 @@ class KrumResult:
 _BlockFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
-def _span_sum(
-    x: torch.Tensor, fn: _BlockFn, shape: tuple[int, ...], n: int, span: range
-) -> torch.Tensor:
-    """Accumulate ``fn`` over the column blocks of :data:`GRAM_BLOCK_COLUMNS` in ``span``."""
-    cols = max(1, min(len(span), GRAM_BLOCK_COLUMNS))
-    acc = torch.zeros(shape, dtype=torch.float64, device=x.device)
+def _span_sums(
+    x: torch.Tensor, fn: _BlockFn, shape: tuple[int, ...], n: int, spans: list[range]
+) -> list[torch.Tensor]:
+    """Per span, ``fn`` accumulated over its column blocks of :data:`GRAM_BLOCK_COLUMNS`.
+
+    One scratch buffer serves all the spans of a worker.
+    """
+    cols = max(1, min(max(len(span) for span in spans), GRAM_BLOCK_COLUMNS))
     buf = torch.empty((n, cols), dtype=torch.float64, device=x.device)
-    for a in range(span.start, span.stop, cols):
-        part = x[:, a : min(a + cols, span.stop)]
-        fn(part, buf[:, : part.shape[1]], acc)
-    return acc
+    sums = []
+    for span in spans:
+        acc = torch.zeros(shape, dtype=torch.float64, device=x.device)
+        for a in range(span.start, span.stop, cols):
+            part = x[:, a : min(a + cols, span.stop)]
+            fn(part, buf[:, : part.shape[1]], acc)
+        sums.append(acc)
+    return sums
 
 
 def _blockwise_sum(x: torch.Tensor, fn: _BlockFn, shape: tuple[int, ...], n: int) -> torch.Tensor:
     """Σ over all column blocks of ``x`` of what ``fn`` accumulates (``n``-row scratch).
 
-    Spans of :data:`_BLOCKS_PER_SPAN` blocks go to ``torch.get_num_threads()`` worker
-    threads, each with its own buffer and accumulator; the spans' sums are added in column
-    order, so the result does not depend on the thread count. Independent workers running
+    Spans of :data:`_BLOCKS_PER_SPAN` blocks are dealt round-robin to
+    ``torch.get_num_threads()`` worker threads; the spans' sums are added in column order,
+    so the result does not depend on the thread count. Independent workers running
     single-block torch ops keep their speed when other processes load the CPUs, unlike a
-    loop of small multi-threaded ops in one thread (130× mean(0) instead of ~10× at K=100,
+    loop of small multi-threaded ops in one thread (130× mean(0) instead of ~7× at K=100,
     D=1.1e7 on a loaded 2-core machine: every op waits at a barrier for a descheduled thread).
     """
     d = x.shape[1]
     step = GRAM_BLOCK_COLUMNS * _BLOCKS_PER_SPAN
     spans = [range(a, min(a + step, d)) for a in range(0, d, step)] or [range(0)]
-    workers = torch.get_num_threads()
-    if workers <= 1 or len(spans) == 1 or x.device.type != "cpu":
-        parts = [_span_sum(x, fn, shape, n, span) for span in spans]
+    workers = min(torch.get_num_threads(), len(spans))
+    if workers <= 1 or x.device.type != "cpu":
+        parts = _span_sums(x, fn, shape, n, spans)
     else:
+        parts = [torch.empty(0)] * len(spans)
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(_span_sum, x, fn, shape, n, span) for span in spans]
-            parts = [fut.result() for fut in futures]
+            futures = [
+                pool.submit(_span_sums, x, fn, shape, n, spans[w::workers]) for w in range(workers)
+            ]
+            for w, fut in enumerate(futures):
+                parts[w::workers] = fut.result()
     total = parts[0]
     for part in parts[1:]:
         total += part
@@ -540,7 +551,8 @@ def _centred_gram(x: torch.Tensor, ref: int) -> torch.Tensor:
     bounds = _row_group_bounds(k)
 
     def block(part: torch.Tensor, buf: torch.Tensor, acc: torch.Tensor) -> None:
-        torch.sub(part, part[ref].to(torch.float64), out=buf)  # promoted to float64
+        buf.copy_(part)  # exact in float64; then the (exact for float32) centring in place
+        buf -= buf[ref].clone()  # (a mixed-dtype torch.sub kept ~0.3 GB of temporaries)
         for s, e in itertools.pairwise(bounds):  # tiles on and above the diagonal only
             acc[s:e, s:].addmm_(buf[s:e], buf[s:].T)
 
