@@ -16,17 +16,20 @@ the load of a shared machine changes mid-run):
 * ``consistency``: the full server step of the consistency method, 000 Alg. 2 — weights
   from C=10-class label histograms (``consistency`` weighting, β=5), then ``weighted_mean``
   (target ≤ 1.5× mean(0): the histograms are ``[K, C]``, the rest is one weighted reduction);
-* ``trimmed_mean`` (β = ``--trim``) and coordinate ``median`` (target ≤ 10×: they sort
-  every column);
-* ``krum`` (f = ``--krum-f``, m = 1) and ``multi_krum`` (m = K − f) (target ≤ 20×: a
-  ``[K, D] × [D, K]`` Gram matmul, plus one reduction for Multi-Krum).
+* ``trimmed_mean+w`` (β = ``--trim``) and coordinate ``median+w`` (target ≤ 10×: they
+  sort every column), each with its effective weights (every row's share of the kept order
+  statistics, from the same pass) — what the registered aggregators compute;
+* ``krum`` (f = ``--krum-f``, m = 1) and ``multi_krum`` (m = K − f) (target ≤ 20×: exact
+  pairwise distances, a ``[K, D] × [D, K]`` float64 Gram matmul of the updates centred on
+  one of them, plus one reduction for Multi-Krum).
 
 Reported: median seconds per call, ratio to ``mean(0)`` measured in the same run, the
 target, the peak RSS of the process while that method ran (Linux ``VmHWM``, reset through
 ``/proc/self/clear_refs`` before each method's first call) and how far that is above the RSS
 just before the call (what the method itself allocates), and a correctness check
-of the fast path on the first columns: against ``torch.sort`` (trimmed mean, median) or a
-float64 ``cdist`` reference (Krum scores).
+of the fast path on the first and last columns: against ``torch.sort`` (trimmed mean,
+median; their weights on those columns alone against positions from ``torch.searchsorted``)
+or a difference-based float64 ``cdist`` reference (Krum scores, to 1e-10).
 """
 
 from __future__ import annotations
@@ -44,13 +47,18 @@ from _common import footer, header, interleaved_medians, print_table, set_thread
 from geofl.server import robust
 from geofl.server.aggregators import weighted_mean
 from geofl.server.consistency import ConsistencyParams, build_consistency
-from geofl.server.robust import coordinate_median, krum_scores, multi_krum, trimmed_mean
+from geofl.server.robust import (
+    coordinate_median_aggregate,
+    krum_scores,
+    multi_krum,
+    trimmed_mean_aggregate,
+)
 from geofl.update import UpdateMeta
 
 TARGETS = {
     "consistency": 1.5,
-    "trimmed_mean": 10.0,
-    "median": 10.0,
+    "trimmed_mean+w": 10.0,
+    "median+w": 10.0,
     "krum": 20.0,
     "multi_krum": 20.0,
 }
@@ -96,6 +104,18 @@ def _histograms(k: int, classes: int, rng: np.random.Generator) -> list[np.ndarr
     mix = rng.dirichlet(np.full(classes, 0.3), size=k)
     sizes = rng.integers(200, 2000, size=k)
     return [np.floor(p * n) + 1 for p, n in zip(mix, sizes, strict=True)]
+
+
+def _reference_weights(cols: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Effective weights from sorted positions: a value's tie group fills positions
+    [#(< v), #(≤ v)); its members share the kept ones (lo … hi − 1, 1/(hi − lo) each)."""
+    srt = torch.sort(cols.T.contiguous(), dim=1).values  # [C, K]
+    vals = cols.T.contiguous()
+    first = torch.searchsorted(srt, vals, right=False)
+    last = torch.searchsorted(srt, vals, right=True)
+    kept = (last.clamp_max(hi) - first.clamp_min(lo)).clamp_min(0).double()
+    shares = kept / (last - first).double() / (hi - lo)  # [C, K]
+    return shares.mean(0)
 
 
 def main() -> None:
@@ -151,8 +171,8 @@ def main() -> None:
         "mean(0)": lambda: updates.mean(0),
         "weighted_mean": lambda: weighted_mean(updates, sizes.to(torch.float32)),
         "consistency": lambda: weighted_mean(updates, consistency(metas, 1).to(torch.float32)),
-        "trimmed_mean": lambda: trimmed_mean(updates, trim_fraction=args.trim),
-        "median": lambda: coordinate_median(updates),
+        "trimmed_mean+w": lambda: trimmed_mean_aggregate(updates, trim_fraction=args.trim),
+        "median+w": lambda: coordinate_median_aggregate(updates),
         "krum": lambda: multi_krum(updates, num_byzantine=f, num_selected=1),
         "multi_krum": lambda: multi_krum(updates, num_byzantine=f, num_selected=m),
     }
@@ -169,20 +189,36 @@ def main() -> None:
     b = robust.trim_count(k, args.trim)
     half = k // 2
     ref_med = srt[half] if k % 2 else 0.5 * (srt[half - 1] + srt[half])
+    mid = (half, half + 1) if k % 2 else (half - 1, half + 1)
     u64 = cols.to(torch.float64)
-    ref_d = torch.cdist(u64, u64) ** 2 + torch.diag(torch.full((k,), float("inf")))
+    exact = "donot_use_mm_for_euclid_dist"
+    ref_d = torch.cdist(u64, u64, compute_mode=exact) ** 2 + torch.diag(
+        torch.full((k,), float("inf"))
+    )
     ref_scores = torch.sort(ref_d, dim=1).values[:, : k - f - 2].sum(1)
     kr, mk = outs["krum"], outs["multi_krum"]
     checks = {
         "mean(0)": "-",
         "weighted_mean": "-",
         "consistency": abs(float(consistency(metas, 1).sum()) - 1.0) < 1e-12,
-        "trimmed_mean": torch.allclose(
-            outs["trimmed_mean"][idx].double(), srt[b : k - b].mean(0), atol=1e-6
+        "trimmed_mean+w": torch.allclose(
+            outs["trimmed_mean+w"].delta[idx].double(), srt[b : k - b].mean(0), atol=1e-6
+        )
+        and torch.allclose(
+            trimmed_mean_aggregate(cols, trim_fraction=args.trim).weights,
+            _reference_weights(cols, b, k - b),
+            rtol=0.0,
+            atol=1e-12,
         ),
-        "median": torch.allclose(outs["median"][idx].double(), ref_med, atol=1e-7),
+        "median+w": torch.allclose(outs["median+w"].delta[idx].double(), ref_med, atol=1e-7)
+        and torch.allclose(
+            coordinate_median_aggregate(cols).weights,
+            _reference_weights(cols, *mid),
+            rtol=0.0,
+            atol=1e-12,
+        ),
         # scores of the check columns alone vs float64, and the aggregates vs their rows
-        "krum": torch.allclose(krum_scores(cols, num_byzantine=f), ref_scores, rtol=1e-5, atol=1e-6)
+        "krum": torch.allclose(krum_scores(cols, num_byzantine=f), ref_scores, rtol=1e-10)
         and torch.equal(kr.aggregate[idx], updates[int(kr.selected[0]), idx]),
         "multi_krum": torch.equal(mk.selected[:1], kr.selected)
         and torch.allclose(mk.aggregate[idx], cols[mk.selected].mean(0), atol=1e-6),
