@@ -530,7 +530,7 @@ def _refused(path: Path, overrides: Sequence[str] = ()) -> ConfigError:
     strict=True,
     reason="BUG-C1: ExperimentConfig._unique_methods (src/geofl/config/schema.py:215-229) is a "
     "whole-model validator, so pydantic's loc is () and format_validation_error "
-    "(src/geofl/registry.py:102-113) builds ConfigError('', 'Value error, method names must be "
+    "(src/geofl/registry.py:100-112) builds ConfigError('', 'Value error, method names must be "
     "unique; ...'): no field path, pydantic's prefix; the CLI prints 'error: Value error, ...'",
 )
 def test_bug_cross_field_errors_name_no_field(work: Path, name: str, override: str) -> None:
@@ -632,7 +632,7 @@ def test_bug_alias_bomb_is_not_refused_quickly(work: Path) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="BUG-C7 (minor): a key holding a line break is echoed raw in the field path "
-    "(format_validation_error, src/geofl/registry.py:106), so the error spans two lines",
+    "(format_validation_error, src/geofl/registry.py:103), so the error spans two lines",
 )
 def test_bug_line_break_in_a_key_breaks_the_one_line_error(work: Path) -> None:
     path = work / "c7.yaml"

@@ -943,7 +943,8 @@ def _update(delta: Any = None, tensors: Any = None, **meta: Any) -> ClientUpdate
 @pytest.mark.xfail(
     strict=True,
     raises=(TypeError, AttributeError, OverflowError, ValueError),
-    reason=f"{BUG_RAISES} (src/geofl/server/validate.py lines 50-64)",
+    reason=f"{BUG_RAISES} (src/geofl/server/validate.py:47 sorted(), :53 num_samples <= 0, "
+    ":55 scalars.items(), :56 math.isfinite, :64 np.asarray)",
 )
 def test_bug_validate_update_raises_on_malformed_metadata(
     update: ClientUpdate, needs: Needs, word: str
@@ -988,7 +989,7 @@ def _assert_round_survives(
 @pytest.mark.xfail(
     strict=True,
     reason=f"{BUG_F64}: validate.py checks finiteness in float64, the scheduler copies the "
-    "row into float32 (scheduler.py:159), the global model becomes inf",
+    "row into float32 (scheduler.py:161), the global model becomes inf",
 )
 def test_bug_float64_delta_beyond_float32_poisons_the_model() -> None:
     big = torch.full((D,), 1e300, dtype=torch.float64)
@@ -1021,7 +1022,7 @@ def test_bug_unchecked_metadata_fields_crash_the_round(field_name: str, value: A
 @pytest.mark.xfail(
     strict=True,
     reason="BUG-U4b: the record credits the update to the client_id it claims, not to its "
-    "sender (scheduler.py:233 participants=[m.client_id ...]); a client can pose as another "
+    "sender (scheduler.py:231 participants=[m.client_id ...]); a client can pose as another "
     "(governance reputation) or as one that does not exist",
 )
 def test_bug_a_client_can_claim_another_client_id(claimed: int) -> None:
@@ -1035,7 +1036,7 @@ def test_bug_a_client_can_claim_another_client_id(claimed: int) -> None:
 @pytest.mark.xfail(
     strict=True,
     raises=RuntimeError,
-    reason=f"{BUG_SPARSE}: copy_() from a sparse tensor into the dense row (scheduler.py:159)",
+    reason=f"{BUG_SPARSE}: copy_() from a sparse tensor into the dense row (scheduler.py:161)",
 )
 def test_bug_sparse_delta_crashes_the_round() -> None:
     out = scheduler(arrive={1: lambda u: replace(u, delta=u.delta.to_sparse())}).round(W0, 1)
