@@ -16,8 +16,9 @@ wire): the round proceeds with the others and every malformed update is in
 ``record.rejected`` as MALFORMED with a detail. A tiny end-to-end run does the same with a
 malicious-client plug-in.
 
-Variants with ``bug`` set crash or are misjudged today; they are left out of the fuzzing
-and kept as explicit strict-xfail regressions below (remove ``bug`` when fixed).
+A variant with ``bug`` set (none at present) crashes or is misjudged today; it is left
+out of the fuzzing and kept as an explicit strict-xfail regression (remove ``bug`` when
+fixed). The bugs found so far (U1–U6) are fixed; their regressions close the file.
 """
 
 from __future__ import annotations
@@ -241,6 +242,7 @@ def _tensor_for(draw: st.DrawFn, which: str) -> Any:
         "float": 1.0,
         "str": "delta",
         "dict": {"delta": base},
+        "sparse": base.to_sparse(),
     }[which]
 
 
@@ -265,6 +267,7 @@ MALFORMED_TENSORS = [
     "float",
     "str",
     "dict",
+    "sparse",
 ]
 
 
@@ -369,15 +372,14 @@ def _needs_scalar(c: Case) -> bool:
     return bool(c.scalar_names)
 
 
+def _meta_untouched(c: Case) -> bool:
+    """No metadata variant applied yet (dropping the metadata would undo it)."""
+    return all(v.order < NUM_SAMPLES for v in c.applied)
+
+
 # Validation order of the checks (the reason names the first one that fails).
 DELTA, TENSORS, NUM_SAMPLES, SCALARS, HISTOGRAM, META = range(6)
 PART = ["delta", "tensors", "num_samples", "scalar", "label_histogram", "meta"]
-
-BUG_RAISES = "BUG-U1: validate_update raises instead of returning a reason"
-BUG_NUM_SAMPLES = "BUG-U2: a non-finite or float-overflowing num_samples is accepted"
-BUG_F64 = "BUG-U3: float64 Δw beyond the float32 range is accepted and becomes inf"
-BUG_META = "BUG-U4: other metadata fields are not validated and crash the round"
-BUG_SPARSE = "BUG-U5: a sparse Δw is accepted and crashes the round"
 
 VARIANTS: list[Variant] = [
     # Δw
@@ -433,15 +435,13 @@ VARIANTS: list[Variant] = [
         DELTA,
         "delta",
         _set_delta_values([1e39, -1e300], torch.float64),
-        bug=BUG_F64,
     ),
     Variant(
         "delta sparse",
-        "either",
+        "reject",
         DELTA,
         "delta",
         lambda d, c: setattr(c, "delta", c.delta.to_sparse()),
-        bug=BUG_SPARSE,
     ),
     # extra uploaded tensors
     Variant("tensors: one missing", "reject", TENSORS, "tensors", _missing_tensor, _has_tensors),
@@ -455,7 +455,6 @@ VARIANTS: list[Variant] = [
         "tensors",
         lambda d, c: setattr(c, "tensors", {**c.tensors, 0: c.delta}),
         _has_tensors,
-        bug=BUG_RAISES,
     ),
     # num_samples
     Variant(
@@ -478,7 +477,6 @@ VARIANTS: list[Variant] = [
         NUM_SAMPLES,
         "num_samples",
         _num_samples([math.nan, math.inf]),
-        bug=BUG_NUM_SAMPLES,
     ),
     Variant(
         "num_samples beyond float64",
@@ -486,7 +484,6 @@ VARIANTS: list[Variant] = [
         NUM_SAMPLES,
         "num_samples",
         _num_samples([10**400]),
-        bug=BUG_NUM_SAMPLES,
     ),
     Variant(
         "num_samples not a number",
@@ -494,7 +491,6 @@ VARIANTS: list[Variant] = [
         NUM_SAMPLES,
         "num_samples",
         _num_samples(["5", None, [5], b"5"]),
-        bug=BUG_RAISES,
     ),
     # metadata scalars
     Variant(
@@ -542,7 +538,6 @@ VARIANTS: list[Variant] = [
         SCALARS,
         "scalar",
         _scalar(None, [10**400]),
-        bug=BUG_RAISES,
     ),
     Variant(
         "scalars not a mapping",
@@ -550,7 +545,6 @@ VARIANTS: list[Variant] = [
         SCALARS,
         "scalar",
         lambda d, c: _meta(c, scalars=_choice(d, [None, [1.0], "a_norm"])),
-        bug=BUG_RAISES,
     ),
     # label histogram
     Variant(
@@ -612,7 +606,6 @@ VARIANTS: list[Variant] = [
         HISTOGRAM,
         "label_histogram",
         _hist(lambda d: _choice(d, [[[1, 2], [3]], [1, [2, 3]]])),
-        bug=BUG_RAISES,
     ),
     # other metadata
     Variant(
@@ -628,7 +621,7 @@ VARIANTS: list[Variant] = [
         META,
         "meta",
         lambda d, c: setattr(c, "meta", None),
-        bug=BUG_RAISES,
+        _meta_untouched,
     ),
     Variant(
         "train_loss not a number",
@@ -636,7 +629,6 @@ VARIANTS: list[Variant] = [
         META,
         "train_loss",
         _meta_field("train_loss", ["low", None, [0.1]]),
-        bug=BUG_META,
     ),
     Variant(
         "train_accuracy not a number",
@@ -644,7 +636,6 @@ VARIANTS: list[Variant] = [
         META,
         "train_accuracy",
         _meta_field("train_accuracy", ["high", None]),
-        bug=BUG_META,
     ),
     Variant(
         "client_id not an int64",
@@ -652,7 +643,6 @@ VARIANTS: list[Variant] = [
         META,
         "client_id",
         _meta_field("client_id", ["7", None, 2**70, 1.5]),
-        bug=BUG_META,
     ),
     Variant(
         "round not an int",
@@ -660,7 +650,6 @@ VARIANTS: list[Variant] = [
         META,
         "round",
         _meta_field("round", ["1", None, [1]]),
-        bug=BUG_META,
     ),
     Variant(
         "bytes_sent not an int",
@@ -668,7 +657,6 @@ VARIANTS: list[Variant] = [
         META,
         "bytes_sent",
         _meta_field("bytes_sent", ["100", None]),
-        bug=BUG_META,
     ),
 ]
 
@@ -685,7 +673,11 @@ def cases(
     for _ in range(k):
         # one variant per part of the update: a second would overwrite the first
         taken = {v.order for v in case.applied}
+        if not isinstance(case.meta, UpdateMeta):  # no metadata left to break
+            taken |= {NUM_SAMPLES, SCALARS, HISTOGRAM, META}
         usable = [v for v in variants if v.applies(case) and v.order not in taken]
+        if not usable:
+            break
         variant = _choice(draw, usable)
         variant.apply(draw, case)
         case.applied.append(variant)
@@ -797,11 +789,12 @@ ALGORITHM_NEEDS: dict[str, Needs] = {
 
 def _arrives_as(case: Case) -> Callable[[ClientUpdate], ClientUpdate]:
     """Replace what the client produced by the case's Δw, tensors and metadata (keeping the
-    sender's id, which the case does not vary)."""
+    sender's id unless a variant breaks it: a well-formed update claims its sender's id)."""
+    breaks_id = any(v.mentions == "client_id" for v in case.applied)
 
     def arrive(update: ClientUpdate) -> ClientUpdate:
         meta = case.meta
-        if isinstance(meta, UpdateMeta):
+        if isinstance(meta, UpdateMeta) and not breaks_id:
             meta = replace(meta, client_id=update.meta.client_id)
         return ClientUpdate(case.delta, meta, dict(update.local_log), case.tensors)
 
@@ -910,7 +903,7 @@ def test_a_tiny_run_rejects_a_malformed_client_every_round(tmp_path: Path) -> No
     assert "shape" in details[0] and "dtype" in details[1] and "non-finite" in details[2]
 
 
-# --- known bugs: explicit regressions -----------------------------------------------
+# --- regressions of fixed bugs (U1–U6) ----------------------------------------------
 
 
 def _update(delta: Any = None, tensors: Any = None, **meta: Any) -> ClientUpdate:
@@ -940,35 +933,25 @@ def _update(delta: Any = None, tensors: Any = None, **meta: Any) -> ClientUpdate
         pytest.param(ClientUpdate(torch.ones(D), None), ((), ()), "meta", id="meta-None"),  # type: ignore[arg-type]
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    raises=(TypeError, AttributeError, OverflowError, ValueError),
-    reason=f"{BUG_RAISES} (src/geofl/server/validate.py:47 sorted(), :53 num_samples <= 0, "
-    ":55 scalars.items(), :56 math.isfinite, :64 np.asarray)",
-)
-def test_bug_validate_update_raises_on_malformed_metadata(
+def test_validate_update_returns_a_reason_for_malformed_metadata(
     update: ClientUpdate, needs: Needs, word: str
 ) -> None:
+    # U1: these raised (sorted() of mixed keys, None <= 0, None.items(), math.isfinite of
+    # 10**400, np.asarray of a ragged list) instead of returning a reason
     reason = validate_update(update, D, *needs)
     assert isinstance(reason, str) and word in reason
 
 
 @pytest.mark.parametrize("n", [math.nan, math.inf, 10**400], ids=["nan", "inf", "1e400"])
-@pytest.mark.xfail(
-    strict=True, reason=f"{BUG_NUM_SAMPLES} (validate.py line 53: nan <= 0 is False)"
-)
-def test_bug_non_finite_num_samples_is_accepted(n: float) -> None:
+def test_non_finite_num_samples_is_rejected(n: float) -> None:
+    # U2: nan <= 0 is False, so a NaN count passed the positivity check
     assert validate_update(_update(num_samples=n), D) is not None
 
 
 @pytest.mark.parametrize("n", [math.nan, math.inf, 10**400], ids=["nan", "inf", "1e400"])
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ValueError, OverflowError),
-    reason=f"{BUG_NUM_SAMPLES}: the weights become NaN (aggregators.py:64 raises ValueError) "
-    "or the count overflows float64 (weighting.py:33 OverflowError); the round crashes",
-)
-def test_bug_non_finite_num_samples_crashes_the_round(n: float) -> None:
+def test_non_finite_num_samples_does_not_crash_the_round(n: float) -> None:
+    # U2: the weights became NaN (aggregators.py ValueError) or the count overflowed float64
+    # (weighting.py OverflowError) and the round crashed
     _assert_round_survives({1: lambda u: replace(u, meta=replace(u.meta, num_samples=n))})
 
 
@@ -986,15 +969,18 @@ def _assert_round_survives(
     assert bool(torch.isfinite(out.params).all()), out.params
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=f"{BUG_F64}: validate.py checks finiteness in float64, the scheduler copies the "
-    "row into float32 (scheduler.py:161), the global model becomes inf",
-)
-def test_bug_float64_delta_beyond_float32_poisons_the_model() -> None:
+def test_float64_delta_beyond_float32_is_rejected() -> None:
+    # U3: finite in float64, inf once the scheduler copies it into its float32 row
     big = torch.full((D,), 1e300, dtype=torch.float64)
-    assert validate_update(_update(delta=big), D) is None  # today: accepted …
-    _assert_round_survives({1: lambda u: replace(u, delta=big)})  # … and the model is inf
+    reason = validate_update(_update(delta=big), D)
+    assert isinstance(reason, str) and "delta" in reason and "float32" in reason
+    _assert_round_survives({1: lambda u: replace(u, delta=big)})
+
+
+def test_float64_delta_within_float32_is_accepted() -> None:
+    fits = torch.full((D,), F32_MAX, dtype=torch.float64)
+    assert validate_update(_update(delta=fits), D) is None
+    assert validate_update(_update(delta=fits.neg()), D) is None
 
 
 @pytest.mark.parametrize(
@@ -1008,47 +994,49 @@ def test_bug_float64_delta_beyond_float32_poisons_the_model() -> None:
         ("round", "1"),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    raises=(TypeError, ValueError, OverflowError),
-    reason=f"{BUG_META}: scheduler._record (scheduler.py:237-239), hashing.update_set_sha256 "
-    "(hashing.py:34) and FlatTier.combine (tier.py:114) use fields validate_update never checks",
-)
-def test_bug_unchecked_metadata_fields_crash_the_round(field_name: str, value: Any) -> None:
+def test_malformed_metadata_fields_do_not_crash_the_round(field_name: str, value: Any) -> None:
+    # U4: scheduler._record, hashing.update_set_sha256 and FlatTier.combine used fields
+    # validate_update never checked
+    reason = validate_update(_update(**{field_name: value}), D)
+    assert isinstance(reason, str) and field_name in reason
     _assert_round_survives({1: lambda u: replace(u, meta=replace(u.meta, **{field_name: value}))})
 
 
 @pytest.mark.parametrize("claimed", [3, 99, -1])
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG-U4b: the record credits the update to the client_id it claims, not to its "
-    "sender (scheduler.py:231 participants=[m.client_id ...]); a client can pose as another "
-    "(governance reputation) or as one that does not exist",
-)
-def test_bug_a_client_can_claim_another_client_id(claimed: int) -> None:
+def test_a_client_cannot_claim_another_client_id(claimed: int) -> None:
+    # U4b: the record credited the update to the client_id it claimed, not to its sender
     out = scheduler(arrive={1: lambda u: replace(u, meta=replace(u.meta, client_id=claimed))})
     rec = out.round(W0, 1).record
     accepted_as_sender = sorted(rec.participants) == list(range(K))
     rejected = [r.client for r in rec.rejected] == [1]
     assert accepted_as_sender or rejected, rec.participants
+    assert rejected and rec.rejected[0].reason is RejectionReason.MALFORMED
+    assert "client_id" in str(rec.rejected[0].detail)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason=f"{BUG_SPARSE}: copy_() from a sparse tensor into the dense row (scheduler.py:161)",
-)
-def test_bug_sparse_delta_crashes_the_round() -> None:
+def test_the_network_sees_an_upload_under_its_sender_not_its_claim() -> None:
+    # client 1 claims to be client 3, whose upload the network loses this round: client 1
+    # is refused as malformed, not lost under client 3's name
+    sched = scheduler(arrive={1: lambda u: replace(u, meta=replace(u.meta, client_id=3))})
+    outage = NETWORK_MODELS.build("scripted_outage", {"outages": {3: [1]}})
+    sched.c = replace(sched.c, network=outage)
+    rec = sched.round(W0, 1).record
+    assert [(r.client, r.reason) for r in rec.rejected] == [
+        (1, RejectionReason.MALFORMED),
+        (3, RejectionReason.LOST_IN_TRANSIT),
+    ]
+    assert rec.participants == [0, 2, 4]
+
+
+def test_sparse_delta_does_not_crash_the_round() -> None:
+    # U5: copy_() from a sparse tensor into the dense row raised
     out = scheduler(arrive={1: lambda u: replace(u, delta=u.delta.to_sparse())}).round(W0, 1)
     assert out.record.status is RoundStatus.AGGREGATED
+    _assert_round_survives({1: lambda u: replace(u, delta=u.delta.to_sparse())})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG-U6: validate_update does not know the class count, so one client's label "
-    "histogram of another length reaches the consistency weighting, which refuses the whole "
-    "round (consistency.py:254, AGGREGATION_FAILED) instead of that one update",
-)
-def test_bug_one_wrong_length_histogram_fails_a_consistency_round() -> None:
+def test_one_wrong_length_histogram_does_not_fail_a_consistency_round() -> None:
+    # U6: validate_update did not know the class count, so one client's histogram of
+    # another length reached the consistency weighting, which refused the whole round
     longer = lambda u: replace(u, meta=replace(u.meta, label_histogram=np.ones(C + 1)))  # noqa: E731
     _assert_round_survives({1: longer}, consistency=True)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from geofl.attacks.observe import update_statistics
+from geofl.client.data import ClientData
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
 from geofl.engine.components import RunComponents
@@ -31,7 +32,7 @@ from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
 from geofl.rng import numpy_generator
 from geofl.server.sampling import Cohort
 from geofl.server.strategy import StrategyResult, UpdateBatch
-from geofl.server.validate import validate_update
+from geofl.server.validate import validate_header, validate_update
 from geofl.update import ClientDirectives, ClientUpdate
 
 __all__ = ["RoundOutcome", "Scheduler", "SyncScheduler"]
@@ -86,6 +87,7 @@ class SyncScheduler:
         self.c, self.seed, self.allowed = comps, seed, allowed
         self.dim = comps.workspace.spec.numel
         self.observe_layers = observe_layers
+        self.num_classes = _class_count(comps.clients)
         self.previous_aggregate: torch.Tensor | None = None
         # Accepted uploads are copied as they arrive into rows of [K, D] buffers reused
         # across rounds (no per-round allocation of the update tensor).
@@ -123,6 +125,36 @@ class SyncScheduler:
         if new is not None and old.tensors:
             self.c.store.stage(client, ClientState(old.tensors, new.dp_events))
 
+    def _admit(self, update: ClientUpdate, sender: int, round_idx: int) -> Rejection | None:
+        """Why ``sender``'s upload is not accepted (lost in transit or malformed), or None.
+
+        The network model routes an upload by its metadata header, so an upload whose header
+        it cannot read, or that claims another sender, never reaches it and is refused as
+        malformed.
+        """
+        meta = update.meta
+        if validate_header(meta) is None and meta.client_id == sender:
+            rng = numpy_generator(self.seed, "round", round_idx, "client", sender, "network")
+            if not self.c.network(meta, rng).delivered:
+                return Rejection(sender, RejectionReason.LOST_IN_TRANSIT)
+        detail = self._malformed(update, sender)
+        return None if detail is None else Rejection(sender, RejectionReason.MALFORMED, detail)
+
+    def _malformed(self, update: ClientUpdate, sender: int) -> str | None:
+        """Why ``sender``'s upload is malformed (:func:`validate_update`, or it claims to
+        come from another client), or None. The round record, the update-set hash and
+        reputation credit an update to its ``client_id``, so it must be its sender's."""
+        detail = validate_update(
+            update,
+            self.dim,
+            self.c.strategy.uploads,
+            self.c.strategy.scalars,
+            num_classes=self.num_classes,
+        )
+        if detail is None and update.meta.client_id != sender:
+            detail = f"client_id {update.meta.client_id} does not match sender {sender}"
+        return detail
+
     def _collect(
         self, global_params: torch.Tensor, trained: list[int], round_idx: int
     ) -> _Collected:
@@ -138,15 +170,7 @@ class SyncScheduler:
             if res.local_log:
                 out.client_log[str(k)] = dict(res.local_log)
             update = res.update
-            rng = numpy_generator(self.seed, "round", round_idx, "client", k, "network")
-            rejection: Rejection | None
-            if not self.c.network(update.meta, rng).delivered:
-                rejection = Rejection(k, RejectionReason.LOST_IN_TRANSIT)
-            else:
-                detail = validate_update(update, self.dim, names, self.c.strategy.scalars)
-                rejection = (
-                    None if detail is None else Rejection(k, RejectionReason.MALFORMED, detail)
-                )
+            rejection = self._admit(update, k, round_idx)
             if rejection is not None:
                 self._forget_state(k)
                 log.warning(
@@ -261,6 +285,15 @@ class SyncScheduler:
         self.previous_aggregate = result.aggregate.clone()
         clients = [m.client_id for m in batch.metas]
         return {"round": round_idx, "clients": clients, "features": feats.tolist()}
+
+
+def _class_count(clients: Sequence[ClientData]) -> int | None:
+    """C, the label-histogram length all clients share, or None if they do not agree."""
+    shapes = {np.shape(c.label_histogram) for c in clients}
+    if len(shapes) != 1:
+        return None
+    (shape,) = shapes
+    return shape[0] if len(shape) == 1 else None
 
 
 def _with_hashes(record: RoundRecord, params: torch.Tensor, batch: UpdateBatch) -> RoundRecord:
