@@ -31,13 +31,25 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_VALUES",
     "CheckContext",
     "NoParams",
     "Registry",
     "RegistryEntry",
     "format_validation_error",
+    "printable",
     "reject_loose_values",
 ]
+
+#: Deepest nesting of mappings and lists a config (or a plug-in's parameters) may have.
+#: Real configs nest about six levels; pydantic cannot serialise much deeper ones.
+MAX_DEPTH = 32
+
+#: Most values a config may hold, counting a YAML alias once per use (as pydantic and the
+#: run directory's resolved config will see it): a few hundred bytes of nested aliases
+#: otherwise expand to billions of items.
+MAX_VALUES = 100_000
 
 
 class NoParams(BaseModel):
@@ -97,17 +109,46 @@ class RegistryEntry(Generic[T]):
     check: Check | None = None
 
 
+def printable(text: str) -> str:
+    """``text`` with line breaks and other unprintable characters escaped, for one-line errors.
+
+    Example:
+        >>> printable("bad\\nkey")
+        'bad\\\\nkey'
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _join(path: str, key: object) -> str:
+    """``path.key``, the key escaped so that the path stays on one line."""
+    return ".".join(p for p in (path, printable(str(key))) if p)
+
+
 def format_validation_error(err: ValidationError, prefix: str = "") -> ConfigError:
-    """Turn the first pydantic error into a one-line :class:`ConfigError` with its path."""
+    """Turn the first pydantic error into a one-line :class:`ConfigError` with its path.
+
+    A validator may raise :class:`ConfigError` with a path relative to its model (a
+    whole-model check naming ``methods.3.name``); that path is appended to pydantic's.
+    A plain ``ValueError`` loses pydantic's "Value error, " prefix.
+    """
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    path = ".".join(p for p in (prefix, loc) if p)
+    path = prefix
+    for part in first["loc"]:
+        path = _join(path, part)
     msg = first["msg"]
-    if first["type"] == "extra_forbidden":
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, ConfigError):
+        path = ".".join(p for p in (path, cause.path) if p)
+        msg = cause.message
+    elif first["type"] == "value_error" and isinstance(cause, Exception):
+        msg = str(cause)
+    elif first["type"] == "extra_forbidden":
         msg = "unknown field; remove it or check its spelling"
     elif first["type"] == "missing":
         msg = "field required"
-    return ConfigError(path, msg)
+    return ConfigError(path, printable(msg))
 
 
 _NUMBER_TYPES = (int, float)
@@ -125,6 +166,9 @@ def reject_loose_values(model: type[BaseModel], data: Any, prefix: str = "") -> 
     """Refuse what pydantic's lax mode would quietly coerce, before validation.
 
     * a non-finite float (``.inf``, ``.nan``) anywhere in ``data``;
+    * nesting deeper than :data:`MAX_DEPTH`, more than :data:`MAX_VALUES` values (YAML
+      aliases counted once per use), and a mapping or list that contains itself (a YAML
+      alias to its own ancestor);
     * a bool or a string given for a number field (``batch_size: true`` → 1,
       ``rounds: '3'`` → 3), in ``model`` and in nested models.
 
@@ -136,17 +180,53 @@ def reject_loose_values(model: type[BaseModel], data: Any, prefix: str = "") -> 
 
 
 def _reject_non_finite(data: Any, path: str) -> None:
-    if isinstance(data, float) and not math.isfinite(data):
-        raise ConfigError(path or "config", f"{data} is not a finite number")
-    items = (
-        data.items()
-        if isinstance(data, Mapping)
-        else enumerate(data)
-        if isinstance(data, list)
-        else ()
-    )
-    for key, value in items:
-        _reject_non_finite(value, ".".join(p for p in (path, str(key)) if p))
+    """Walk ``data`` iteratively (no recursion limit to hit), refusing what cannot load.
+
+    Each stack entry is ``(node, path, depth, leaving)``; ``leaving`` entries take a
+    container off the current path once its children are done, so that a container met
+    again while still on the path is a cycle.
+    """
+    stack: list[tuple[Any, str, int, bool]] = [(data, path, 0, False)]
+    on_path: set[int] = set()
+    count = 0
+    while stack:
+        node, where, depth, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            continue
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(
+                where or "config",
+                f"more than {MAX_VALUES} values (each use of a YAML alias counts); "
+                "make the config smaller",
+            )
+        if isinstance(node, float) and not math.isfinite(node):
+            raise ConfigError(where or "config", f"{node} is not a finite number")
+        children = _children(node)
+        if children is None:
+            continue
+        if id(node) in on_path:
+            raise ConfigError(
+                where or "config",
+                "contains itself (a YAML alias to its own ancestor); write the value out",
+            )
+        if depth >= MAX_DEPTH:
+            raise ConfigError(
+                where or "config", f"nested deeper than {MAX_DEPTH} levels; flatten it"
+            )
+        on_path.add(id(node))
+        stack.append((node, where, depth, True))
+        stack += [(v, _join(where, k), depth + 1, False) for k, v in reversed(children)]
+
+
+def _children(node: Any) -> list[tuple[object, Any]] | None:
+    """(key, value) pairs of a mapping, list or tuple; None for anything else."""
+    if isinstance(node, Mapping):
+        return list(node.items())
+    if isinstance(node, list | tuple):
+        return list(enumerate(node))
+    return None
 
 
 def _reject_coercions(model: type[BaseModel], data: Any, path: str) -> None:

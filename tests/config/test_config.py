@@ -86,7 +86,10 @@ def test_bad_values_name_the_field(tmp_path: Path, override: str, message: str) 
 def test_duplicate_method_names_and_unknown_source(tmp_path: Path) -> None:
     raw = tiny_raw()
     raw["methods"] = [{"name": "a"}, {"name": "a"}]
-    with pytest.raises(ConfigError, match=r"method names must be unique; repeated: \['a'\]"):
+    unique = (
+        r"^methods\.1\.name: 'a' is already the name of methods\.0; method names must be unique$"
+    )
+    with pytest.raises(ConfigError, match=unique):
         load_config(_write(tmp_path, raw))
     with pytest.raises(ConfigError, match="neither a preset"):
         load_config("no-such-preset")
@@ -138,7 +141,7 @@ def test_krum_needs_more_than_2f_plus_2_participants(tmp_path: Path) -> None:
 def test_unknown_analysis_and_figure_methods_are_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"analyses\.0\.name"):
         load_config(_write(tmp_path, tiny_raw(analyses=[{"name": "nope"}])))
-    with pytest.raises(ConfigError, match=r"figures\.0 names unknown methods"):
+    with pytest.raises(ConfigError, match=r"^figures\.0\.methods\.1: no method is named 'x'"):
         load_config(
             _write(tmp_path, tiny_raw(figures=[{"title": "t", "methods": ["fedavg", "x"]}]))
         )

@@ -19,20 +19,6 @@ from geofl.cli import app
 
 runner = CliRunner()
 
-BUG_ENCODING = pytest.mark.xfail(
-    strict=True,
-    reason="BUG-C3: load_raw reads SOURCE with read_text(encoding='utf-8') outside its "
-    "try (src/geofl/config/load.py:77): UnicodeDecodeError / IsADirectoryError escape as a "
-    "traceback with exit code 1",
-)
-
-BUG_DEPTH = pytest.mark.xfail(
-    strict=True,
-    reason="BUG-C4: deeply nested YAML overflows the parser's recursion (PyYAML's composer, "
-    "called from load_raw, src/geofl/config/load.py:77, which catches only yaml.YAMLError): "
-    "RecursionError, exit code 1",
-)
-
 
 @pytest.fixture(autouse=True)
 def _fresh_recursion_limit() -> Iterator[None]:
@@ -62,10 +48,10 @@ FILES: list[object] = [
     pytest.param(b"name: x\nmethods: []\n", id="no-methods"),
     pytest.param(b"name: x\nmethods: [{name: m}]\nbogus: 1\n", id="unknown-key"),
     pytest.param(bytes(range(1, 32)) * 4, id="control-characters"),
-    pytest.param(b"[" * 3000 + b"]" * 3000, id="deep-nesting", marks=BUG_DEPTH),
-    pytest.param(bytes(range(256)) * 3, id="binary-garbage", marks=BUG_ENCODING),
-    pytest.param(b"name: caf\xe9\nmethods: [{name: m}]\n", id="latin-1", marks=BUG_ENCODING),
-    pytest.param("name: x\n".encode("utf-16"), id="utf-16", marks=BUG_ENCODING),
+    pytest.param(b"[" * 3000 + b"]" * 3000, id="deep-nesting"),
+    pytest.param(bytes(range(256)) * 3, id="binary-garbage"),
+    pytest.param(b"name: caf\xe9\nmethods: [{name: m}]\n", id="latin-1"),
+    pytest.param("name: x\n".encode("utf-16"), id="utf-16"),
 ]
 
 
@@ -90,8 +76,8 @@ def test_malformed_file_exits_2_with_one_error_line(tmp_path: Path, content: byt
     [
         pytest.param("missing.yaml", id="missing-file"),
         pytest.param("dem0", id="misspelt-preset"),
-        pytest.param("", id="empty-argument", marks=BUG_ENCODING),
-        pytest.param("a-directory", id="directory", marks=BUG_ENCODING),
+        pytest.param("", id="empty-argument"),
+        pytest.param("a-directory", id="directory"),
     ],
 )
 def test_bad_source_exits_2_with_one_error_line(

@@ -98,8 +98,8 @@ def _delete(root: Any, path: Path_) -> None:
 
 # --- values -------------------------------------------------------------------------
 
-#: Text without surrogates (not encodable) or line breaks in keys (see the xfail below).
-_KEY_CHARS = st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"))
+#: Text without surrogates (not encodable); line breaks in keys must be escaped in the error.
+_KEY_CHARS = st.characters(blacklist_categories=("Cs",))
 KEYS = st.one_of(
     st.text(_KEY_CHARS, min_size=1, max_size=12),
     st.sampled_from(["bogus", "params", "name", "alpha", "clients", "nodes", "0", "__class__"]),
@@ -359,7 +359,7 @@ def _client_ids(draw: st.DrawFn, raw: dict[str, Any]) -> dict[str, Any]:
 
 SEGMENTS = st.one_of(
     st.sampled_from(["methods", "federation", "data", "params", "name", "alpha", "0", "-1", "99"]),
-    st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=8),
+    st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8),
 )
 
 
@@ -408,29 +408,10 @@ def _flow(value: Any) -> str:
 # --- the contract -------------------------------------------------------------------
 
 
-def _known_pathless(err: ConfigError) -> bool:
-    """BUG-C1 (test_bug_cross_field_errors_name_no_field): a whole-config model validator's
-    error (duplicate method names, ``paper``/``figures`` naming unknown methods) has no
-    field path and pydantic's "Value error, " prefix."""
-    return err.path == "" and err.message.startswith("Value error, ")
-
-
 #: Crashes the fuzzing knows (exception type, innermost geofl function) → the bug and its
-#: xfail regression below. Remove an entry when its bug is fixed.
-KNOWN_CRASHES = {
-    (OverflowError, "load.py", "validate_config"): "BUG-C2 (test_bug_huge_integers_overflow)",
-    (OverflowError, "load.py", "clients_per_round"): "BUG-C2 (test_bug_huge_integers_overflow)",
-    (
-        TypeError,
-        "load.py",
-        "<dictcomp>",
-    ): "BUG-C8 (test_bug_override_by_name_with_unhashable_names)",
-    (
-        TypeError,
-        "load.py",
-        "_list_index",
-    ): "BUG-C8 (test_bug_override_by_name_with_unhashable_names)",
-}
+#: xfail regression below. Add an entry only with a strict xfail that reproduces the bug;
+#: remove it when the bug is fixed. (BUG-C2 and BUG-C8 were here; both are fixed.)
+KNOWN_CRASHES: dict[tuple[type[BaseException], str, str], str] = {}
 
 
 def _known_crash(err: BaseException) -> str | None:
@@ -443,9 +424,6 @@ def _known_crash(err: BaseException) -> str | None:
 def assert_one_line(err: ConfigError) -> None:
     """``<field path>: <message>``, one line, with a path."""
     text = str(err)
-    if _known_pathless(err):
-        assert len(text.splitlines()) == 1, f"not one line: {text!r}"
-        return
     assert err.path, f"ConfigError without a field path: {text!r}"
     assert text == f"{err.path}: {err.message}", text
     assert len(text.splitlines()) == 1 and "\n" not in text, f"not one line: {text!r}"
@@ -507,7 +485,7 @@ def test_set_overrides_load_or_fail_with_one_line(
     event(outcome[:70] if outcome else "loaded")
 
 
-# --- known bugs: explicit regressions -----------------------------------------------
+# --- regressions of bugs the fuzzing found (BUG-C1 … C8, all fixed) --------------------
 
 
 def _refused(path: Path, overrides: Sequence[str] = ()) -> ConfigError:
@@ -517,25 +495,28 @@ def _refused(path: Path, overrides: Sequence[str] = ()) -> ConfigError:
     return info.value
 
 
+MINIMAL = "name: x\nmethods: [{name: m}]\n"
+
+
 @pytest.mark.parametrize(
-    ("name", "override"),
+    ("name", "override", "field"),
     [
-        ("demo", "methods.2.name=centralized"),
-        ("paper000-table1", "methods.0.name=pooled"),  # paper: names an unknown method
-        ("algorithms-heterogeneity", "figures.0.methods.0=nope"),
+        ("demo", "methods.2.name=centralized", "methods.2.name"),
+        # paper: names an unknown method
+        ("paper000-table1", "methods.0.name=pooled", "paper.centralized"),
+        ("algorithms-heterogeneity", "figures.0.methods.0=nope", "figures.0.methods.0"),
     ],
     ids=["duplicate-method", "paper-unknown-method", "figure-unknown-method"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG-C1: ExperimentConfig._unique_methods (src/geofl/config/schema.py:215-229) is a "
-    "whole-model validator, so pydantic's loc is () and format_validation_error "
-    "(src/geofl/registry.py:100-112) builds ConfigError('', 'Value error, method names must be "
-    "unique; ...'): no field path, pydantic's prefix; the CLI prints 'error: Value error, ...'",
-)
-def test_bug_cross_field_errors_name_no_field(work: Path, name: str, override: str) -> None:
+def test_cross_field_errors_name_their_field(
+    work: Path, name: str, override: str, field: str
+) -> None:
+    """BUG-C1: ExperimentConfig's whole-model check (unique method names; ``paper`` and
+    ``figures`` naming only known methods) gave no field path and pydantic's "Value error, "
+    prefix; the CLI printed 'error: Value error, ...'."""
     err = _refused(_write(work / "c1.yaml", preset(name)), [override])
     assert err.path and not err.message.startswith("Value error")
+    assert err.path == field
 
 
 @pytest.mark.parametrize(
@@ -543,18 +524,12 @@ def test_bug_cross_field_errors_name_no_field(work: Path, name: str, override: s
     ["data.params.num_samples=" + "9" * 400, "federation.num_clients=" + "9" * 400],
     ids=["num_samples", "num_clients"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="BUG-C2: ints beyond float range pass pydantic (no upper bound) and overflow in "
-    "validate_config's n * (1 - val - test) (src/geofl/config/load.py:266) and in "
-    "clients_per_round's participation * num_clients (load.py:205)",
-)
-def test_bug_huge_integers_overflow(work: Path, override: str) -> None:
-    _refused(_write(work / "c2.yaml", preset("demo")), [override])
-
-
-MINIMAL = "name: x\nmethods: [{name: m}]\n"
+def test_huge_integers_are_refused(work: Path, override: str) -> None:
+    """BUG-C2: ints beyond float range passed pydantic (no upper bound) and overflowed in
+    validate_config's ``n * (1 - val - test)`` and clients_per_round's
+    ``participation * num_clients``: OverflowError."""
+    err = _refused(_write(work / "c2.yaml", preset("demo")), [override])
+    assert err.path == override.partition("=")[0]
 
 
 @pytest.mark.parametrize(
@@ -562,55 +537,56 @@ MINIMAL = "name: x\nmethods: [{name: m}]\n"
     [
         MINIMAL + "data: {params: &p {a: *p}}\n",
         MINIMAL + "model: {params: {a: &l [*l]}}\n",
+        MINIMAL + "model: {params: {a: &t !!pairs [{k: *t}]}}\n",
     ],
-    ids=["mapping", "list"],
+    ids=["mapping", "list", "pairs"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="BUG-C4: a YAML alias to its own ancestor makes a cyclic structure; "
-    "reject_loose_values' _reject_non_finite (src/geofl/registry.py:138-149) recurses "
-    "forever: RecursionError",
-)
-def test_bug_self_referencing_alias_recurses(work: Path, text: str) -> None:
+def test_self_referencing_alias_is_refused(work: Path, text: str) -> None:
+    """BUG-C4: a YAML alias to its own ancestor makes a cyclic structure, and
+    reject_loose_values' walk recursed forever: RecursionError."""
     path = work / "c4.yaml"
     path.write_text(text)
     # The interpreter's default limit, as when the CLI reads a config: under the 100 000
-    # that importing the governance plug-in (py_ecc) sets, the same walk builds ever longer
-    # path strings for minutes and > 10 GB before it fails.
+    # that importing the governance plug-in (py_ecc) sets, the old walk built ever longer
+    # path strings for minutes and > 10 GB before it failed.
     before = sys.getrecursionlimit()
     sys.setrecursionlimit(1000)
     try:
-        _refused(path)
+        err = _refused(path)
     finally:
         sys.setrecursionlimit(before)
+    assert "contains itself" in err.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="BUG-C5: 300-deep nesting inside a free-form params dict passes validation, then "
-    "validate_config's cfg.model_dump(mode='json') (src/geofl/config/load.py:244) raises "
-    "pydantic's plain ValueError 'Maximum serialization depth exceeded'",
-)
-def test_bug_deep_nesting_in_params_leaks_a_value_error(work: Path) -> None:
+@pytest.mark.parametrize("depth", [40, 300, 3000])
+def test_deep_nesting_in_params_is_refused(work: Path, depth: int) -> None:
+    """BUG-C5: 300-deep nesting inside a free-form params dict passed validation, then
+    validate_config's ``cfg.model_dump(mode='json')`` raised pydantic's plain ValueError
+    'Maximum serialization depth exceeded'. (3000 levels overflowed PyYAML's composer.)
+    The parser refuses the deepest; what it accepts is refused with the field path."""
     path = work / "c5.yaml"
-    path.write_text(MINIMAL + "data: {params: {a: " + "[" * 300 + "]" * 300 + "}}\n")
-    _refused(path)
+    path.write_text(MINIMAL + "data: {params: {a: " + "[" * depth + "]" * depth + "}}\n")
+    err = _refused(path)
+    assert "nested deeper than" in err.message
+    if depth == 40:
+        assert err.path.startswith("data.params.a.0.0")
+
+
+def test_deep_nesting_in_a_set_override_is_refused(work: Path) -> None:
+    """BUG-C5 through ``--set``: the value is parsed as YAML like the file."""
+    value = "[" * 40 + "]" * 40
+    err = _refused(_write(work / "c5.yaml", preset("demo")), [f"data.params.a={value}"])
+    assert err.path.startswith("data.params.a.0.0") and "nested deeper than" in err.message
 
 
 def _alarm(signum: int, frame: object) -> None:
     raise TimeoutError("load_config took over 2 s")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="BUG-C6 (low severity, a denial of service): YAML aliases nest a few hundred "
-    "bytes into 10^8 list items; _reject_non_finite (src/geofl/registry.py:138) walks every "
-    "expansion (exponential time) before pydantic refuses the unknown field",
-)
-def test_bug_alias_bomb_is_not_refused_quickly(work: Path) -> None:
+def test_alias_bomb_is_refused_quickly(work: Path) -> None:
+    """BUG-C6 (a denial of service): YAML aliases nest a few hundred bytes into 10^8 list
+    items, and the walk of reject_loose_values took exponential time over every expansion
+    before pydantic refused anything."""
     lines = [
         MINIMAL + "model:",
         "  name: small_cnn",
@@ -629,15 +605,22 @@ def test_bug_alias_bomb_is_not_refused_quickly(work: Path) -> None:
         signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG-C7 (minor): a key holding a line break is echoed raw in the field path "
-    "(format_validation_error, src/geofl/registry.py:103), so the error spans two lines",
+@pytest.mark.parametrize(
+    "text",
+    [
+        MINIMAL + 'data: {"bad\\nkey": 1}\n',
+        MINIMAL + 'data: {params: {"bad\\u2028key": .nan}}\n',
+        MINIMAL + 'paper: {"bad\\rkey": {final_test_accuracy: "1", source: s}}\n',
+    ],
+    ids=["unknown-field", "walk", "paper-key"],
 )
-def test_bug_line_break_in_a_key_breaks_the_one_line_error(work: Path) -> None:
+def test_line_break_in_a_key_is_escaped(work: Path, text: str) -> None:
+    """BUG-C7: a key holding a line break was echoed raw in the field path
+    (format_validation_error), so the error spanned two lines."""
     path = work / "c7.yaml"
-    path.write_text(MINIMAL + 'data: {"bad\\nkey": 1}\n')
-    _refused(path)
+    path.write_text(text)
+    err = _refused(path)
+    assert "bad\\" in err.path
 
 
 @pytest.mark.parametrize(
@@ -648,12 +631,22 @@ def test_bug_line_break_in_a_key_breaks_the_one_line_error(work: Path) -> None:
     ],
     ids=["list-name", "dict-name"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="BUG-C8: addressing a list item by name hashes every item's name "
-    "(_list_index, src/geofl/config/load.py:151); a name that is a list or mapping raises "
-    "TypeError: unhashable type (found by test_set_overrides_load_or_fail_with_one_line)",
-)
-def test_bug_override_by_name_with_unhashable_names(work: Path, overrides: list[str]) -> None:
+def test_override_by_name_with_unhashable_names(work: Path, overrides: list[str]) -> None:
+    """BUG-C8: addressing a list item by name hashed every item's name (_list_index), so a
+    name that is a list or mapping raised TypeError: unhashable type (found by
+    test_set_overrides_load_or_fail_with_one_line)."""
     _refused(_write(work / "c8.yaml", preset("demo")), overrides)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2024-13-45", "!!int x", "!!bool maybe", "9" * 5000, "!!float x"],
+    ids=["bad-date", "bad-int", "bad-bool", "too-many-digits", "bad-float"],
+)
+def test_yaml_values_the_constructors_cannot_build(work: Path, value: str) -> None:
+    """PyYAML's constructors let ValueError / KeyError escape (an impossible date, an
+    integer of over 4300 digits); they are refused as invalid YAML, with the position."""
+    path = work / "constructor.yaml"
+    path.write_text(MINIMAL + f"description: {value}\n")
+    err = _refused(path)
+    assert "is not valid YAML: line 3, column 14" in err.message

@@ -14,13 +14,18 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.nodes import Node
 
-from geofl.config.schema import Component, ExperimentConfig, MethodConfig
+from geofl.config.schema import MAX_COUNT, Component, ExperimentConfig, MethodConfig
 from geofl.errors import ConfigError
 from geofl.registry import (
+    MAX_DEPTH,
     CheckContext,
     Registry,
     format_validation_error,
+    printable,
     reject_loose_values,
 )
 
@@ -35,12 +40,72 @@ __all__ = [
 ]
 
 
+#: Deepest YAML nesting the parser accepts: beyond it, PyYAML's recursive composer would
+#: exhaust the interpreter's stack (RecursionError). Deeper than MAX_DEPTH is refused later
+#: with the field path; this only keeps the parser safe.
+MAX_YAML_DEPTH = 4 * MAX_DEPTH
+
+
 class Yaml12Loader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2 floats: ``1e6`` and ``1.0e6`` are numbers.
 
     PyYAML follows YAML 1.1, where an exponent needs a dot and a sign (``1.0e+6``), so
     ``1.0e6`` would silently be the *string* "1.0e6".
+
+    Every problem is a ``yaml.YAMLError`` with its position: nesting deeper than
+    :data:`MAX_YAML_DEPTH`, and values the constructors cannot build (``2024-13-45``,
+    ``!!int x``, an integer of over 4300 digits), which PyYAML lets escape as
+    ``ValueError`` or ``KeyError``.
     """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        """Compose one node, refusing nesting deeper than :data:`MAX_YAML_DEPTH`."""
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise ComposerError(
+                    None,
+                    None,
+                    f"nested deeper than {MAX_YAML_DEPTH} levels",
+                    self.peek_event().start_mark,  # type: ignore[no-untyped-call]
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        """Construct one value; a constructor's own exception becomes a ConstructorError."""
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, KeyError, TypeError, OverflowError) as err:
+            kind = node.tag.removeprefix("tag:yaml.org,2002:")
+            why = str(err).partition(";")[0]  # not "use sys.set_int_max_str_digits()"
+            raise ConstructorError(
+                None, None, f"cannot read this {kind} value ({why})", node.start_mark
+            ) from None
+
+
+def _parse(text: str) -> Any:
+    """Parse YAML 1.2 text; every failure is a ``yaml.YAMLError``."""
+    try:
+        return yaml.load(text, Loader=Yaml12Loader)
+    except RecursionError:  # a lower recursion limit than MAX_YAML_DEPTH needs
+        raise yaml.YAMLError("nested too deeply") from None
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """One line: what is wrong and where (``line 3, column 7: ...``)."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: "
+        return printable(where + (err.problem or err.context or "invalid"))
+    return printable(str(err).splitlines()[0] if str(err) else type(err).__name__)
 
 
 Yaml12Loader.add_implicit_resolver(
@@ -70,21 +135,24 @@ def load_raw(source: str | Path) -> dict[str, Any]:
     path = Path(source)
     if not path.suffix and str(source) in list_presets():
         path = preset_path(str(source))
+    shown = printable(str(path))
     if not path.exists():
         presets = ", ".join(list_presets())
-        raise ConfigError("config", f"{source!s} is neither a preset ({presets}) nor a file")
+        raise ConfigError(
+            "config", f"{printable(str(source))} is neither a preset ({presets}) nor a file"
+        )
     if path.is_dir():
-        raise ConfigError("config", f"{path} is a directory; give a preset name or a YAML file")
+        raise ConfigError("config", f"{shown} is a directory; give a preset name or a YAML file")
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=Yaml12Loader)
+        raw = _parse(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
-        raise ConfigError("config", f"{path} is not UTF-8 text; give a YAML file") from None
+        raise ConfigError("config", f"{shown} is not UTF-8 text; give a YAML file") from None
     except OSError as err:
-        raise ConfigError("config", f"{path} cannot be read: {err.strerror}") from None
+        raise ConfigError("config", f"{shown} cannot be read: {err.strerror}") from None
     except yaml.YAMLError as err:
-        raise ConfigError("config", f"{path} is not valid YAML: {err}".splitlines()[0]) from None
+        raise ConfigError("config", f"{shown} is not valid YAML: {_yaml_problem(err)}") from None
     if not isinstance(raw, dict):
-        raise ConfigError("config", f"{path} must hold a mapping at the top level")
+        raise ConfigError("config", f"{shown} must hold a mapping at the top level")
     return raw
 
 
@@ -102,7 +170,7 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     path, _, text = assignment.partition("=")
     keys = _split_path(path.strip(), assignment)
     try:
-        value = yaml.load(text, Loader=Yaml12Loader)
+        value = _parse(text)
     except yaml.YAMLError:
         value = text
     node: Any = raw
@@ -123,7 +191,7 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
                 return
             node = node.setdefault(key, {})
         else:
-            where = ".".join(keys[:depth])
+            where = printable(".".join(keys[:depth]))
             raise ConfigError(where, f"cannot set a field inside a {type(node).__name__}")
 
 
@@ -151,16 +219,21 @@ def _list_index(node: list[Any], keys: list[str], depth: int) -> tuple[int, int]
     if key.lstrip("-").isdigit():
         idx = int(key)
         if not -len(node) <= idx < len(node):
-            where = ".".join(keys[: depth + 1])
+            where = printable(".".join(keys[: depth + 1]))
             raise ConfigError(where, f"index {idx} out of range (list has {len(node)} items)")
         return idx, 1
-    names = {item.get("name"): i for i, item in enumerate(node) if isinstance(item, dict)}
+    names = {  # only string names: a name given as a list or mapping is not hashable
+        item["name"]: i
+        for i, item in enumerate(node)
+        if isinstance(item, dict) and isinstance(item.get("name"), str)
+    }
     for used in range(len(keys) - depth, 0, -1):  # longest dotted name first
         name = ".".join(keys[depth : depth + used])
         if name in names:
             return names[name], used
-    known = ", ".join(str(n) for n in names) or "none"
-    raise ConfigError(".".join(keys[: depth + 1]), f"no list item named {key!r} (items: {known})")
+    known = printable(", ".join(names)) or "none"
+    where = printable(".".join(keys[: depth + 1]))
+    raise ConfigError(where, f"no list item named {key!r} (items: {known})")
 
 
 def load_config(
@@ -268,15 +341,23 @@ def validate_config(cfg: ExperimentConfig) -> None:
         _component(plugins.ANALYSES, a, replace(top, path=f"analyses.{i}"))
     if cfg.governance is not None:
         plugins.SUBSCRIBERS.check("governance", cfg.governance, replace(top, path="governance"))
+    _check_sample_count(cfg)
+
+
+def _check_sample_count(cfg: ExperimentConfig) -> None:
+    """Refuse more clients than training samples, and sample counts beyond MAX_COUNT."""
     n = cfg.data.params.get("num_samples")
-    if isinstance(n, int):
-        n_train = int(n * (1 - cfg.data.split.val - cfg.data.split.test))
-        if cfg.federation.num_clients > n_train:
-            raise ConfigError(
-                "federation.num_clients",
-                f"{cfg.federation.num_clients} clients but only ~{n_train} training samples; "
-                "use fewer clients or raise data.params.num_samples",
-            )
+    if not isinstance(n, int) or isinstance(n, bool):
+        return
+    if n > MAX_COUNT:  # n * (1 - val - test) below would overflow a float
+        raise ConfigError("data.params.num_samples", f"must be at most {MAX_COUNT}; give fewer")
+    n_train = int(n * (1 - cfg.data.split.val - cfg.data.split.test))
+    if cfg.federation.num_clients > n_train:
+        raise ConfigError(
+            "federation.num_clients",
+            f"{cfg.federation.num_clients} clients but only ~{n_train} training samples; "
+            "use fewer clients or raise data.params.num_samples",
+        )
 
 
 def _check(reg: Registry[Any], key: str, params: dict[str, Any], path: str, key_path: str) -> None:

@@ -17,7 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from geofl.errors import ConfigError
+from geofl.registry import printable
+
 __all__ = [
+    "MAX_COUNT",
     "Component",
     "DataConfig",
     "EvalConfig",
@@ -31,6 +35,11 @@ __all__ = [
     "SplitConfig",
     "TrainConfig",
 ]
+
+
+#: Upper bound of counts (clients, rounds, samples): far beyond any run, and small enough
+#: that arithmetic with floats (``participation * num_clients``) cannot overflow.
+MAX_COUNT = 10**9
 
 
 class _Strict(BaseModel):
@@ -104,9 +113,9 @@ class TrainConfig(_Strict):
 class FederationConfig(_Strict):
     """Clients, participation and rounds (000 §4.1.3: K=10, q=1.0)."""
 
-    num_clients: int = Field(10, ge=1)
+    num_clients: int = Field(10, ge=1, le=MAX_COUNT)
     participation: float = Field(1.0, gt=0.0, le=1.0, description="fraction q sampled per round")
-    rounds: int = Field(20, ge=1)
+    rounds: int = Field(20, ge=1, le=MAX_COUNT)
     server_lr: float = Field(1.0, gt=0.0, description="w ← w + η_s · aggregate(Δw)")
     sampling: Component = Field(
         default_factory=lambda: Component(name="fixed"),
@@ -212,16 +221,32 @@ class ExperimentConfig(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _unique_methods(self) -> ExperimentConfig:
-        names = [m.name for m in self.methods]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"method names must be unique; repeated: {dup}")
-        unknown = sorted(set(self.paper) - set(names))
-        if unknown:
-            raise ValueError(f"paper values name unknown methods {unknown}")
+    def _known_methods(self) -> ExperimentConfig:
+        """Method names are unique; ``paper`` and ``figures`` name only those methods.
+
+        Raises ConfigError with the offending field's path (``methods.3.name``,
+        ``paper.<name>``, ``figures.0.methods.1``), which format_validation_error keeps.
+        """
+        first: dict[str, int] = {}
+        for i, m in enumerate(self.methods):
+            if m.name in first:
+                raise ConfigError(
+                    f"methods.{i}.name",
+                    f"{m.name!r} is already the name of methods.{first[m.name]}; "
+                    "method names must be unique",
+                )
+            first[m.name] = i
+        choices = ", ".join(first)
+        for key in self.paper:
+            if key not in first:
+                raise ConfigError(
+                    f"paper.{printable(key)}", f"no method is named {key!r}; use one of: {choices}"
+                )
         for i, fig in enumerate(self.figures):
-            missing = sorted(set(fig.methods) - set(names))
-            if missing:
-                raise ValueError(f"figures.{i} names unknown methods {missing}")
+            for j, name in enumerate(fig.methods):
+                if name not in first:
+                    raise ConfigError(
+                        f"figures.{i}.methods.{j}",
+                        f"no method is named {name!r}; use one of: {choices}",
+                    )
         return self
