@@ -24,7 +24,7 @@ import sys
 import typer
 
 from geofl.cli import data, ledger, run
-from geofl.cli.common import console
+from geofl.cli.common import error_line
 
 __all__ = ["app", "main"]
 
@@ -52,7 +52,5 @@ def main() -> None:
         app()
     except OSError as err:  # a path the user gave that cannot be written or read
         where = f"{err.filename}: " if err.filename else ""
-        console.print(
-            f"[bold red]error:[/] {where}{err.strerror or err}", highlight=False, soft_wrap=True
-        )
+        error_line(f"{where}{err.strerror or err}")
         sys.exit(2)

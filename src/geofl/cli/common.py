@@ -11,8 +11,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-__all__ = ["RunDirArg", "SetOpt", "SourceArg", "console", "fail"]
+from geofl.registry import printable
+
+__all__ = ["RunDirArg", "SetOpt", "SourceArg", "console", "error_line", "fail"]
 
 console = Console(stderr=True)
 
@@ -24,6 +27,17 @@ SetOpt = Annotated[
 RunDirArg = Annotated[Path, typer.Argument(help="A run directory written by `geofl run`.")]
 
 
+def error_line(message: str) -> None:
+    """Print ``error: MESSAGE`` on stderr, on one line and verbatim.
+
+    The message is user input as often as not (a path, a key), so rich markup in it is
+    escaped (``[/]`` would raise, ``[red]`` would vanish) and so are line breaks.
+    """
+    console.print(
+        f"[bold red]error:[/] {escape(printable(message))}", highlight=False, soft_wrap=True
+    )
+
+
 def fail(message: str) -> typer.Exit:
     """Print ``error: MESSAGE`` on stderr and return the exit-code-2 exception to raise.
 
@@ -33,5 +47,5 @@ def fail(message: str) -> typer.Exit:
     Returns:
         ``typer.Exit(code=2)``, for the caller to ``raise … from None``.
     """
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    error_line(message)
     return typer.Exit(code=2)

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from geofl.cli.common import RunDirArg, fail
@@ -126,7 +127,9 @@ def verify(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -
     if problems:
         err_console = Console(stderr=True)
         for p in problems:
-            err_console.print(f"[bold red]mismatch:[/] {p}", highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[bold red]mismatch:[/] {escape(str(p))}", highlight=False, soft_wrap=True
+            )
         raise typer.Exit(code=1)
 
 
@@ -233,7 +236,8 @@ def reputation(
         if plot is not None:
             from geofl.report.governance_plots import plot_reputation
 
-            out.print(f"plot: {plot_reputation(rows, plot, title=f'{run.name}, client {node}')}")
+            drawn = plot_reputation(rows, plot, title=f"{run.name}, client {node}")
+            out.print(f"plot: {escape(str(drawn))}")
     except GeoflError as err:
         raise fail(str(err)) from None
 
@@ -270,6 +274,6 @@ def build(
         except ValidationError as err:
             raise format_validation_error(err, "governance") from None
         sd = build_offline(run_dir, method, seed, cfg)
-        out.print(f"ledger: {sd / 'ledger'}")
+        out.print(f"ledger: {escape(str(sd / 'ledger'))}")
     except GeoflError as err:
         raise fail(str(err)) from None

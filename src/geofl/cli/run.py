@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from geofl.cli.common import RunDirArg, SetOpt, SourceArg, console, fail
@@ -72,12 +73,12 @@ def run_cmd(
             from geofl.report import write_report
 
             index = write_report(run_dir)
-            console.print(f"report: {index}")
+            console.print(f"report: {escape(str(index))}")
         _print_summary(run_dir)
     except RunStoppedError as err:
         where = out if out is not None else "RUN_DIR"
         console.print(
-            f"{err}; resume with: geofl run {where}/config.yaml --out {where} --resume",
+            escape(f"{err}; resume with: geofl run {where}/config.yaml --out {where} --resume"),
             highlight=False,
             soft_wrap=True,
         )
