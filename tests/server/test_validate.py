@@ -82,6 +82,7 @@ def test_delta_float64_must_fit_float32() -> None:
     ],
     ids=["sparse_coo", "sparse_csr", "meta-device"],
 )
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
 def test_non_dense_tensors_are_rejected(make: Any) -> None:
     odd = make(torch.ones(D))
     reason = validate_update(_update(delta=odd), D)

@@ -169,7 +169,8 @@ def _histogram_reason(hist: object, num_classes: int | None) -> str | None:
         return f"label_histogram has {h.size} classes, expected {num_classes}"
     if not np.isfinite(h).all() or (h < 0).any():
         return "label_histogram has negative or non-finite counts"
-    total = float(h.sum(dtype=np.float64))  # float64: int64 counts could wrap around
+    with np.errstate(over="ignore"):  # an overflow is reported below, not warned about
+        total = float(h.sum(dtype=np.float64))  # float64: int64 counts could wrap around
     if not math.isfinite(total):
         return "label_histogram counts sum beyond the float64 range"
     if not total > 0:
