@@ -64,7 +64,7 @@ from geofl.client.release import RELEASE_STEPS, apply_release
 from geofl.client.state import ClientState
 from geofl.client.trainer import LOCAL_TRAINERS, GradCorrection, LocalTrainParams
 from geofl.config.schema import ExperimentConfig
-from geofl.data.base import SENTINEL2_BANDS, GeoDataset
+from geofl.data.base import SENTINEL2_BANDS, ArrayDataset
 from geofl.engine.components import PreparedData
 from geofl.engine.experiment import build_partition
 from geofl.engine.run import FederatedRun
@@ -153,8 +153,8 @@ def make_run(
     gen = torch.Generator().manual_seed(0)
     n = k * per_client + 20
 
-    def dataset(m: int) -> GeoDataset:
-        return GeoDataset(
+    def dataset(m: int) -> ArrayDataset:
+        return ArrayDataset(
             torch.randn(m, len(SENTINEL2_BANDS), size, size, generator=gen),
             torch.arange(m) % 10,
             tuple(f"c{i}" for i in range(10)),

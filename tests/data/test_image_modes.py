@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 
 from geofl.data import eurosat, ucmerced
-from geofl.data.base import DATASETS, GeoDataset
+from geofl.data.base import DATASETS, ArrayDataset
 from geofl.errors import DataError
 
 assert {eurosat.EUROSAT_MS_SPEC.name, ucmerced.UCMERCED_SPEC.name}  # registers loaders
@@ -78,7 +78,7 @@ def _png16_rgb(arr: np.ndarray) -> bytes:
     )
 
 
-def _load(tmp_path: Path, data: bytes, ext: str, size: int = SIDE) -> GeoDataset:
+def _load(tmp_path: Path, data: bytes, ext: str, size: int = SIDE) -> ArrayDataset:
     path = tmp_path / "src" / "agricultural" / f"img{ext}"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)

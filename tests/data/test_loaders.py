@@ -16,7 +16,7 @@ from PIL import Image
 from pydantic import ValidationError
 
 from geofl.data import eurosat, ucmerced
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, GeoDataset
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset
 from geofl.errors import ConfigError, DataError
 
 HERE = Path(__file__).resolve().parent
@@ -36,7 +36,7 @@ MS = _fixture_module("eurosat_ms")
 UCM = _fixture_module("ucmerced")
 
 
-def _build(key: str, root: Path, cache: Path, **params: Any) -> GeoDataset:
+def _build(key: str, root: Path, cache: Path, **params: Any) -> ArrayDataset:
     return DATASETS.build(key, {"root": root, **params}, cache_dir=cache)
 
 

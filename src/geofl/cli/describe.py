@@ -19,7 +19,7 @@ from geofl.engine.experiment import build_partition, load_dataset
 
 if TYPE_CHECKING:
     from geofl.config.schema import ExperimentConfig, MethodConfig
-    from geofl.data.base import GeoDataset
+    from geofl.data.base import ArrayDataset
     from geofl.data.partition import Partition
 
 __all__ = ["describe"]
@@ -58,7 +58,7 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
 
 
 def _print_partition(
-    console: Console, method: MethodConfig, ds: GeoDataset, part: Partition
+    console: Console, method: MethodConfig, ds: ArrayDataset, part: Partition
 ) -> None:
     """One method's samples per class × client table and label entropy per client."""
     t = Table(
@@ -79,7 +79,7 @@ def _print_partition(
 def _plot_partition(
     console: Console,
     method: MethodConfig,
-    ds: GeoDataset,
+    ds: ArrayDataset,
     part: Partition,
     path: Path,
     seed: int,

@@ -1,5 +1,5 @@
 """Data: the synthetic generator, real-format loaders, split and partitioners."""
 
-from geofl.data.base import DATASETS, GeoDataset
+from geofl.data.base import DATASETS, ArrayDataset
 
-__all__ = ["DATASETS", "GeoDataset"]
+__all__ = ["DATASETS", "ArrayDataset"]

@@ -22,8 +22,8 @@ __all__ = [
     "DATASETS",
     "RGB_BANDS",
     "SENTINEL2_BANDS",
+    "ArrayDataset",
     "DatasetBuilder",
-    "GeoDataset",
 ]
 
 #: Sentinel-2 L1C band names in EuroSAT-MS order (13 bands).
@@ -47,8 +47,11 @@ RGB_BANDS: tuple[str, ...] = ("B04", "B03", "B02")
 
 
 @dataclass(frozen=True)
-class GeoDataset:
-    """A labelled collection of image patches held in memory.
+class ArrayDataset:
+    """A labelled collection of samples held as arrays (not a spatially indexed dataset).
+
+    Named so it does not suggest torchgeo's ``GeoDataset``, which indexes rasters by
+    bounding box; every geofl loader produces one of these from a standard layout.
 
     Attributes:
         images: ``[N, C, H, W]`` float32, reflectance-like scale (roughly 0..1; RGB images
@@ -91,15 +94,15 @@ class GeoDataset:
         """Number of classes."""
         return len(self.classes)
 
-    def subset(self, index: np.ndarray | torch.Tensor) -> GeoDataset:
+    def subset(self, index: np.ndarray | torch.Tensor) -> ArrayDataset:
         """A new dataset holding the samples at ``index`` (copies the selected rows)."""
         idx = torch.as_tensor(np.asarray(index), dtype=torch.long)
         meta = {k: np.asarray(v)[idx.numpy()] for k, v in self.metadata.items()}
-        return GeoDataset(
+        return ArrayDataset(
             self.images[idx], self.labels[idx], self.classes, self.bands, meta, self.name
         )
 
-    def select_bands(self, bands: Sequence[str] | str) -> GeoDataset:
+    def select_bands(self, bands: Sequence[str] | str) -> ArrayDataset:
         """Keep only ``bands`` ("all", "rgb" or a list of band names), in that order.
 
         Raises:
@@ -121,7 +124,7 @@ class GeoDataset:
                 f"bands {missing} not in dataset {self.name!r}; available: {list(self.bands)}",
             )
         chan = [self.bands.index(b) for b in wanted]
-        return GeoDataset(
+        return ArrayDataset(
             self.images[:, chan].contiguous(),
             self.labels,
             self.classes,
@@ -136,10 +139,10 @@ class GeoDataset:
 
 
 class DatasetBuilder(Protocol):
-    """Factory registered in :data:`DATASETS`: validated params → :class:`GeoDataset`."""
+    """Factory registered in :data:`DATASETS`: validated params → :class:`ArrayDataset`."""
 
-    def __call__(self, params: object, *, cache_dir: Path) -> GeoDataset: ...
+    def __call__(self, params: object, *, cache_dir: Path) -> ArrayDataset: ...
 
 
 #: Dataset registry: ``synthetic``, ``eurosat_rgb``, ``eurosat_ms``, ``ucmerced``, ...
-DATASETS: Registry[GeoDataset] = Registry("dataset")
+DATASETS: Registry[ArrayDataset] = Registry("dataset")

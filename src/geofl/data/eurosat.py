@@ -40,7 +40,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.data import imagefolder
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, GeoDataset
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset
 from geofl.data.imagefolder import FolderSpec, ImageFormatError, decode_rgb
 
 __all__ = [
@@ -180,7 +180,7 @@ def decode_ms(data: bytes, size: int) -> np.ndarray:
 
 
 @DATASETS.register("eurosat_rgb", params=EuroSATRGBParams)
-def build_eurosat_rgb(params: EuroSATRGBParams, *, cache_dir: Path) -> GeoDataset:
+def build_eurosat_rgb(params: EuroSATRGBParams, *, cache_dir: Path) -> ArrayDataset:
     """EuroSAT RGB JPEGs: 10 classes, bands R, G, B, images ``[N, 3, size, size]`` /255.
 
     Args:
@@ -204,7 +204,7 @@ def build_eurosat_rgb(params: EuroSATRGBParams, *, cache_dir: Path) -> GeoDatase
 
 
 @DATASETS.register("eurosat_ms", params=EuroSATMSParams)
-def build_eurosat_ms(params: EuroSATMSParams, *, cache_dir: Path) -> GeoDataset:
+def build_eurosat_ms(params: EuroSATMSParams, *, cache_dir: Path) -> ArrayDataset:
     """EuroSAT 13-band GeoTIFFs: 10 classes, Sentinel-2 bands, images uint16/10000.
 
     Args:

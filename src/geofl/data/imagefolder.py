@@ -61,7 +61,7 @@ import tifffile
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from geofl.data.base import GeoDataset
+from geofl.data.base import ArrayDataset
 from geofl.data.cache import cache_key, cached_arrays
 from geofl.errors import DataError
 
@@ -460,7 +460,7 @@ def decode_folder(
 
 def load_folder_dataset(
     spec: FolderSpec, root: Path, *, size: int, cache_dir: Path, decode: Decoder
-) -> GeoDataset:
+) -> ArrayDataset:
     """Scan ``root``, decode it once into the cache, and return the in-memory dataset.
 
     Args:
@@ -471,7 +471,7 @@ def load_folder_dataset(
         decode: Per-file decoder returning ``[C, size, size]`` of ``spec.dtype``.
 
     Returns:
-        A :class:`GeoDataset` with ``images [N, C, size, size]`` float32 (stored values /
+        A :class:`ArrayDataset` with ``images [N, C, size, size]`` float32 (stored values /
         ``spec.scale``), ``labels [N]`` int64, ``metadata["gsd_m"] [N]`` float32 and
         ``metadata["path"] [N]`` (file paths relative to ``root``).
     """
@@ -493,7 +493,7 @@ def load_folder_dataset(
     arrays = cached_arrays(cache_dir, cache_key(spec.name, key_spec), build)
     images = torch.from_numpy(arrays["images"]).to(torch.float32).div_(spec.scale)
     n = images.shape[0]
-    return GeoDataset(
+    return ArrayDataset(
         images=images,
         labels=torch.from_numpy(arrays["labels"].astype(np.int64)),
         classes=spec.classes,

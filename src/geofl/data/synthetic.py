@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, GeoDataset
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset
 from geofl.data.cache import cache_key, cached_arrays
 from geofl.data.synthetic_textures import CLASS_MATERIALS, TEXTURES, smooth_noise
 from geofl.rng import torch_generator
@@ -417,7 +417,7 @@ def generate_synthetic(params: SyntheticParams) -> dict[str, np.ndarray]:
 
 
 @DATASETS.register("synthetic", params=SyntheticParams)
-def build_synthetic(params: SyntheticParams, *, cache_dir: Path) -> GeoDataset:
+def build_synthetic(params: SyntheticParams, *, cache_dir: Path) -> ArrayDataset:
     """Synthetic Sentinel-2-like EuroSAT-class patches, generated once and cached.
 
     Args:
@@ -425,7 +425,7 @@ def build_synthetic(params: SyntheticParams, *, cache_dir: Path) -> GeoDataset:
         cache_dir: Directory of the decode-once array cache.
 
     Returns:
-        A :class:`GeoDataset` with ``images`` ``[N, 13, H, W]`` float32 reflectance.
+        A :class:`ArrayDataset` with ``images`` ``[N, 13, H, W]`` float32 reflectance.
     """
     arrays = cached_arrays(
         cache_dir,
@@ -437,7 +437,7 @@ def build_synthetic(params: SyntheticParams, *, cache_dir: Path) -> GeoDataset:
     for lo in range(0, raw.shape[0], CHUNK):
         images[lo : lo + CHUNK] = torch.from_numpy(raw[lo : lo + CHUNK].astype(np.float32))
     images.div_(_SCALE)
-    return GeoDataset(
+    return ArrayDataset(
         images=images,
         labels=torch.from_numpy(arrays["labels"].astype(np.int64)),
         classes=SYNTHETIC_CLASSES,

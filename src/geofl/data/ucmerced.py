@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.data import imagefolder
-from geofl.data.base import DATASETS, GeoDataset
+from geofl.data.base import DATASETS, ArrayDataset
 from geofl.data.imagefolder import FolderSpec, decode_rgb
 
 __all__ = ["UCMERCED_CLASSES", "UCMERCED_SPEC", "UCMercedParams", "build_ucmerced"]
@@ -88,7 +88,7 @@ class UCMercedParams(BaseModel):
 
 
 @DATASETS.register("ucmerced", params=UCMercedParams)
-def build_ucmerced(params: UCMercedParams, *, cache_dir: Path) -> GeoDataset:
+def build_ucmerced(params: UCMercedParams, *, cache_dir: Path) -> ArrayDataset:
     """UC Merced Land Use: 21 classes of aerial RGB images resized to ``size × size``.
 
     Args:

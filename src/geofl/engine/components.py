@@ -20,7 +20,7 @@ from geofl.client.state import ClientStateStore
 from geofl.client.step import ClientProgram
 from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.data.base import GeoDataset
+from geofl.data.base import ArrayDataset
 from geofl.data.partition import Partition
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
@@ -39,9 +39,9 @@ __all__ = ["PreparedData", "RunComponents", "build_components", "client_datasets
 class PreparedData:
     """The global split of one seed, normalised with train statistics."""
 
-    train: GeoDataset
-    val: GeoDataset
-    test: GeoDataset
+    train: ArrayDataset
+    val: ArrayDataset
+    test: ArrayDataset
 
 
 @dataclass(frozen=True)

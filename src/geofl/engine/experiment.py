@@ -20,7 +20,7 @@ import yaml
 
 from geofl import __version__, plugins
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.data.base import GeoDataset
+from geofl.data.base import ArrayDataset
 from geofl.data.cache import check_cache_dir, default_cache_dir
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
@@ -38,7 +38,7 @@ __all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment"]
 log = logging.getLogger("geofl")
 
 
-def load_dataset(cfg: ExperimentConfig) -> GeoDataset:
+def load_dataset(cfg: ExperimentConfig) -> ArrayDataset:
     """Build (or load from cache) the configured dataset and select its bands."""
     plugins.load_all()
     cache = Path(cfg.data.cache_dir or default_cache_dir()).expanduser()
@@ -48,7 +48,7 @@ def load_dataset(cfg: ExperimentConfig) -> GeoDataset:
 
 
 def prepare_split(
-    ds: GeoDataset, cfg: ExperimentConfig, seed: int, split: Split | None = None
+    ds: ArrayDataset, cfg: ExperimentConfig, seed: int, split: Split | None = None
 ) -> PreparedData:
     """Global train/val/test split for ``seed``, standardised per band with train stats."""
     if split is None:
@@ -65,7 +65,7 @@ def prepare_split(
 def build_partition(
     cfg: ExperimentConfig,
     method: MethodConfig,
-    ds: GeoDataset,
+    ds: ArrayDataset,
     train_index: np.ndarray,
     seed: int,
 ) -> Partition:
@@ -82,7 +82,7 @@ def build_partition(
 
 
 def _partition_json(
-    p: Partition, ds: GeoDataset, method: MethodConfig, train_index: np.ndarray
+    p: Partition, ds: ArrayDataset, method: MethodConfig, train_index: np.ndarray
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "classes": list(ds.classes),

@@ -1,0 +1,153 @@
+"""The learning-task protocol: what a task owns, and the task registry.
+
+A task is everything in a round that depends on *what* is learned rather than *how* it is
+federated: the loss, the prediction rule, how metrics accumulate over the batches of a
+split, which metric picks the best model (and in which direction), and the discrete label
+summary that partitioners (Dirichlet label skew), consistency weighting (000 Eq. 9–16) and
+client metadata (``label_histogram``) read. The engine, the local trainer, evaluation and
+the reports talk to a :class:`Task`; nothing below this protocol knows about argmax or
+cross-entropy.
+
+Targets per task (``N`` samples, ``C`` classes):
+
+====================  ==============================  ==========================
+task                  targets                         model output
+====================  ==============================  ==========================
+``classification``    ``[N]`` int64 in ``[0, C)``     ``[N, C]`` logits
+``multilabel``        ``[N, C]`` float32 multi-hot    ``[N, C]`` logits
+``regression``        ``[N]`` or ``[N, T]`` float32   ``[N]`` / ``[N, T]``
+``binary``            ``[N]`` int64 in ``{0, 1}``     ``[N, 1]`` or ``[N]`` logit
+====================  ==============================  ==========================
+
+How object detection fits (the detection issue adds it; sketch, not code)::
+
+    class DetectionTask:
+        name = "detection"; primary_metric = "map_50"; higher_is_better = True
+        # targets: a list of N dicts {"boxes": [n_i, 4] float32 xyxy, "labels": [n_i] int64}
+        def collate(self, samples): return images, list_of_target_dicts
+        def loss(self, output, targets):  # torchvision detectors return a loss dict in
+            return sum(output.values())   # train mode; the trainer calls model(x, targets)
+        def predict(self, output): return output  # eval mode: boxes, scores, labels
+        def accumulator(self): return CocoMapAccumulator(...)  # keeps every detection of
+            # the split (mAP needs the whole split's ranking), computes mAP@[.5:.95], AP50
+        def label_summary(self, targets): counts of box labels per class → Dirichlet skew
+            and consistency weighting work unchanged on detection datasets.
+
+The only additions detection needs are :meth:`Task.collate` (already part of the protocol,
+identity for tensor targets) and a model that consumes targets in training, which the
+trainer reaches through :attr:`Task.model_takes_targets`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import torch
+
+from geofl.registry import Registry
+
+__all__ = [
+    "TASKS",
+    "MetricAccumulator",
+    "SplitMetrics",
+    "Task",
+    "TaskBuilder",
+]
+
+Direction = Literal["max", "min"]
+
+
+@dataclass(frozen=True)
+class SplitMetrics:
+    """Metrics of one model on one split.
+
+    Attributes:
+        values: Scalar metrics by name (``"accuracy"``, ``"macro_f1"``, ``"map"``,
+            ``"rmse"``, …); every task reports ``"loss"`` (mean per-sample loss) here.
+        per_class: Per-class vectors by name (``"accuracy"`` = recall per class for
+            classification, ``"ap"``/``"f1"`` for multi-label), NaN where undefined.
+        n: Number of evaluated samples.
+        notes: Human-readable caveats for reports (e.g. ``"3 classes without positives
+            in this split: excluded from mAP"``).
+    """
+
+    values: Mapping[str, float]
+    per_class: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    n: int = 0
+    notes: tuple[str, ...] = ()
+
+    def __getitem__(self, name: str) -> float:
+        return self.values[name]
+
+
+class MetricAccumulator(Protocol):
+    """Per-batch accumulation of a split's metrics (one instance per evaluation)."""
+
+    def update(self, output: torch.Tensor, target: Any, loss_sum: float) -> None:
+        """Add one batch: model ``output``, its ``target`` and the batch's summed loss."""
+        ...
+
+    def compute(self) -> SplitMetrics:
+        """The split's metrics from everything added so far."""
+        ...
+
+
+class Task(Protocol):
+    """What a learning task owns (see the module docstring for targets and outputs).
+
+    Attributes:
+        name: Registry key (``"classification"``, ``"multilabel"``, …).
+        primary_metric: Key in :attr:`SplitMetrics.values` that selects the best model and
+            drives early stopping.
+        direction: ``"max"`` if a larger primary metric is better, else ``"min"``.
+        num_outputs: Width of the model's output layer.
+        model_takes_targets: True if the model consumes targets in training (detection).
+    """
+
+    name: str
+    primary_metric: str
+    direction: Direction
+    num_outputs: int
+    model_takes_targets: bool
+
+    def loss(self, output: torch.Tensor, target: Any) -> torch.Tensor:
+        """Mean training loss of a batch (a scalar that ``backward`` can be called on)."""
+        ...
+
+    def loss_sum(self, output: torch.Tensor, target: Any) -> float:
+        """Summed per-sample loss of a batch, for evaluation (no graph)."""
+        ...
+
+    def predict(self, output: torch.Tensor) -> torch.Tensor:
+        """Predictions from model output (class ids, multi-hot, values in target units)."""
+        ...
+
+    def accumulator(self) -> MetricAccumulator:
+        """A fresh accumulator for one split."""
+        ...
+
+    def label_summary(self, targets: Any) -> np.ndarray:
+        """``[C]`` int64 counts of the discrete attribute that label-skew partitioners,
+        consistency weighting and ``UpdateMeta.label_histogram`` use."""
+        ...
+
+    def collate(self, targets: Any, index: torch.Tensor) -> Any:
+        """The targets of the samples ``index`` (``targets[index]`` for tensor targets)."""
+        ...
+
+
+class TaskBuilder(Protocol):
+    """``(params, *, num_classes, train_targets) -> Task`` as registered in :data:`TASKS`.
+
+    The builder sees the training targets so that a task can fit statistics on the train
+    split only (regression's standardisation), never on validation or test data.
+    """
+
+    def __call__(self, params: Any, *, num_classes: int, train_targets: Any) -> Task: ...
+
+
+#: Learning tasks by name (``config: task: {name: multilabel, ...}``).
+TASKS: Registry[Task] = Registry("task")
