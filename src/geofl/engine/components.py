@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,6 +23,7 @@ from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import ArrayDataset
 from geofl.data.partition import Partition
+from geofl.errors import ConfigError
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
 from geofl.rng import torch_generator
@@ -31,8 +33,16 @@ from geofl.server.sampling import SAMPLERS, ClientSampler
 from geofl.server.strategy import Strategy
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import WEIGHTINGS
+from geofl.tasks.base import TASKS, Task
 
-__all__ = ["PreparedData", "RunComponents", "build_components", "client_datasets"]
+__all__ = [
+    "PreparedData",
+    "RunComponents",
+    "build_components",
+    "build_task",
+    "check_model_inputs",
+    "client_datasets",
+]
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,7 @@ class RunComponents:
     """Everything a scheduler needs for one (method, seed) run.
 
     Attributes:
+        task: The learning task (loss, metrics, primary metric, label summary).
         workspace: The model whose flat vector clients train and the server evaluates.
         program: The client step's fixed parts.
         strategy: The server half of the algorithm.
@@ -58,6 +69,7 @@ class RunComponents:
         clients: Local data of every client, indexed by id.
     """
 
+    task: Task
     workspace: FlatModel
     program: ClientProgram
     strategy: Strategy
@@ -67,21 +79,72 @@ class RunComponents:
     clients: list[ClientData]
 
 
-def client_datasets(data: PreparedData, partition: Partition) -> list[ClientData]:
-    """Each client's slice of the train split, with its label histogram and mean GSD."""
+def build_task(cfg: ExperimentConfig, num_classes: int, train_targets: Any) -> Task:
+    """The configured task, fitted on the train split's targets only.
+
+    Args:
+        cfg: The experiment (its ``task`` section).
+        num_classes: C, the dataset's number of class (label, target) names.
+        train_targets: The train split's targets.
+
+    Raises:
+        ConfigError: naming ``task.name`` when the targets do not fit the task (the
+            task's builder checks them).
+    """
+    return TASKS.build(
+        cfg.task.name, cfg.task.params, num_classes=num_classes, train_targets=train_targets
+    )
+
+
+#: Model traits naming the inputs a model family takes.
+IMAGE_MODEL, TABULAR_MODEL = "images", "tabular"
+
+
+def check_model_inputs(cfg: ExperimentConfig, ds: ArrayDataset) -> None:
+    """Refuse a model family that cannot take the dataset's inputs.
+
+    Model registrations state their inputs as a trait (``images`` for ``[N, C, H, W]``,
+    ``tabular`` for ``[N, F]``); a model stating neither is not checked.
+
+    Raises:
+        ConfigError: naming ``model.name``: tabular features with an image model (a CNN),
+            or images with a tabular model (an MLP).
+    """
+    traits = MODELS.traits(cfg.model.name)
+    shape = "x".join(str(s) for s in ds.inputs.shape)
+    if ds.inputs.ndim == 2 and IMAGE_MODEL in traits:
+        raise ConfigError(
+            "model.name",
+            f"{cfg.model.name} takes images [N, C, H, W], but dataset {ds.name!r} holds "
+            f"tabular features [{shape}]; use a tabular model such as model: {{name: mlp}}",
+        )
+    if ds.inputs.ndim == 4 and TABULAR_MODEL in traits:
+        raise ConfigError(
+            "model.name",
+            f"{cfg.model.name} takes tabular features [N, F], but dataset {ds.name!r} holds "
+            f"images [{shape}]; use an image model such as small_cnn or resnet18",
+        )
+
+
+def client_datasets(data: PreparedData, partition: Partition, task: Task) -> list[ClientData]:
+    """Each client's slice of the train split, with its label summary
+    (:meth:`~geofl.tasks.base.Task.label_summary`) and mean GSD."""
     train = data.train
     gsd = partition.client_means(train.metadata.get("gsd_m"))
-    return [
-        ClientData(
-            k,
-            train.inputs[idx],
-            train.targets[idx],
-            partition.histograms[k],
-            classes=tuple(train.classes),
-            gsd_m=gsd[k],
+    out = []
+    for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices):
+        targets = task.collate(train.targets, idx)
+        out.append(
+            ClientData(
+                k,
+                train.inputs[idx],
+                targets,
+                task.label_summary(targets),
+                classes=tuple(train.classes),
+                gsd_m=gsd[k],
+            )
         )
-        for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices)
-    ]
+    return out
 
 
 def build_components(
@@ -103,11 +166,12 @@ def build_components(
         state_dir: Where memory-mapped client state lives (``federation.client_state:
             mmap``); ignored for in-memory state.
     """
+    task = build_task(cfg, data.train.num_classes, data.train.targets)
     model = MODELS.build(
         cfg.model.name,
         cfg.model.params,
         in_channels=len(data.train.bands),
-        num_classes=data.train.num_classes,
+        num_classes=task.num_outputs,
         generator=torch_generator(seed, "model_init"),
     )
     workspace = FlatModel(model)
@@ -122,7 +186,11 @@ def build_components(
     algorithm = ALGORITHMS.build(method.algorithm.name, method.algorithm.params, ctx=ctx)
     program = ClientProgram(
         trainer=LOCAL_TRAINERS.build(
-            method.trainer.name, method.trainer.params, workspace=workspace, train=train
+            method.trainer.name,
+            method.trainer.params,
+            workspace=workspace,
+            train=train,
+            task=task,
         ),
         train=train,
         algorithm=algorithm.client,
@@ -135,6 +203,7 @@ def build_components(
         path=state_dir if fed.client_state == "mmap" else None,
     )
     return RunComponents(
+        task=task,
         workspace=workspace,
         program=program,
         strategy=algorithm.strategy,
@@ -143,5 +212,5 @@ def build_components(
             fed.sampling.name, fed.sampling.params, participation=fed.participation
         ),
         network=NETWORK_MODELS.build(method.network.name, method.network.params),
-        clients=client_datasets(data, partition),
+        clients=client_datasets(data, partition, task),
     )

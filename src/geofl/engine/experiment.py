@@ -24,16 +24,17 @@ from geofl.data.base import ArrayDataset
 from geofl.data.cache import check_cache_dir, default_cache_dir
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
-from geofl.engine.components import PreparedData
+from geofl.engine.components import PreparedData, build_task, check_model_inputs
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
 from geofl.errors import RunDirError
 from geofl.events import Subscriber
 from geofl.io import write_json_atomic, write_text_atomic
+from geofl.records import TaskInfo
 from geofl.rng import numpy_generator
 from geofl.rundir import LOCK_FILE, lock_run_dir, seed_dir
 
-__all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment"]
+__all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment", "task_info"]
 
 log = logging.getLogger("geofl")
 
@@ -128,7 +129,9 @@ def run_experiment(
     resolved = cfg.model_dump(mode="json")
     _check_out_dir(out_dir, resolved, resume)
     ds = load_dataset(cfg)
-    # Validate every split and partition before anything is written.
+    # Validate the task and model against the data, then every split and partition,
+    # before anything is written.
+    task = task_info(cfg, ds)
     labels = ds.targets.numpy()
     splits = {seed: stratified_split(labels, cfg.data.split, seed) for seed in cfg.seeds}
     _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
@@ -142,7 +145,7 @@ def run_experiment(
     created = not out_dir.exists()
     with lock_run_dir(out_dir):
         try:
-            _write_header(cfg, out_dir, resolved)
+            _write_header(cfg, out_dir, resolved, task)
             for seed in cfg.seeds:
                 data = prepare_split(ds, cfg, seed, splits[seed])
                 for method in cfg.methods:
@@ -168,6 +171,21 @@ def run_experiment(
 
     write_summary(out_dir)
     return out_dir
+
+
+def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
+    """Check that the task fits the dataset's targets and the model its inputs; what the
+    reports need to know of the task.
+
+    The task is built on the whole dataset's targets here only to check them (each seed's
+    run builds its own from its train split).
+
+    Raises:
+        ConfigError: naming ``task.name`` or ``model.name`` (one line, exit 2 in the CLI).
+    """
+    check_model_inputs(cfg, ds)
+    task = build_task(cfg, ds.num_classes, ds.targets)
+    return TaskInfo(task.name, task.primary_metric, task.direction)
 
 
 def _check_out_dir(out_dir: Path, resolved: dict[str, Any], resume: bool) -> None:
@@ -216,7 +234,9 @@ def _warn_degenerate(train_labels: np.ndarray, classes: Sequence[str]) -> None:
         )
 
 
-def _write_header(cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any]) -> None:
+def _write_header(
+    cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any], task: TaskInfo
+) -> None:
     write_text_atomic(
         out_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
     )
@@ -244,5 +264,6 @@ def _write_header(cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any]
             "numpy": np.__version__,
             "paper": {k: v.model_dump() for k, v in cfg.paper.items()},
             "figures": [f.model_dump() for f in cfg.figures],
+            "task": task.to_json(),
         },
     )

@@ -95,7 +95,7 @@ class ResNet18(nn.Module):
         return out
 
 
-@MODELS.register("resnet18", params=ResNetParams)
+@MODELS.register("resnet18", params=ResNetParams, traits=("images",))
 def build_resnet18(
     params: ResNetParams, *, in_channels: int, num_classes: int, generator: torch.Generator
 ) -> nn.Module:

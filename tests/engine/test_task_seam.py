@@ -1,0 +1,236 @@
+"""The task seam through the engine: a second task runs end to end, its primary metric (to
+be minimised) picks the best model, and task/model/data mismatches stop at load time."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from tests.conftest import tiny_raw
+from torch.nn import functional as F
+from typer.testing import CliRunner
+
+from geofl.cli import app
+from geofl.config.load import load_config
+from geofl.data.base import DATASETS, ArrayDataset
+from geofl.engine.experiment import run_experiment
+from geofl.errors import ConfigError
+from geofl.models.base import MODELS
+from geofl.registry import NoParams
+from geofl.report import write_report
+from geofl.tasks.base import TASKS, Direction, SplitMetrics, Task
+
+runner = CliRunner()
+
+
+class _SquaredError:
+    """RMSE of the first output column against the targets (as floats)."""
+
+    def __init__(self) -> None:
+        self.se, self.loss, self.n = 0.0, 0.0, 0
+
+    def update(self, output: torch.Tensor, target: Any, loss_sum: float) -> None:
+        err = output[:, 0].double() - target.double()
+        self.se += float(err.square().sum())
+        self.loss += loss_sum
+        self.n += int(target.shape[0])
+
+    def compute(self) -> SplitMetrics:
+        n = max(self.n, 1)
+        return SplitMetrics({"rmse": math.sqrt(self.se / n), "loss": self.loss / n}, n=self.n)
+
+
+class _ClassIdRegression:
+    """A stand-in regression task: regress the class id as a number (MSE; RMSE, minimised).
+
+    It keeps the dataset's discrete classes for the label summary, so partitions and the
+    consistency weighting see the same histograms as classification.
+    """
+
+    name = "test_regression"
+    primary_metric = "rmse"
+    direction: Direction = "min"
+    num_outputs = 1
+    model_takes_targets = False
+
+    def __init__(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+
+    def loss(self, output: torch.Tensor, target: Any) -> torch.Tensor:
+        return F.mse_loss(output[:, 0], target.to(output.dtype))
+
+    def loss_sum(self, output: torch.Tensor, target: Any) -> float:
+        return float(F.mse_loss(output[:, 0], target.to(output.dtype), reduction="sum"))
+
+    def predict(self, output: torch.Tensor) -> torch.Tensor:
+        return output[:, 0]
+
+    def accumulator(self) -> _SquaredError:
+        return _SquaredError()
+
+    def label_summary(self, targets: Any) -> np.ndarray:
+        return np.bincount(targets.numpy(), minlength=self.num_classes).astype(np.int64)
+
+    def collate(self, targets: Any, index: torch.Tensor) -> Any:
+        return targets[index]
+
+
+if "test_regression" not in TASKS:
+
+    @TASKS.register("test_regression")
+    def _build(_: NoParams, *, num_classes: int, train_targets: Any) -> Task:
+        return _ClassIdRegression(num_classes)
+
+
+def _run(tmp_path: Path, **over: Any) -> Path:
+    raw = tiny_raw(**over)
+    raw["federation"]["rounds"] = 4
+    raw["methods"].append(
+        {
+            "name": "consistency",
+            "partition": {"name": "dirichlet", "alpha": 0.5, "min_samples": 5},
+            "weighting": {"name": "consistency", "beta": 5.0},
+        }
+    )
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return run_experiment(load_config(path), tmp_path / "run")
+
+
+def test_a_second_task_runs_end_to_end_and_its_metric_picks_the_best_model(
+    tmp_path: Path,
+) -> None:
+    run_dir = _run(tmp_path, task={"name": "test_regression"})
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["task"] == {"name": "test_regression", "primary_metric": "rmse", "direction": "min"}
+    for seed_dir in sorted((run_dir / "methods").glob("*/seed-*")):
+        rounds = [json.loads(x) for x in (seed_dir / "rounds.jsonl").read_text().splitlines()]
+        assert all("train_rmse" in r and "train_accuracy" not in r for r in rounds)
+        assert all(set(r["test"]) == {"rmse", "loss", "n"} for r in rounds)
+        val = [r["val"]["rmse"] for r in rounds]
+        assert int(np.argmin(val)) != int(np.argmax(val))  # the direction matters here
+        final = json.loads((seed_dir / "final.json").read_text())
+        best = final["best_val"]
+        assert best["round"] == rounds[int(np.argmin(val))]["round"]  # min, not max
+        assert best["val_rmse"] == min(val)
+        assert torch.load(seed_dir / "best.pt")["round"] == best["round"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ms = summary["methods"]["consistency"]
+    assert {"final_test_rmse", "final_test_loss", "best_val_test_rmse"} <= set(ms)
+    assert "final_test_accuracy" not in ms and ms["final_test_rmse"]["n"] == 1
+    # the consistency weighting read the task's label summaries (finite, not uniform)
+    log = (run_dir / "methods/consistency/seed-3/rounds.jsonl").read_text().splitlines()
+    weights = [json.loads(x)["weights"] for x in log]
+    assert all(math.isfinite(w) for ws in weights for w in ws)
+    html = write_report(run_dir).read_text()
+    assert "final test rmse" in html and "final test acc" not in html
+    assert (run_dir / "report" / "metric_trajectories.png").exists()
+
+
+def test_classification_runs_keep_their_historical_keys(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path)
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["task"] == {
+        "name": "classification",
+        "primary_metric": "accuracy",
+        "direction": "max",
+    }
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert "task" not in config  # the default task leaves the resolved config as it was
+    rec = json.loads((run_dir / "methods/fedavg/seed-3/rounds.jsonl").read_text().splitlines()[0])
+    assert list(rec["test"]) == ["accuracy", "macro_f1", "loss", "per_class_accuracy", "n"]
+    assert "train_accuracy" in rec
+    final = json.loads((run_dir / "methods/fedavg/seed-3/final.json").read_text())
+    assert list(final["best_val"]) == ["round", "val_accuracy", "val", "test"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert list(summary["methods"]["fedavg"])[:6] == [
+        "seeds_done",
+        "incomplete",
+        "final_test_accuracy",
+        "final_test_macro_f1",
+        "final_test_loss",
+        "best_val_test_accuracy",
+    ]
+
+
+# ---------------------------------------------------------------- load-time mismatches
+def _real_targets(_: NoParams, *, cache_dir: Path) -> ArrayDataset:
+    g = torch.Generator().manual_seed(0)
+    return ArrayDataset(
+        torch.rand(60, 3, 8, 8, generator=g),
+        torch.rand(60, generator=g),
+        ("yield",),
+        ("R", "G", "B"),
+        name="real_targets",
+    )
+
+
+if "test_real_targets" not in DATASETS:
+    DATASETS.register("test_real_targets")(_real_targets)
+
+
+def _tabular_model(_: NoParams, **kwargs: Any) -> torch.nn.Module:
+    return torch.nn.Linear(3, 2)
+
+
+if "test_tabular_model" not in MODELS:
+    MODELS.register("test_tabular_model", traits=("tabular",))(_tabular_model)
+
+
+def _cli(tmp_path: Path, raw: dict[str, Any]) -> tuple[int, str, Path]:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(path), "--out", str(out)])
+    return result.exit_code, result.output, out
+
+
+def test_real_valued_targets_with_a_classifier_exit_2_before_the_run_dir(
+    tmp_path: Path,
+) -> None:
+    raw = tiny_raw(data={"dataset": "test_real_targets", "params": {}})
+    code, output, out = _cli(tmp_path, raw)
+    assert code == 2, output
+    lines = [ln for ln in output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: task.name: classification needs")
+    assert "float32" in lines[0] and "regression" in lines[0]
+    assert not out.exists()
+
+
+def test_images_with_a_tabular_model_exit_2_naming_the_model(tmp_path: Path) -> None:
+    raw = tiny_raw(model={"name": "test_tabular_model", "params": {}})
+    code, output, out = _cli(tmp_path, raw)
+    assert code == 2, output
+    assert output.strip().startswith("error: model.name: test_tabular_model takes tabular")
+    assert len(output.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("targets", "needle"),
+    [
+        (torch.zeros(6, 3), "[6x3] float32 (multi-hot or multi-output)"),
+        (torch.tensor([0.5, 1.0]), "float32 values"),
+        (torch.tensor([0, 3]), "class ids in [0, 3)"),
+    ],
+)
+def test_classification_refuses_targets_it_cannot_learn(targets: torch.Tensor, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        TASKS.build("classification", {}, num_classes=3, train_targets=targets)
+    assert err.value.path == "task.name" and needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_task_parameters_are_validated_by_the_registry(tmp_path: Path) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(tiny_raw(task={"name": "classification", "smoothing": 1})))
+    with pytest.raises(ConfigError, match=r"^task\.smoothing: unknown field"):
+        load_config(path)
+    path.write_text(yaml.safe_dump(tiny_raw(task={"name": "nope"})))
+    with pytest.raises(ConfigError, match=r"^task\.name: unknown task 'nope'"):
+        load_config(path)
