@@ -56,6 +56,8 @@ __all__ = [
 #: Modules whose import registers implementations.
 _PLUGIN_MODULES = (
     "geofl.data.synthetic",
+    "geofl.data.synthetic_tabular",
+    "geofl.data.synthetic_multilabel",
     "geofl.data.eurosat",
     "geofl.data.ucmerced",
     "geofl.models.cnn",

@@ -124,3 +124,11 @@ def test_unknown_attribute_and_group_say_what_exists() -> None:
         PARTITIONERS.validate("dirichlet", {"alpha": 1.0, "bins": 1})
     with pytest.raises(ConfigError, match=r"key: field required"):
         PARTITIONERS.validate("group", {})
+
+
+def test_float_targets_without_their_kind_are_refused() -> None:
+    fn = PARTITIONERS.build("iid", {})
+    with pytest.raises(PartitionError, match=r"class targets must be \[N\] integers.*kind"):
+        make_partition(fn, YIELD, META, 4, 1, np.random.default_rng(0))
+    with pytest.raises(PartitionError, match=r"got \(1200, 5\) float32"):
+        make_partition(fn, MULTI, META, 4, 5, np.random.default_rng(0))

@@ -137,10 +137,16 @@ def make_partition(
         kind: Target kind.
 
     Raises:
-        PartitionError: if there are fewer samples than clients or a client ends up empty.
+        PartitionError: if there are fewer samples than clients, a client ends up empty, or
+            ``class``/``binary`` targets are not ``[N]`` integers (a forgotten ``kind``).
     """
     targets = np.asarray(targets)
     if kind in ("class", "binary"):
+        if targets.ndim != 1 or not np.issubdtype(targets.dtype, np.integer):
+            raise PartitionError(
+                f"{kind} targets must be [N] integers, got {targets.shape} {targets.dtype}; "
+                "pass the dataset's target_kind to make_partition"
+            )
         targets = targets.astype(np.int64, copy=False)
     labels = label_codes(targets, kind)
     n = labels.size
