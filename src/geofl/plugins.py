@@ -59,6 +59,8 @@ __all__ = [
 _PLUGIN_MODULES = (
     "geofl.tasks.classification",
     "geofl.data.synthetic",
+    "geofl.data.synthetic_tabular",
+    "geofl.data.synthetic_multilabel",
     "geofl.data.eurosat",
     "geofl.data.ucmerced",
     "geofl.models.cnn",

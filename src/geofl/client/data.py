@@ -17,9 +17,12 @@ class ClientData:
 
     Attributes:
         client_id: The client's id.
-        inputs: ``[n_k, C, H, W]`` float32 (already normalised).
-        targets: ``[n_k]`` int64.
-        label_histogram: ``[num_classes]`` int64 counts.
+        inputs: ``[n_k, C, H, W]`` float32 images or ``[n_k, F]`` float32 features
+            (already normalised).
+        targets: Per target kind (:mod:`geofl.data.targets`): ``[n_k]`` int64 class ids or
+            0/1 outcomes, ``[n_k, C]`` float32 multi-hot, ``[n_k]`` / ``[n_k, T]`` float32.
+        label_histogram: ``[C]`` int64 counts of the discrete label attribute (samples per
+            class, positives per multi-hot label, samples per quantile bin).
         classes: Class names, index-aligned with ``label_histogram`` (empty if unknown).
         gsd_m: Mean ground sampling distance of the local images in metres, if the
             dataset records it (a resolution indicator for 000 Eq. 3).
