@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from pydantic import BaseModel
 from tests.conftest import tiny_raw
 from torch.nn import functional as F
 from typer.testing import CliRunner
@@ -159,20 +160,73 @@ def test_classification_runs_keep_their_historical_keys(tmp_path: Path) -> None:
     ]
 
 
-# ---------------------------------------------------------------- load-time mismatches
-def _real_targets(_: NoParams, *, cache_dir: Path) -> ArrayDataset:
+# ------------------------------------------------------------- the real multilabel task
+class _TinyParams(BaseModel):
+    kind: str = "multi_hot"
+    tabular: bool = False
+
+
+def _tiny_dataset(params: _TinyParams, *, cache_dir: Path) -> ArrayDataset:
+    """120 8×8 3-band patches (or 3 features); targets of ``kind`` that the inputs predict:
+    label c is on when band c's mean is above its median."""
     g = torch.Generator().manual_seed(0)
+    x = torch.rand(120, 3, 8, 8, generator=g) + torch.rand(120, 3, 1, 1, generator=g)
+    means = x.mean(dim=(2, 3))
+    multi_hot = (means > means.median(dim=0).values).to(torch.float32)
+    inputs = means if params.tabular else x
+    targets = {
+        "multi_hot": multi_hot,
+        "real": means[:, 0].contiguous(),
+        "class": multi_hot[:, 0].to(torch.int64),
+    }[params.kind]
+    classes = {"multi_hot": ("a", "b", "c"), "real": ("yield",), "class": ("off", "on")}
     return ArrayDataset(
-        torch.rand(60, 3, 8, 8, generator=g),
-        torch.rand(60, generator=g),
-        ("yield",),
+        inputs,
+        targets,
+        classes[params.kind],
         ("R", "G", "B"),
-        name="real_targets",
+        name="tiny",
+        target_kind=params.kind,  # type: ignore[arg-type]
     )
 
 
-if "test_real_targets" not in DATASETS:
-    DATASETS.register("test_real_targets")(_real_targets)
+if "test_tiny" not in DATASETS:
+    DATASETS.register("test_tiny", params=_TinyParams)(_tiny_dataset)
+
+
+def test_the_multilabel_task_runs_end_to_end_through_the_engine(tmp_path: Path) -> None:
+    raw = tiny_raw(
+        task={"name": "multilabel", "pos_weight": "auto"},
+        data={"dataset": "test_tiny", "params": {"kind": "multi_hot"}},
+        model={"name": "small_cnn", "params": {"width": 8, "blocks": 1}},
+    )
+    raw["federation"] = {"num_clients": 3, "rounds": 3}
+    raw["methods"][1]["partition"] = {"name": "dirichlet", "alpha": 0.5, "min_samples": 5}
+    raw["methods"].append(
+        {"name": "consistency", "weighting": {"name": "consistency"}, "partition": {"name": "iid"}}
+    )
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    run_dir = run_experiment(load_config(path), tmp_path / "run")
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["task"] == {"name": "multilabel", "primary_metric": "map", "direction": "max"}
+    for seed_dir in sorted((run_dir / "methods").glob("*/seed-*")):
+        rounds = [json.loads(x) for x in (seed_dir / "rounds.jsonl").read_text().splitlines()]
+        assert all({"map", "micro_f1", "macro_f1", "loss"} <= set(r["test"]) for r in rounds)
+        assert all(len(r["test"]["per_class_ap"]) == 3 and "train_map" in r for r in rounds)
+        best = json.loads((seed_dir / "final.json").read_text())["best_val"]
+        assert best["val_map"] == max(r["val"]["map"] for r in rounds)
+    # clients share positives-per-label histograms: [C] counts the weighting used
+    weights = json.loads((run_dir / "methods/consistency/seed-3/rounds.jsonl").read_text()
+                         .splitlines()[-1])["weights"]  # fmt: skip
+    assert len(weights) == 3 and math.isclose(sum(weights), 1.0)
+    summary = json.loads((run_dir / "summary.json").read_text())["methods"]["fedavg"]
+    assert summary["final_test_map"]["n"] == 1 and 0.0 < summary["final_test_map"]["mean"] <= 1
+    html = write_report(run_dir).read_text()
+    assert "final test mAP (%)" in html and (run_dir / "report/per_class_ap.png").exists()
+
+
+# ---------------------------------------------------------------- load-time mismatches
 
 
 def _tabular_model(_: NoParams, **kwargs: Any) -> torch.nn.Module:
@@ -191,16 +245,23 @@ def _cli(tmp_path: Path, raw: dict[str, Any]) -> tuple[int, str, Path]:
     return result.exit_code, result.output, out
 
 
-def test_real_valued_targets_with_a_classifier_exit_2_before_the_run_dir(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("data", "field", "needle"),
+    [
+        ({"kind": "real"}, "task.name", "float32 values; use task: {name: regression}"),
+        ({"kind": "multi_hot"}, "task.name", "[120x3] float32 (multi-hot or multi-output)"),
+        ({"kind": "class", "tabular": True}, "model.name", "small_cnn takes images"),
+    ],
+)
+def test_task_model_data_mismatches_exit_2_with_one_line_before_the_run_dir(
+    tmp_path: Path, data: dict[str, Any], field: str, needle: str
 ) -> None:
-    raw = tiny_raw(data={"dataset": "test_real_targets", "params": {}})
+    raw = tiny_raw(data={"dataset": "test_tiny", "params": data})
     code, output, out = _cli(tmp_path, raw)
     assert code == 2, output
     lines = [ln for ln in output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: task.name: classification needs")
-    assert "float32" in lines[0] and "regression" in lines[0]
-    assert not out.exists()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}: "), output
+    assert needle in lines[0] and not out.exists()
 
 
 def test_images_with_a_tabular_model_exit_2_naming_the_model(tmp_path: Path) -> None:

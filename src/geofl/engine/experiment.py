@@ -24,6 +24,7 @@ from geofl.data.base import ArrayDataset
 from geofl.data.cache import check_cache_dir, default_cache_dir
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
+from geofl.data.targets import label_codes
 from geofl.engine.components import PreparedData, build_task, check_model_inputs
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
@@ -51,13 +52,16 @@ def load_dataset(cfg: ExperimentConfig) -> ArrayDataset:
 def prepare_split(
     ds: ArrayDataset, cfg: ExperimentConfig, seed: int, split: Split | None = None
 ) -> PreparedData:
-    """Global train/val/test split for ``seed``, standardised per band with train stats."""
+    """Global train/val/test split for ``seed`` (stratified by the label attribute of
+    :mod:`geofl.data.targets`), standardised per band (per feature for tabular inputs)
+    with train statistics."""
     if split is None:
-        split = stratified_split(ds.targets.numpy(), cfg.data.split, seed)
+        split = stratified_split(split_labels(ds), cfg.data.split, seed)
     train, val, test = ds.subset(split.train), ds.subset(split.val), ds.subset(split.test)
     if cfg.data.normalize == "standardize":
-        mean = train.inputs.mean(dim=(0, 2, 3), keepdim=True)
-        std = train.inputs.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+        dims = (0,) if train.is_tabular else (0, 2, 3)
+        mean = train.inputs.mean(dim=dims, keepdim=True)
+        std = train.inputs.std(dim=dims, keepdim=True).clamp_min(1e-6)
         for part in (train, val, test):
             part.inputs.sub_(mean).div_(std)
     return PreparedData(train, val, test)
@@ -79,7 +83,14 @@ def build_partition(
         cfg.federation.num_clients,
         ds.num_classes,
         numpy_generator(seed, "partition"),
+        kind=ds.target_kind,
     )
+
+
+def split_labels(ds: ArrayDataset) -> np.ndarray:
+    """``[N]`` int64 label attribute that stratifies the split (class ids; the rarest
+    present label of multi-hot targets; a quantile bin of real targets)."""
+    return label_codes(ds.targets.numpy(), ds.target_kind)
 
 
 def _partition_json(
@@ -132,9 +143,10 @@ def run_experiment(
     # Validate the task and model against the data, then every split and partition,
     # before anything is written.
     task = task_info(cfg, ds)
-    labels = ds.targets.numpy()
+    labels = split_labels(ds)
     splits = {seed: stratified_split(labels, cfg.data.split, seed) for seed in cfg.seeds}
-    _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
+    if ds.target_kind in ("class", "binary"):
+        _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
     partitions: dict[int, dict[str, Partition]] = {
         seed: {m.name: build_partition(cfg, m, ds, splits[seed].train, seed) for m in cfg.methods}
         for seed in cfg.seeds

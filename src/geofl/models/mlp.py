@@ -186,7 +186,7 @@ class MLP(nn.Module):
         return out
 
 
-@MODELS.register("mlp", params=MLPParams)
+@MODELS.register("mlp", params=MLPParams, traits=("tabular",))
 def build_mlp(
     params: MLPParams, *, in_channels: int, num_classes: int, generator: torch.Generator
 ) -> nn.Module:

@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from geofl.tasks import binary, multilabel, regression
+from geofl.tasks import binary, classification, multilabel, regression
 from geofl.tasks.base import TASKS, MetricAccumulator, SplitMetrics, Task, TaskBuilder
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "Task",
     "TaskBuilder",
     "binary",
+    "classification",
     "multilabel",
     "regression",
 ]
@@ -19,6 +20,7 @@ __all__ = [
 if TYPE_CHECKING:  # mypy proves that every task class implements the Task protocol
     _IMPLEMENTATIONS: tuple[type[Task], ...] = (
         binary.BinaryTask,
+        classification.ClassificationTask,
         multilabel.MultilabelTask,
         regression.RegressionTask,
     )
