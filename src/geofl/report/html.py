@@ -44,6 +44,7 @@ from geofl.report.summary import (
     write_summary,
     write_text_atomic,
 )
+from geofl.report.task_figures import task_figures
 
 __all__ = ["write_report"]
 
@@ -180,7 +181,7 @@ def _render_figures(run: RunData, out: Path) -> list[str]:
     w = run.rolling_window
     pm = run.task.primary_metric
     if pm != "accuracy":
-        return _render_task_figures(run, out)
+        return task_figures(run, out, classes=_classes(run)) + _partition_figures(run, out)
     plot_accuracy_trajectories(runs, out / "accuracy_trajectories.png")
     plot_rolling_std(runs, out / "rolling_std.png", window=w)
     plot_convergence(runs, out / "convergence.png")
@@ -218,60 +219,6 @@ def _render_figures(run: RunData, out: Path) -> list[str]:
 def _classes(run: RunData) -> list[str] | None:
     parts = [_first_partition(seeds) for seeds in run.methods.values()]
     return next((p.get("classes") for p in parts if p and p.get("classes")), None)
-
-
-def _per_class_key(run: RunData) -> str | None:
-    """The first per-class vector the finished seeds report (``ap``, ``rmse``, …)."""
-    for seeds in run.methods.values():
-        for r in seeds.values():
-            test = ((r.final or {}).get("final") or {}).get("test") or {}
-            for key in test:
-                if key.startswith("per_class_"):
-                    return str(key).removeprefix("per_class_")
-    return None
-
-
-def _render_task_figures(run: RunData, out: Path) -> list[str]:
-    """The run-wide figures drawn on the primary metric of a task other than
-    classification (whose figures and captions keep their historical form)."""
-    runs, w, pm = run.methods, run.rolling_window, run.task.primary_metric
-    unit = metric_unit(pm)
-    plot_accuracy_trajectories(runs, out / "metric_trajectories.png", metric=pm)
-    plot_rolling_std(runs, out / "rolling_std.png", window=w, metric=pm)
-    plot_convergence(runs, out / "convergence.png", metric=pm)
-    blocks = [
-        figure_html(
-            "metric_trajectories.png",
-            f"Test {escape(pm)}{unit} per evaluated round. Thin translucent lines are "
-            "individual seeds, bold lines the mean over seeds of each method.",
-            f"Test {pm} per round",
-        ),
-        figure_html(
-            "rolling_std.png",
-            f"Rolling standard deviation of test {escape(pm)} over a window of {w} "
-            "evaluated rounds: lower means more stable training.",
-            f"Rolling standard deviation of test {pm}",
-        ),
-        figure_html(
-            "convergence.png",
-            f"Convergence: validation {escape(pm)} (solid), running training {escape(pm)} "
-            "over the round's local batches (dashed) and training loss per round.",
-            f"Training and validation {pm} and training loss per round",
-        ),
-    ]
-    key = _per_class_key(run)
-    if key is not None:
-        name = f"per_class_{slug(key)}.png"
-        plot_per_class_accuracy(runs, out / name, classes=_classes(run), metric=key)
-        blocks.append(
-            figure_html(
-                name,
-                f"Test {escape(key)} of each class (or output) at the final round, mean "
-                "over finished seeds.",
-                f"Per-class test {key}",
-            )
-        )
-    return blocks
 
 
 def _partition_figures(run: RunData, out: Path) -> list[str]:
