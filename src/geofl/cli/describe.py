@@ -59,6 +59,13 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
 
 #: What ``classes`` name, per target kind.
 _TARGET_NOUN = {"class": "classes", "binary": "classes", "multi_hot": "labels", "real": "targets"}
+#: What a partition histogram counts, per target kind.
+_HIST_NOUN = {
+    "class": "samples per class",
+    "binary": "samples per class",
+    "multi_hot": "positives per label",
+    "real": "samples per quantile bin of the target",
+}
 
 
 def _target_table(ds: ArrayDataset) -> Table:
@@ -85,11 +92,12 @@ def _print_partition(
     console: Console, method: MethodConfig, ds: ArrayDataset, part: Partition
 ) -> None:
     """One method's label histogram (class/label/quantile bin × client) and its entropy."""
+    kind = ds.target_kind
     t = Table(
         title=f"{method.name}: {method.partition.name} partition "
-        f"{method.partition.params} (samples per class × client)"
+        f"{method.partition.params} ({_HIST_NOUN[kind]} × client)"
     )
-    t.add_column("class")
+    t.add_column({"multi_hot": "label", "real": "bin"}.get(kind, "class"))
     for k in range(part.num_clients):
         t.add_column(str(k), justify="right")
     for name, col in zip(ds.histogram_columns(), part.histograms.T, strict=True):
