@@ -86,8 +86,8 @@ def _sorted_rows(
     if scores.shape != targets.shape:
         raise ValueError(f"scores {tuple(scores.shape)} and targets {tuple(targets.shape)} differ")
     exact = torch.float64 if scores.dtype == torch.float64 else torch.float32
-    s = scores.detach().to(exact).reshape(scores.shape[0], -1).T.contiguous()
-    y = (targets.detach() != 0).reshape(targets.shape[0], -1).T.contiguous()
+    s = scores.detach().to("cpu", exact).reshape(scores.shape[0], -1).T.contiguous()
+    y = (targets.detach().cpu() != 0).reshape(targets.shape[0], -1).T.contiguous()
     key = -s if descending else s
     order = torch.from_numpy(np.argsort(key.numpy(), axis=1))
     finite = torch.isfinite(s).all(dim=1)
