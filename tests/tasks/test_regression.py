@@ -11,6 +11,7 @@ from sklearn.metrics import mean_absolute_error, r2_score, root_mean_squared_err
 from tests.tasks.helpers import assert_same_metrics
 
 from geofl.errors import ConfigError
+from geofl.rng import torch_generator
 from geofl.tasks import TASKS
 from geofl.tasks.regression import RegressionTask
 
@@ -133,3 +134,19 @@ def test_builder_refuses_what_cannot_be_standardised() -> None:
     assert err.value.path == "task.params.bin_output"
     with pytest.raises(ConfigError, match="greater than or equal to 2"):
         TASKS.validate("regression", {"bins": 1})
+
+
+def test_large_offset_and_shifted_split_keep_their_digits() -> None:
+    """Targets at 1e8 ± 1 whose test split sits 5 train-σ off the train mean."""
+    gen = torch_generator(0, "offset")
+    train = 1e8 + torch.randn(500, dtype=torch.float64, generator=gen)
+    task = _build(train)
+    y = 1e8 + 5 + torch.randn(300, dtype=torch.float64, generator=gen)
+    out = torch.randn(300, generator=gen)
+    acc = task.accumulator()
+    for idx in torch.tensor_split(torch.arange(300), 4):
+        acc.update(out[idx], y[idx], 0.0)
+    got = acc.compute()
+    y_hat = out.double().numpy() * float(task.std) + float(task.mean)
+    assert got["r2"] == pytest.approx(r2_score(y.numpy(), y_hat), rel=1e-9)
+    assert got["rmse"] == pytest.approx(root_mean_squared_error(y.numpy(), y_hat), rel=1e-9)

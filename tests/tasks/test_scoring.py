@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, f1_score, r2_score, roc_auc_score
 
 from geofl.tasks.scoring import (
-    Moments,
     average_precision,
     f1_from_counts,
-    r2_from_moments,
+    r2_from_sums,
     roc_auc,
+    shifted_sum_of_squares,
     tie_group_bounds,
 )
 
@@ -80,40 +80,38 @@ def test_f1_from_counts_by_hand() -> None:
 
 
 def test_r2_by_hand_and_constant_targets() -> None:
-    y = _t([[1.0], [2.0], [3.0]])
-    m = Moments.empty(1)
-    m.add(y)
-    assert float(m.m2[0]) == pytest.approx(2.0)
-    # predictions 1, 2, 4: SS_res = 1, SS_tot = 2 → R² = 0.5
-    assert float(r2_from_moments(_t([1.0]), m)[0]) == pytest.approx(0.5)
-    const = Moments.empty(2)
-    const.add(_t([[5.0, 5.0], [5.0, 5.0]]))
-    r2 = r2_from_moments(_t([0.0, 0.3]), const)
-    assert r2.tolist() == [1.0, 0.0]
+    # targets 1, 2, 3 (SS_tot = 2), predictions 1, 2, 4 (SS_res = 1) → R² = 0.5
+    assert float(r2_from_sums(_t([1.0]), _t([2.0]), 3)[0]) == pytest.approx(0.5)
+    # constant targets: 1 if predicted exactly, else 0 (scikit-learn's force_finite)
+    assert r2_from_sums(_t([0.0, 0.3]), _t([0.0, 0.0]), 2).tolist() == [1.0, 0.0]
     ref = r2_score(
         [[5.0, 5.0], [5.0, 5.0]],
         [[5.0, 5.0], [5.0, 5.0 + math.sqrt(0.15)]],
         multioutput="raw_values",
     )
     assert ref.tolist() == [1.0, 0.0]
-    one = Moments.empty(1)
-    one.add(_t([[1.0]]))
-    assert math.isnan(float(r2_from_moments(_t([0.0]), one)[0]))
+    assert math.isnan(float(r2_from_sums(_t([0.0]), _t([0.0]), 1)[0]))
 
 
-def test_moments_merge_matches_two_pass_at_a_large_offset() -> None:
+def test_shifted_sum_of_squares() -> None:
+    # d = 1, 2, 3: Σd = 6, Σd² = 14 → 14 − 36/3 = 2
+    ss = shifted_sum_of_squares(_t([6.0]), _t([14.0]), 3, torch.tensor([False]))
+    assert ss.tolist() == [2.0]
+    # rounding residue of constant data is forced to exactly 0
+    d = torch.full((7,), 0.1, dtype=torch.float64)
+    sums = (d.sum().reshape(1), (d * d).sum().reshape(1))
+    assert shifted_sum_of_squares(*sums, 7, torch.tensor([True])).tolist() == [0.0]
+    # shifted by a training mean, a large offset keeps its digits (unshifted: garbage)
     rng = np.random.default_rng(0)
-    y = 1e8 + rng.normal(size=(1000, 3))
-    m = Moments.empty(3)
-    for chunk in np.array_split(y, 7):
-        m.add(torch.from_numpy(chunk))
-    assert m.n == 1000
-    np.testing.assert_allclose(m.mean.numpy(), y.mean(axis=0), rtol=1e-14)
-    d = y - 1e8  # exact (Sterbenz): the reference M2 without the offset
-    exact = ((d - d.mean(0)) ** 2).sum(0)
-    np.testing.assert_allclose(m.m2.numpy(), exact, rtol=1e-8)
-    naive = (y**2).sum(0) - y.sum(0) ** 2 / len(y)  # what Σy² − (Σy)²/n would give
-    assert np.abs(naive - exact).max() > 10
+    y = 1e8 + rng.normal(size=1000)
+    dd = torch.from_numpy(y - (1e8 + 0.3))
+    ours = shifted_sum_of_squares(
+        dd.sum()[None], (dd * dd).sum()[None], 1000, torch.tensor([False])
+    )
+    exact = (((y - 1e8) - (y - 1e8).mean()) ** 2).sum()  # y − 1e8 is exact (Sterbenz)
+    assert float(ours[0]) == pytest.approx(exact, rel=1e-9)
+    naive = (y**2).sum() - y.sum() ** 2 / len(y)
+    assert abs(naive - exact) > 10
 
 
 # -------------------------------------------------------------------- against scikit-learn
@@ -166,9 +164,8 @@ def test_f1_and_r2_match_sklearn(seed: int) -> None:
 
     y = rng.normal(size=(n, c)) * rng.choice([1e-3, 1.0, 1e3]) + rng.choice([0.0, 1e5])
     y_hat = y + rng.normal(size=(n, c))
-    m = Moments.empty(c)
-    m.add(torch.from_numpy(y))
-    r2 = r2_from_moments(torch.from_numpy(((y - y_hat) ** 2).sum(0)), m).numpy()
+    ss_tot = torch.from_numpy(((y - y.mean(0)) ** 2).sum(0))
+    r2 = r2_from_sums(torch.from_numpy(((y - y_hat) ** 2).sum(0)), ss_tot, n).numpy()
     if n >= 2:
         ref_r2 = r2_score(y, y_hat, multioutput="raw_values")
         np.testing.assert_allclose(r2, ref_r2, rtol=1e-7, atol=1e-9)

@@ -168,10 +168,10 @@ class BinaryAccumulator:
         logits, targets = self._store.tensors()
         truth = targets != 0
         pred = torch.sigmoid(logits) >= self.threshold
-        tp = int((pred & truth).sum())
-        fp = int((pred & ~truth).sum())
-        fn = int((~pred & truth).sum())
-        n, n_pos = int(truth.numel()), int(truth.sum())
+        # one pass: code 2·truth + pred counts TN, FP, FN, TP
+        code = truth.to(torch.int64) * 2 + pred.to(torch.int64)
+        _, fp, fn, tp = torch.bincount(code, minlength=4).tolist()
+        n, n_pos = int(truth.numel()), fn + tp
         values = {
             "roc_auc": float(roc_auc(logits, truth)),
             "f1": float(f1_from_counts(torch.tensor(tp), torch.tensor(fp), torch.tensor(fn))),

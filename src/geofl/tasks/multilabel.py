@@ -183,9 +183,9 @@ class MultilabelAccumulator:
         truth = targets != 0
         pred = torch.sigmoid(logits) >= self.threshold
         tp = (pred & truth).sum(dim=0)
-        fp = (pred & ~truth).sum(dim=0)
-        fn = (~pred & truth).sum(dim=0)
         support = truth.sum(dim=0)
+        fp = pred.sum(dim=0) - tp
+        fn = support - tp
         present = support > 0
         ap = average_precision(logits, truth)
         f1 = f1_from_counts(tp, fp, fn)

@@ -12,7 +12,7 @@ Metrics of a split (:class:`RegressionAccumulator`), in original units and avera
 uniformly over outputs as scikit-learn's ``multioutput="uniform_average"``: ``rmse``
 (primary, lower is better; mean over outputs of √MSE_t, ``root_mean_squared_error``),
 ``mae``, ``r2`` (``r2_score``, constant-target convention in
-:func:`geofl.tasks.scoring.r2_from_moments`) and ``loss`` (the standardised MSE the
+:func:`geofl.tasks.scoring.r2_from_sums`) and ``loss`` (the standardised MSE the
 network is trained on). The accumulator keeps sums only (O(T) memory per split).
 
 Label summary: label-skew partitioners and consistency weighting need discrete classes.
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from geofl.errors import ConfigError
 from geofl.tasks.base import TASKS, Direction, SplitMetrics
 from geofl.tasks.common import TARGETS_FIELD, describe, require_tensor
-from geofl.tasks.scoring import Moments, r2_from_moments
+from geofl.tasks.scoring import r2_from_sums, shifted_sum_of_squares
 
 __all__ = [
     "RegressionAccumulator",
@@ -170,7 +170,14 @@ class RegressionTask:
 
 
 class RegressionAccumulator:
-    """Running sums of a split in original units: Σ(y − ŷ)², Σ|y − ŷ| and target moments.
+    """Running sums of a split, in units standardised by the training statistics.
+
+    With d = (y − μ) / σ (the targets as the network learns them) and e = d − ẑ (the
+    residual of the output ẑ), it keeps per output Σd, Σd², Σe², Σ|e| and the range of d
+    — one stacked reduction per batch, O(T) memory per split. In original units
+    y − ŷ = σ·e, so SS_res = σ²·Σe², Σ|y − ŷ| = σ·Σ|e| and
+    SS_tot = σ²·(Σd² − (Σd)²/n) (:func:`~geofl.tasks.scoring.shifted_sum_of_squares`; the
+    training mean is the shift).
 
     Args:
         mean: ``[T]`` float64 μ of the standardisation.
@@ -180,32 +187,42 @@ class RegressionAccumulator:
     def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         self.mean = mean
         self.std = std
+        self._inv_std = 1.0 / std
         t = int(mean.numel())
-        self.ss_res = torch.zeros(t, dtype=torch.float64)
-        self.abs_res = torch.zeros(t, dtype=torch.float64)
-        self.targets = Moments.empty(t)
+        self.sums = torch.zeros(4, t, dtype=torch.float64)  # Σd, Σd², Σe², Σ|e|
+        self.low = torch.full((t,), float("inf"), dtype=torch.float64)
+        self.high = torch.full((t,), -float("inf"), dtype=torch.float64)
+        self.n = 0
         self.loss_sum = 0.0
 
     def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float) -> None:
         """Add a batch: standardised output ``[B, T]``/``[B]``, targets in original units."""
         b = target.shape[0]
-        y = target.detach().reshape(b, -1).to(torch.float64)
-        y_hat = output.detach().reshape(b, -1).to(torch.float64) * self.std + self.mean
-        r = y - y_hat
-        self.ss_res += (r * r).sum(dim=0)
-        self.abs_res += r.abs().sum(dim=0)
-        self.targets.add(y)
         self.loss_sum += float(loss_sum)
+        if b == 0:
+            return
+        d = (target.detach().reshape(b, -1).to(torch.float64) - self.mean) * self._inv_std
+        e = d - output.detach().reshape(b, -1).to(torch.float64)
+        self.sums += torch.stack([d, d * d, e * e, e.abs()]).sum(dim=1)
+        low, high = torch.aminmax(d, dim=0)
+        self.low = torch.minimum(self.low, low)
+        self.high = torch.maximum(self.high, high)
+        self.n += b
 
     def compute(self) -> SplitMetrics:
         """RMSE, MAE, R² (uniform average over outputs; per output too) and the loss."""
-        n = self.targets.n
+        n = self.n
         nan = float("nan")
         if n == 0:
             return SplitMetrics({"rmse": nan, "mae": nan, "r2": nan, "loss": nan})
-        rmse = torch.sqrt(self.ss_res / n)
-        mae = self.abs_res / n
-        r2 = r2_from_moments(self.ss_res, self.targets)
+        sum_d, sum_d2, sum_e2, sum_abs = self.sums
+        var = self.std * self.std
+        ss_res = var * sum_e2
+        constant = self.low == self.high
+        ss_tot = var * shifted_sum_of_squares(sum_d, sum_d2, n, constant)
+        rmse = torch.sqrt(ss_res / n)
+        mae = self.std * sum_abs / n
+        r2 = r2_from_sums(ss_res, ss_tot, n)
         values = {
             "rmse": float(rmse.mean()),
             "mae": float(mae.mean()),
@@ -214,13 +231,13 @@ class RegressionAccumulator:
         }
         per_output = {"rmse": rmse.tolist(), "mae": mae.tolist(), "r2": r2.tolist()}
         notes: tuple[str, ...] = ()
-        constant = torch.nonzero(self.targets.m2 == 0).flatten().tolist()
         if n < 2:
             notes = ("fewer than 2 samples in this split: R² undefined (NaN)",)
-        elif constant:
+        elif bool(constant.any()):
+            listed = ", ".join(map(str, torch.nonzero(constant).flatten().tolist()))
             notes = (
-                f"output(s) {', '.join(map(str, constant))} constant in this split: R² is 1 "
-                "if predicted exactly, else 0 (scikit-learn's force_finite convention)",
+                f"output(s) {listed} constant in this split: R² is 1 if predicted exactly, "
+                "else 0 (scikit-learn's force_finite convention)",
             )
         return SplitMetrics(values, per_output, n, notes)
 

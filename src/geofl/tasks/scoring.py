@@ -1,10 +1,11 @@
-"""Split-level metric functions: average precision, ROC-AUC, F1 from counts, R² from moments.
+"""Split-level metric functions: average precision, ROC-AUC, F1 from counts, R² from sums.
 
 Pure tensor functions with scikit-learn semantics (checked against it in
 ``tests/tasks/test_scoring.py``), vectorised over classes: one sort of an ``[N, C]`` score
 matrix ranks every class at once, and tied scores are handled by tie-group bounds computed
-with cumulative min/max instead of a Python loop over thresholds. Everything is computed
-in float64.
+with cumulative min/max instead of a Python loop over thresholds. Counts and sums are
+float64; scores are ranked in their own precision (float32 or float64), which keeps their
+order and ties exactly.
 
 Ranking metrics depend on the order of the scores only, so callers may pass logits rather
 than probabilities: the order is the same, and logits avoid the ties that a saturated
@@ -13,42 +14,89 @@ float32 sigmoid (exactly 1.0 for logits above ≈ 17) would create.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import numpy as np
 import torch
 
 __all__ = [
-    "Moments",
     "average_precision",
     "f1_from_counts",
-    "r2_from_moments",
+    "group_first",
+    "group_last",
+    "r2_from_sums",
     "roc_auc",
+    "shifted_sum_of_squares",
     "tie_group_bounds",
 ]
 
 _NAN = float("nan")
 
 
-def tie_group_bounds(sorted_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """First and last position of each element's group of equal scores along dim 0.
+def tie_group_bounds(sorted_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """First and last position of each element's group of equal scores along the last dim.
 
     Args:
-        sorted_scores: ``[N]`` or ``[N, C]`` scores, each column sorted (either direction).
+        sorted_rows: ``[N]`` or ``[C, N]`` scores, each row sorted (either direction).
 
     Returns:
-        ``(first, last)``, int64 of the input's shape: ``first[i, c]`` / ``last[i, c]`` is
-        the smallest / largest ``j`` with ``sorted_scores[j, c] == sorted_scores[i, c]``.
+        ``(first, last)``, int64 of the input's shape: ``first[c, i]`` / ``last[c, i]`` is
+        the smallest / largest ``j`` with ``sorted_rows[c, j] == sorted_rows[c, i]``.
     """
-    n = sorted_scores.shape[0]
-    shape = (n,) + (1,) * (sorted_scores.ndim - 1)
-    idx = torch.arange(n, dtype=torch.int64).view(shape).expand_as(sorted_scores)
-    differs = sorted_scores[1:] != sorted_scores[:-1]
-    edge = torch.ones_like(sorted_scores[:1], dtype=torch.bool)
-    starts = torch.cat([edge, differs])
-    ends = torch.cat([differs, edge])
-    first = torch.where(starts, idx, -1).cummax(dim=0).values
-    last = torch.where(ends, idx, n).flip(0).cummin(dim=0).values.flip(0)
-    return first, last
+    return group_first(sorted_rows), group_last(sorted_rows)
+
+
+def _group_edges(sorted_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Positions ``[N]``-broadcast, and where each row's value changes (None: no ties)."""
+    idx = torch.arange(sorted_rows.shape[-1], dtype=torch.int64).expand_as(sorted_rows)
+    differs = sorted_rows[..., 1:] != sorted_rows[..., :-1]
+    return idx, None if bool(differs.all()) else differs
+
+
+def group_first(sorted_rows: torch.Tensor) -> torch.Tensor:
+    """First position of each element's tie group (a running max over group starts)."""
+    idx, differs = _group_edges(sorted_rows)
+    if differs is None:
+        return idx.contiguous()
+    starts = torch.cat([torch.ones_like(differs[..., :1]), differs], dim=-1)
+    return torch.where(starts, idx, -1).cummax(dim=-1).values
+
+
+def group_last(sorted_rows: torch.Tensor) -> torch.Tensor:
+    """Last position of each element's tie group (a reversed running min over group ends)."""
+    idx, differs = _group_edges(sorted_rows)
+    if differs is None:
+        return idx.contiguous()
+    ends = torch.cat([differs, torch.ones_like(differs[..., :1])], dim=-1)
+    n = sorted_rows.shape[-1]
+    return torch.where(ends, idx, n).flip(-1).cummin(dim=-1).values.flip(-1)
+
+
+def _sorted_rows(
+    scores: torch.Tensor, targets: torch.Tensor, *, descending: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each class's scores sorted, with the targets in the same order.
+
+    ``[N, C]`` (or ``[N]``) inputs become ``[C, N]`` (``[1, N]``) rows, so every later
+    scan runs along contiguous memory. The sort is numpy's (SIMD introsort), several
+    times faster than ``torch.sort`` on CPU; its order within a tie group is arbitrary,
+    which no metric here depends on.
+
+    Returns:
+        ``(sorted_scores [C, N], sorted_targets [C, N] float64, finite [C] bool)``.
+    """
+    if scores.shape != targets.shape:
+        raise ValueError(f"scores {tuple(scores.shape)} and targets {tuple(targets.shape)} differ")
+    exact = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    s = scores.detach().to("cpu", exact).reshape(scores.shape[0], -1).T.contiguous()
+    y = (targets.detach().cpu() != 0).reshape(targets.shape[0], -1).T.contiguous()
+    key = -s if descending else s
+    order = torch.from_numpy(np.argsort(key.numpy(), axis=1))
+    finite = torch.isfinite(s).all(dim=1)
+    return s.gather(1, order), y.gather(1, order).to(torch.float64), finite
+
+
+def _shaped(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[C]`` per-class values back to the caller's layout (a scalar for ``[N]`` input)."""
+    return values[0] if like.ndim == 1 else values
 
 
 def average_precision(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -59,10 +107,10 @@ def average_precision(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tens
     scores enter at the same threshold, so all positives of a tie group share the precision
     at the end of the group, and
 
-        AP = (1 / n_pos) · Σ_{i positive} TP(g_i) / |{j : rank(j) ≤ end of g_i}|,
+        AP = (1 / n_pos) · Σ_{i positive} TP(≤ end of g_i) / (end of g_i + 1),
 
-    with ``g_i`` the tie group of sample ``i``. One stable sort of ``[N, C]`` serves every
-    class.
+    with ``g_i`` the tie group of sample ``i`` and positions 0-based in decreasing score.
+    One sort of the ``[C, N]`` rows serves every class.
 
     Args:
         scores: ``[N, C]`` (or ``[N]``) scores; larger means more likely positive.
@@ -72,21 +120,16 @@ def average_precision(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tens
         ``[C]`` (or scalar) float64 AP; NaN for a class without positives (scikit-learn
         warns and returns 0 there) or with a non-finite score.
     """
-    if scores.shape != targets.shape:
-        raise ValueError(f"scores {tuple(scores.shape)} and targets {tuple(targets.shape)} differ")
-    s = scores.detach().to(torch.float64)
-    if s.shape[0] == 0:
-        return torch.full(s.shape[1:], _NAN, dtype=torch.float64)
-    order = torch.argsort(s, dim=0, descending=True, stable=True)
-    s_sorted = s.gather(0, order)
-    y = (targets.detach() != 0).gather(0, order).to(torch.float64)
-    tp = y.cumsum(dim=0)
-    _, last = tie_group_bounds(s_sorted)
-    precision_at_end = tp.gather(0, last) / (last + 1).to(torch.float64)
-    n_pos = y.sum(dim=0)
-    ap = (y * precision_at_end).sum(dim=0) / n_pos
-    bad = (n_pos == 0) | ~torch.isfinite(s).all(dim=0)
-    return torch.where(bad, torch.full_like(ap, _NAN), ap)
+    if scores.shape[0] == 0:
+        return torch.full(scores.shape[1:], _NAN, dtype=torch.float64)
+    s_sorted, y, finite = _sorted_rows(scores, targets, descending=True)
+    tp = y.cumsum(dim=-1)
+    last = group_last(s_sorted)
+    precision_at_end = tp.gather(-1, last) / (last + 1).to(torch.float64)
+    n_pos = y.sum(dim=-1)
+    ap = (y * precision_at_end).sum(dim=-1) / n_pos
+    ap = torch.where((n_pos == 0) | ~finite, torch.full_like(ap, _NAN), ap)
+    return _shaped(ap, scores)
 
 
 def roc_auc(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -108,22 +151,17 @@ def roc_auc(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         Scalar (or ``[C]``) float64; NaN where only one class is present (scikit-learn
         raises there) or a score is non-finite.
     """
-    if scores.shape != targets.shape:
-        raise ValueError(f"scores {tuple(scores.shape)} and targets {tuple(targets.shape)} differ")
-    s = scores.detach().to(torch.float64)
-    if s.shape[0] == 0:
-        return torch.full(s.shape[1:], _NAN, dtype=torch.float64)
-    order = torch.argsort(s, dim=0, stable=True)
-    s_sorted = s.gather(0, order)
-    y = (targets.detach() != 0).gather(0, order).to(torch.float64)
+    if scores.shape[0] == 0:
+        return torch.full(scores.shape[1:], _NAN, dtype=torch.float64)
+    s_sorted, y, finite = _sorted_rows(scores, targets, descending=False)
     first, last = tie_group_bounds(s_sorted)
     rank = (first + last).to(torch.float64) / 2 + 1
-    n_pos = y.sum(dim=0)
-    n_neg = s.shape[0] - n_pos
-    u = (rank * y).sum(dim=0) - n_pos * (n_pos + 1) / 2
+    n_pos = y.sum(dim=-1)
+    n_neg = scores.shape[0] - n_pos
+    u = (rank * y).sum(dim=-1) - n_pos * (n_pos + 1) / 2
     auc = u / (n_pos * n_neg)
-    bad = (n_pos == 0) | (n_neg == 0) | ~torch.isfinite(s).all(dim=0)
-    return torch.where(bad, torch.full_like(auc, _NAN), auc)
+    auc = torch.where((n_pos == 0) | (n_neg == 0) | ~finite, torch.full_like(auc, _NAN), auc)
+    return _shaped(auc, scores)
 
 
 def f1_from_counts(tp: torch.Tensor, fp: torch.Tensor, fn: torch.Tensor) -> torch.Tensor:
@@ -145,64 +183,51 @@ def f1_from_counts(tp: torch.Tensor, fp: torch.Tensor, fn: torch.Tensor) -> torc
     return torch.where(denom > 0, 2 * tp / denom.clamp_min(1.0), torch.full_like(denom, _NAN))
 
 
-@dataclass
-class Moments:
-    """Count, mean and sum of squared deviations per output, merged batch by batch.
+def shifted_sum_of_squares(
+    sum_d: torch.Tensor, sum_d2: torch.Tensor, n: int, constant: torch.Tensor
+) -> torch.Tensor:
+    """Σ (d − d̄)² from running sums of shifted data d = (y − K) / s.
 
-    Batches merge with the pairwise update of Chan, Golub & LeVeque (1979, Eq. 2.1):
-    for parts A and B, δ = mean_B − mean_A,
-    ``M2 = M2_A + M2_B + δ² · n_A n_B / (n_A + n_B)``, which avoids the cancellation of
-    ``Σy² − (Σy)²/n`` on targets with a large offset (e.g. elevations in metres).
+    SS = Σd² − (Σd)² / n, the one-pass "shifted data" algorithm discussed by Chan, Golub &
+    LeVeque (1983, "Algorithms for computing the sample variance"): with the shift K close
+    to the data's mean (a training mean, for a validation or test split) both terms are of
+    the order of n·var and their difference keeps its precision; without the shift,
+    Σy² − (Σy)²/n cancels catastrophically for targets with a large offset. Rounding can
+    leave a tiny non-zero value for data that is exactly constant, so ``constant``
+    (known from the running min and max) forces SS = 0 there, which R²'s constant-target
+    rule needs.
 
-    Attributes:
-        n: Samples merged so far.
-        mean: ``[T]`` float64 running mean.
-        m2: ``[T]`` float64 sum of squared deviations from the mean.
+    Args:
+        sum_d: ``[T]`` float64 Σd.
+        sum_d2: ``[T]`` float64 Σd².
+        n: Samples summed.
+        constant: ``[T]`` bool, True where every d was equal.
+
+    Returns:
+        ``[T]`` float64 sum of squared deviations, in the units of d (multiply by s²).
     """
-
-    n: int
-    mean: torch.Tensor
-    m2: torch.Tensor
-
-    @classmethod
-    def empty(cls, outputs: int) -> Moments:
-        """Moments of no samples for ``outputs`` outputs."""
-        zeros = torch.zeros(outputs, dtype=torch.float64)
-        return cls(0, zeros, zeros.clone())
-
-    def add(self, values: torch.Tensor) -> None:
-        """Merge a batch ``[B, T]`` (two-pass moments within the batch)."""
-        b = values.shape[0]
-        if b == 0:
-            return
-        v = values.detach().to(torch.float64)
-        mean_b = v.mean(dim=0)
-        m2_b = ((v - mean_b) ** 2).sum(dim=0)
-        total = self.n + b
-        delta = mean_b - self.mean
-        self.mean = self.mean + delta * (b / total)
-        self.m2 = self.m2 + m2_b + delta**2 * (self.n * b / total)
-        self.n = total
+    ss = (sum_d2 - sum_d * sum_d / max(n, 1)).clamp_min(0.0)
+    return torch.where(constant, torch.zeros_like(ss), ss)
 
 
-def r2_from_moments(ss_res: torch.Tensor, targets: Moments) -> torch.Tensor:
+def r2_from_sums(ss_res: torch.Tensor, ss_tot: torch.Tensor, n: int) -> torch.Tensor:
     """Coefficient of determination per output, as ``sklearn.metrics.r2_score``.
 
-    R² = 1 − SS_res / SS_tot with SS_tot = Σ (y − ȳ)² (``targets.m2``). For an output
-    whose targets are constant (SS_tot = 0), scikit-learn's ``force_finite=True`` rule:
-    1.0 if the predictions are perfect (SS_res = 0), else 0.0. Fewer than two samples:
-    NaN (scikit-learn warns and returns NaN).
+    R² = 1 − SS_res / SS_tot. For an output whose targets are constant (SS_tot = 0),
+    scikit-learn's ``force_finite=True`` rule: 1.0 if the predictions are perfect
+    (SS_res = 0), else 0.0. Fewer than two samples: NaN (scikit-learn warns and returns
+    NaN).
 
     Args:
         ss_res: ``[T]`` float64 residual sums of squares Σ (y − ŷ)².
-        targets: Moments of the targets over the same samples.
+        ss_tot: ``[T]`` float64 Σ (y − ȳ)² over the same samples.
+        n: Number of samples.
 
     Returns:
         ``[T]`` float64 R² (average it for scikit-learn's ``multioutput="uniform_average"``).
     """
-    if targets.n < 2:
+    if n < 2:
         return torch.full_like(ss_res, _NAN, dtype=torch.float64)
-    ss_tot = targets.m2
     r2 = 1 - ss_res / ss_tot.clamp_min(torch.finfo(torch.float64).tiny)
     constant = torch.where(ss_res == 0, 1.0, 0.0).to(torch.float64)
     return torch.where(ss_tot > 0, r2, constant)
