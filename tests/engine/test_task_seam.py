@@ -130,7 +130,7 @@ def test_a_second_task_runs_end_to_end_and_its_metric_picks_the_best_model(
     weights = [json.loads(x)["weights"] for x in log]
     assert all(math.isfinite(w) for ws in weights for w in ws)
     html = write_report(run_dir).read_text()
-    assert "final test rmse" in html and "final test acc" not in html
+    assert "final test RMSE" in html and "final test acc" not in html
     assert (run_dir / "report" / "metric_trajectories.png").exists()
 
 

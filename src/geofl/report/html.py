@@ -104,7 +104,17 @@ def _paper_cell(paper: dict[str, Any] | None, skip: frozenset[str] = frozenset()
 
 
 #: Short column names of metrics (others are shown by their key).
-_SHORT = {"accuracy": "acc", "macro_f1": "macro-F1", "micro_f1": "micro-F1", "map": "mAP"}
+_SHORT = {
+    "accuracy": "acc",
+    "macro_f1": "macro-F1",
+    "micro_f1": "micro-F1",
+    "map": "mAP",
+    "roc_auc": "ROC-AUC",
+    "f1": "F1",
+    "rmse": "RMSE",
+    "mae": "MAE",
+    "r2": "R²",
+}
 
 
 def _fmt(stat: Stat, metric: str) -> str:
