@@ -18,11 +18,14 @@ from torch.nn import functional as F
 from typer.testing import CliRunner
 
 from geofl.cli import app
+from geofl.cli.progress import ProgressSubscriber
 from geofl.config.load import load_config
 from geofl.data.base import DATASETS, ArrayDataset
 from geofl.engine.experiment import run_experiment
 from geofl.errors import ConfigError
+from geofl.events import RunInfo, metric_text
 from geofl.models.base import MODELS
+from geofl.records import RoundRecord, RoundStatus
 from geofl.registry import NoParams
 from geofl.report import write_report
 from geofl.tasks.base import TASKS, Direction, SplitMetrics, Task
@@ -295,3 +298,15 @@ def test_task_parameters_are_validated_by_the_registry(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(tiny_raw(task={"name": "nope"})))
     with pytest.raises(ConfigError, match=r"^task\.name: unknown task 'nope'"):
         load_config(path)
+
+
+def test_displays_show_the_tasks_primary_metric() -> None:
+    assert metric_text("accuracy", 0.83214) == "acc 83.21%"
+    assert metric_text("rmse", 1.23456) == "rmse 1.235"
+    progress = ProgressSubscriber()
+    info = RunInfo("m", 1, 2, 1, 3, Path("."), primary_metric="rmse")
+    progress.on_run_start(info)
+    test = SplitMetrics({"rmse": 0.5, "loss": 0.25}, n=4)
+    progress.on_round_end(info, RoundRecord(1, RoundStatus.AGGREGATED, [0], [1.0], test=test))
+    (task,) = progress.progress.tasks
+    assert task.fields["metric"] == "test rmse 0.5" and task.completed == 1
