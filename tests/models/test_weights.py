@@ -194,17 +194,50 @@ def _write(path: Path, content: object) -> Path:
         ("pickle", "is not a checkpoint of tensors"),
         ({"epoch": 3, "optimizer": {"lr": 0.1}}, "holds no state dict .dict with keys epoch"),
         ([torch.zeros(3)], "holds no state dict .list"),
-        ({"foo.weight": torch.zeros(2)}, "no tensor of .* matches the model"),
     ],
-    ids=["text", "empty", "pickle", "no-state-dict", "list", "no-match"],
+    ids=["text", "empty", "pickle", "no-state-dict", "list"],
 )
-def test_not_a_checkpoint_is_one_line(tmp_path: Path, content: object, match: str) -> None:
+def test_not_a_checkpoint_fails_at_config_load(tmp_path: Path, content: object, match: str) -> None:
+    """Refused when the config is validated (before any run directory exists), one line."""
     path = _write(tmp_path / "w.pt", content)
     with pytest.raises(ConfigError, match=rf"^{FIELD}: .*{match}") as err:
-        build(3, 10, weights=str(path))
+        MODELS.validate("resnet18", {"weights": str(path)}, path="model.params")
     assert "\n" not in str(err.value)
+
+
+def test_no_matching_tensor_is_one_line(tmp_path: Path) -> None:
+    path = _write(tmp_path / "w.pt", {"foo.weight": torch.zeros(2)})
+    with pytest.raises(ConfigError, match=rf"^{FIELD}: no tensor of .* matches the model"):
+        load_weights(build(3, 10), path, field=FIELD)
 
 
 def test_directory_is_refused_at_validation(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=rf"^{FIELD}: no file"):
         MODELS.validate("resnet18", {"weights": str(tmp_path)}, path="model.params")
+
+
+def test_cli_refuses_bad_weights_with_exit_2_and_no_run_dir(
+    tiny_config_file: Path, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from geofl.cli import app
+
+    three_bands = tmp_path / "rgb.pth"
+    torch.save(pretrained(3, 1000), three_bands)
+    for weights, needle in [
+        (tmp_path / "absent.pth", "no file"),
+        (three_bands, "conv1.weight takes 3 bands but the data has 13"),  # at build time
+    ]:
+        out = tmp_path / f"run-{weights.stem}"
+        result = CliRunner().invoke(
+            app,
+            [
+                *("run", str(tiny_config_file), "--out", str(out), "--no-progress"),
+                *("--set", "model.name=resnet18", "--set", f"model.params={{weights: {weights}}}"),
+            ],
+        )
+        assert result.exit_code == 2, result.output
+        (line,) = [ln for ln in result.output.splitlines() if ln.strip()]
+        assert line.startswith(f"error: {FIELD}: ") and needle in line
+        assert not out.exists()

@@ -42,7 +42,7 @@ from torch import nn
 from geofl.models.base import MODELS
 from geofl.models.init import init_parameters
 from geofl.models.norm import Norm, make_norm
-from geofl.models.weights import load_weights
+from geofl.models.weights import load_weights, read_state_dict
 
 __all__ = ["BasicBlock", "ResNet18", "ResNetParams", "build_resnet18", "init_resnet"]
 
@@ -72,11 +72,16 @@ class ResNetParams(BaseModel):
 
     @field_validator("weights")
     @classmethod
-    def _weights_file_exists(cls, value: str | None) -> str | None:
-        if value is not None and not Path(value).expanduser().is_file():
+    def _weights_file_holds_a_state_dict(cls, value: str | None) -> str | None:
+        """At config load: the file exists and holds a state dict (shapes: at build)."""
+        if value is None:
+            return value
+        path = Path(value).expanduser()
+        if not path.is_file():
             raise ValueError(
                 f"no file {value!r}; give the path of a state dict saved with torch.save"
             )
+        read_state_dict(path)
         return value
 
 
