@@ -32,16 +32,33 @@ from geofl.server.strategy import Strategy
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import WEIGHTINGS
 
-__all__ = ["PreparedData", "RunComponents", "build_components", "client_datasets"]
+__all__ = [
+    "PreparedData",
+    "RunComponents",
+    "build_components",
+    "client_datasets",
+    "model_dims",
+]
 
 
 @dataclass(frozen=True)
 class PreparedData:
-    """The global split of one seed, normalised with train statistics."""
+    """The global split of one seed, normalised with train statistics.
+
+    Attributes:
+        train: Train split (partitioned over clients).
+        val: Validation split.
+        test: Test split.
+        mean: ``[1, C, 1, 1]`` float32 per-band mean subtracted from every split, or None
+            when the inputs were not normalised (``data.normalize: none``).
+        std: ``[1, C, 1, 1]`` float32 per-band std every split was divided by, or None.
+    """
 
     train: ArrayDataset
     val: ArrayDataset
     test: ArrayDataset
+    mean: torch.Tensor | None = None
+    std: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,11 @@ def client_datasets(data: PreparedData, partition: Partition) -> list[ClientData
     ]
 
 
+def model_dims(data: PreparedData) -> tuple[int, int]:
+    """``(in_channels, num_outputs)`` of the model a run on ``data`` builds."""
+    return len(data.train.bands), data.train.num_classes
+
+
 def build_components(
     cfg: ExperimentConfig,
     method: MethodConfig,
@@ -103,11 +125,12 @@ def build_components(
         state_dir: Where memory-mapped client state lives (``federation.client_state:
             mmap``); ignored for in-memory state.
     """
+    in_channels, num_outputs = model_dims(data)
     model = MODELS.build(
         cfg.model.name,
         cfg.model.params,
-        in_channels=len(data.train.bands),
-        num_classes=data.train.num_classes,
+        in_channels=in_channels,
+        num_classes=num_outputs,
         generator=torch_generator(seed, "model_init"),
     )
     workspace = FlatModel(model)
