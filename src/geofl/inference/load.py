@@ -125,18 +125,18 @@ class GeoflModel(nn.Module):
         return out
 
 
-def _choose(kind: str, found: list[str], wanted: str | None, run_dir: Path, flag: str) -> str:
-    """The one of ``found`` that ``wanted`` names, or the only one."""
+def _choose(kind: str, found: list[str], wanted: str | None, where: str, flag: str) -> str:
+    """The one of ``found`` that ``wanted`` names, or the only one (``kind``: "method")."""
     if wanted is not None:
         if wanted in found:
             return wanted
         raise RunDirError(
-            f"{run_dir} has no {kind} {wanted!r}; choose {flag} from: {', '.join(found)}"
+            f"{where} has no {kind} {wanted!r}; choose {flag} from: {', '.join(found)}"
         )
     if len(found) == 1:
         return found[0]
     raise RunDirError(
-        f"{run_dir} holds {len(found)} {kind}s ({', '.join(found)}); choose one with {flag}"
+        f"{where} holds {len(found)} {kind}s ({', '.join(found)}); choose one with {flag}"
     )
 
 
@@ -157,14 +157,12 @@ def resolve_seed_dir(run_dir: Path, method: str | None = None, seed: int | None 
     methods = sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("seed-*")))
     if not methods:
         raise RunDirError(f"{run_dir} holds no trained seed yet; run or resume it first")
-    name = _choose("method", methods, method, run_dir, "--method")
+    name = _choose("method", methods, method, str(run_dir), "--method")
     seeds = sorted(
         int(p.name[5:]) for p in (root / name).glob("seed-*") if p.name[5:].lstrip("-").isdigit()
     )
-    chosen = _choose(
-        f"seed of {name}", [str(s) for s in seeds], None if seed is None else str(seed),
-        run_dir, "--seed",
-    )  # fmt: skip
+    wanted = None if seed is None else str(seed)
+    chosen = _choose("seed", [str(s) for s in seeds], wanted, str(root / name), "--seed")
     return seed_dir(run_dir, name, int(chosen))
 
 

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 import torch
 
 from geofl.data.formats import FILE_FORMATS, FileFormat
@@ -105,7 +106,9 @@ def decode_image(path: Path, model: GeoflModel) -> torch.Tensor:
             f"{path} is not an image geofl can read ({type(err).__name__}: {detail}); "
             f"the model reads {fmt.description}"
         ) from None
-    return torch.from_numpy(arr).to(torch.float32).div_(scale)
+    # Integers convert to float32 exactly (as the loaders' ``.to(torch.float32)``); the
+    # copy also makes the array writable (Pillow may hand out read-only buffers).
+    return torch.from_numpy(arr.astype(np.float32)).div_(scale)
 
 
 class _NothingWrittenError(Exception):
