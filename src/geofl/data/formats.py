@@ -166,7 +166,7 @@ def decode_band_tiff(data: bytes, size: int, bands: Sequence[int]) -> np.ndarray
             unsigned 16-bit digital numbers.
     """
     if not data.startswith(_TIFF_MAGIC):
-        raise ImageFormatError("is not a TIFF file; this model reads band-stacked GeoTIFFs")
+        raise ImageFormatError("is not a TIFF file")
     arr, _ = read_band_tiff(data)
     if arr.shape[0] not in bands:
         want = " or ".join(str(b) for b in bands)

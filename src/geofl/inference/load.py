@@ -213,8 +213,9 @@ def load_model(
         run_dir: A run directory written by ``geofl run``.
         method: The method; may be omitted when the run has one.
         seed: The seed; may be omitted when the method has one.
-        which: ``"best"`` (the best-validation model, ``best.pt``) or ``"final"`` (the
-            model after the last completed round, ``checkpoint.pt``).
+        which: ``"best"`` (the best-validation model, ``best.pt``, read weights-only) or
+            ``"final"`` (the model after the last completed round, from ``checkpoint.pt``,
+            which is a full pickle: use ``"final"`` only on run directories you trust).
 
     Returns:
         A :class:`GeoflModel`: ``model(raw)`` gives the network's outputs for raw

@@ -173,7 +173,10 @@ def read_model_spec(path: Path) -> ModelSpec:
         ) from None
     if not isinstance(raw, dict):
         raise RunDirError(f"{path} is not a JSON object; restore it or rerun the seed")
-    if int(raw.get("format", SPEC_FORMAT)) > SPEC_FORMAT:
+    version = raw.get("format", SPEC_FORMAT)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise RunDirError(f"{path}: format: expected an integer; restore it or rerun the seed")
+    if version > SPEC_FORMAT:
         raise RunDirError(
             f"{path} has format {raw['format']}, newer than this geofl reads ({SPEC_FORMAT}); "
             "upgrade geofl"
