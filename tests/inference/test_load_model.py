@@ -17,7 +17,7 @@ from geofl.engine.experiment import prepare_split
 from geofl.errors import RunDirError
 from geofl.inference import GeoflModel, prediction_columns
 from geofl.io import to_jsonable
-from geofl.models.spec import MODEL_SPEC_FILE, read_model_spec
+from geofl.models.spec import MODEL_SPEC_FILE, ModelSpec, read_model_spec
 from geofl.rundir import seed_dir
 
 
@@ -140,3 +140,27 @@ def test_ledger_free_resume_keeps_metrics_and_model_json(
     run_experiment(ms_run.cfg, run, resume=True)
     assert (sdir / MODEL_SPEC_FILE).read_bytes() == before
     assert json.loads((sdir / "final.json").read_text())["final"] == _final(ms_run)["final"]
+
+
+def test_tabular_inputs_select_features_and_standardise() -> None:
+    """``[B, F]`` features (a tabular dataset's model.json has no patch size)."""
+    spec = ModelSpec.model_validate(
+        {
+            "geofl_version": "0",
+            "method": "m",
+            "seed": 1,
+            "model": {"name": "mlp", "in_channels": 2, "num_outputs": 1},
+            "task": {"name": "binary"},
+            "classes": ["no", "yes"],
+            "input": {"dataset": "tab", "dataset_bands": ["a", "b", "c"], "bands": ["c", "a"]},
+            "normalization": {"kind": "standardize", "mean": [1.0, 2.0], "std": [2.0, 4.0]},
+        }
+    )
+    net = torch.nn.Identity()
+    model = GeoflModel(net, spec, round_idx=1, which="best")
+    x = torch.tensor([[2.0, 5.0, 3.0], [0.0, 0.0, 1.0]])
+    assert model.patch_size is None
+    assert torch.equal(model(x), torch.tensor([[1.0, 0.0], [0.0, -0.5]]))
+    assert torch.equal(model(x[:, [2, 0]]), model(x))
+    with pytest.raises(geofl.errors.DataError, match=r"inputs must be \[B, F\]"):
+        model(x[:, :, None, None])

@@ -23,7 +23,7 @@ __all__ = ["model_spec"]
 
 
 def _floats(stat: torch.Tensor | None) -> tuple[float, ...] | None:
-    """The float32 values of a ``[1, C, 1, 1]`` statistic (exact in JSON's doubles)."""
+    """The float32 values of a per-band statistic (exact in JSON's doubles)."""
     return None if stat is None else tuple(float(v) for v in stat.reshape(-1).tolist())
 
 
@@ -76,7 +76,7 @@ def model_spec(
             scale=FILE_FORMATS[fmt].scale if fmt is not None else None,
             dataset_bands=tuple(dataset_bands),
             bands=tuple(train.bands),
-            patch_size=(int(train.inputs.shape[2]), int(train.inputs.shape[3])),
+            patch_size=tuple(train.inputs.shape[2:4]) if train.inputs.ndim == 4 else None,
         ),
         normalization=NormalizationSpec(
             kind="none" if mean is None else "standardize", mean=mean, std=std

@@ -64,7 +64,7 @@ class GeoflModel(nn.Module):
         for name in ("mean", "std"):
             values = getattr(norm, name) if norm.kind == "standardize" else None
             stat = None if values is None else torch.tensor(values, dtype=torch.float32)
-            self.register_buffer(name, None if stat is None else stat.view(1, -1, 1, 1))
+            self.register_buffer(name, stat)  # [C], broadcast over the channel axis
         self.eval()
 
     @property
@@ -88,23 +88,25 @@ class GeoflModel(nn.Module):
         return self.spec.input.dataset_bands
 
     @property
-    def patch_size(self) -> tuple[int, int]:
-        """Height and width of the training patches."""
+    def patch_size(self) -> tuple[int, int] | None:
+        """Height and width of the training patches (None for tabular inputs)."""
         return self.spec.input.patch_size
 
     def preprocess(self, x: torch.Tensor) -> torch.Tensor:
         """Select the trained bands and standardise, as the run did.
 
         Args:
-            x: ``[B, C, H, W]`` raw inputs with ``C`` = the dataset's band count (the
-                trained bands are selected), or ``C`` = the trained band count (taken as
-                already selected, in :attr:`bands` order).
+            x: ``[B, C, H, W]`` raw images (``[B, F]`` features for tabular models) with
+                ``C`` = the dataset's band count (the trained bands are selected), or ``C`` =
+                the trained band count (taken as already selected, in :attr:`bands` order).
 
         Raises:
             DataError: another shape or band count.
         """
-        if x.ndim != 4:
-            raise DataError(f"inputs must be [B, C, H, W], got shape {tuple(x.shape)}")
+        want = 2 if self.patch_size is None else 4
+        if x.ndim != want:
+            form = "[B, F]" if want == 2 else "[B, C, H, W]"
+            raise DataError(f"inputs must be {form}, got shape {tuple(x.shape)}")
         c = x.shape[1]
         if c == len(self.input_bands):
             if self.band_index is not None:
@@ -116,7 +118,8 @@ class GeoflModel(nn.Module):
             )
         x = x.to(torch.float32)
         if self.mean is not None and self.std is not None:
-            x = (x - self.mean) / self.std
+            shape = (1, -1) + (1,) * (x.ndim - 2)
+            x = (x - self.mean.view(shape)) / self.std.view(shape)
         return x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

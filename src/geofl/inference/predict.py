@@ -80,6 +80,8 @@ def _file_format(model: GeoflModel) -> tuple[FileFormat, float, int]:
             f"dataset {inp.dataset!r} declares no file format geofl can read (model.json "
             f"input.format: {inp.format!r}); use geofl.load_model on tensors instead"
         )
+    if inp.patch_size is None:
+        raise RunDirError(f"dataset {inp.dataset!r} has tabular inputs, not images")
     h, w = inp.patch_size
     if h != w:
         raise RunDirError(f"patch size {h}x{w} is not square; geofl predict resizes to squares")

@@ -25,8 +25,9 @@ Each ``methods/<method>/seed-<seed>/`` directory holds, beside ``best.pt`` and
   statistics the task fitted on the train split (``state``, e.g. a regression task's target
   mean and std), so outputs can be turned into predictions in target units.
 * ``input`` says what raw inputs look like: the dataset's bands in file order
-  (``dataset_bands``), the bands the model was trained on in channel order (``bands``), the
-  patch size, and the file format (:mod:`geofl.data.formats`) and scale that turn a file
+  (``dataset_bands``; the feature names of tabular data), the bands the model was trained on
+  in channel order (``bands``), the patch size (``null`` for tabular ``[N, F]`` inputs),
+  and the file format (:mod:`geofl.data.formats`) and scale that turn a file
   into the reflectance-like floats the dataset holds (``null`` for datasets without files).
 * ``normalization`` holds the exact float32 per-band mean and std (of the trained bands,
   train split of this seed) subtracted from and divided into the inputs at training time;
@@ -95,7 +96,7 @@ class InputSpec(_Part):
     scale: float | None = Field(None, gt=0)
     dataset_bands: tuple[str, ...] = Field(..., min_length=1)
     bands: tuple[str, ...] = Field(..., min_length=1)
-    patch_size: tuple[int, int]
+    patch_size: tuple[int, int] | None = None
 
     @model_validator(mode="after")
     def _bands_known(self) -> InputSpec:
