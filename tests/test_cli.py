@@ -14,7 +14,7 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize(
-    "args", [[], ["run"], ["report"], ["presets"], ["data"], ["data", "describe"]]
+    "args", [[], ["run"], ["report"], ["presets"], ["predict"], ["data"], ["data", "describe"]]
 )
 def test_every_command_has_help(args: list[str]) -> None:
     result = runner.invoke(app, [*args, "--help"])

@@ -42,16 +42,28 @@ __all__ = [
     "build_task",
     "check_model_inputs",
     "client_datasets",
+    "model_dims",
 ]
 
 
 @dataclass(frozen=True)
 class PreparedData:
-    """The global split of one seed, normalised with train statistics."""
+    """The global split of one seed, normalised with train statistics.
+
+    Attributes:
+        train: Train split (partitioned over clients).
+        val: Validation split.
+        test: Test split.
+        mean: ``[1, C, 1, 1]`` float32 per-band mean subtracted from every split, or None
+            when the inputs were not normalised (``data.normalize: none``).
+        std: ``[1, C, 1, 1]`` float32 per-band std every split was divided by, or None.
+    """
 
     train: ArrayDataset
     val: ArrayDataset
     test: ArrayDataset
+    mean: torch.Tensor | None = None
+    std: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +159,12 @@ def client_datasets(data: PreparedData, partition: Partition, task: Task) -> lis
     return out
 
 
+def model_dims(data: PreparedData, task: Task) -> tuple[int, int]:
+    """``(in_channels, num_outputs)`` of the model a run of ``task`` on ``data`` builds
+    (features for tabular inputs, bands for images; the task's output width)."""
+    return len(data.train.bands), task.num_outputs
+
+
 def build_components(
     cfg: ExperimentConfig,
     method: MethodConfig,
@@ -167,11 +185,12 @@ def build_components(
             mmap``); ignored for in-memory state.
     """
     task = build_task(cfg, data.train.num_classes, data.train.targets)
+    in_channels, num_outputs = model_dims(data, task)
     model = MODELS.build(
         cfg.model.name,
         cfg.model.params,
-        in_channels=len(data.train.bands),
-        num_classes=task.num_outputs,
+        in_channels=in_channels,
+        num_classes=num_outputs,
         generator=torch_generator(seed, "model_init"),
     )
     workspace = FlatModel(model)

@@ -26,11 +26,13 @@ from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
 from geofl.data.targets import label_codes
 from geofl.engine.components import PreparedData, build_task, check_model_inputs
+from geofl.engine.export import model_spec
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
 from geofl.errors import RunDirError
 from geofl.events import Subscriber
 from geofl.io import write_json_atomic, write_text_atomic
+from geofl.models.spec import MODEL_SPEC_FILE, write_model_spec
 from geofl.records import TaskInfo
 from geofl.rng import numpy_generator
 from geofl.rundir import LOCK_FILE, lock_run_dir, seed_dir
@@ -42,11 +44,15 @@ log = logging.getLogger("geofl")
 
 def load_dataset(cfg: ExperimentConfig) -> ArrayDataset:
     """Build (or load from cache) the configured dataset and select its bands."""
+    return _build_dataset(cfg).select_bands(cfg.data.bands)
+
+
+def _build_dataset(cfg: ExperimentConfig) -> ArrayDataset:
+    """The configured dataset with all its bands (built, or loaded from the cache)."""
     plugins.load_all()
     cache = Path(cfg.data.cache_dir or default_cache_dir()).expanduser()
     check_cache_dir(cache)  # before any decoding
-    ds = plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
-    return ds.select_bands(cfg.data.bands)
+    return plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
 
 
 def prepare_split(
@@ -64,6 +70,7 @@ def prepare_split(
         std = train.inputs.std(dim=dims, keepdim=True).clamp_min(1e-6)
         for part in (train, val, test):
             part.inputs.sub_(mean).div_(std)
+        return PreparedData(train, val, test, mean, std)
     return PreparedData(train, val, test)
 
 
@@ -139,7 +146,9 @@ def run_experiment(
     out_dir = Path(out_dir)
     resolved = cfg.model_dump(mode="json")
     _check_out_dir(out_dir, resolved, resume)
-    ds = load_dataset(cfg)
+    full = _build_dataset(cfg)
+    ds, dataset_bands = full.select_bands(cfg.data.bands), full.bands
+    del full
     # Validate the task and model against the data, then every split and partition,
     # before anything is written.
     task = task_info(cfg, ds)
@@ -169,6 +178,9 @@ def run_experiment(
                     write_json_atomic(
                         sdir / "partition.json",
                         _partition_json(part, ds, method, splits[seed].train),
+                    )
+                    write_model_spec(
+                        sdir / MODEL_SPEC_FILE, model_spec(cfg, method, seed, data, dataset_bands)
                     )
                     run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
                     run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
