@@ -69,6 +69,8 @@ def test_perfect_inverted_and_undefined() -> None:
     assert math.isnan(float(roc_auc(s, _t([1, 1, 1, 1]))))  # one class
     assert math.isnan(float(roc_auc(s, _t([0, 0, 0, 0]))))
     assert math.isnan(float(average_precision(_t([1, float("nan"), 0]), _t([1, 0, 1]))))
+    assert math.isnan(float(roc_auc(_t([1, float("inf"), 0]), _t([1, 0, 0]))))
+    assert math.isnan(float(average_precision(_t([1, -float("inf"), 0]), _t([1, 0, 1]))))
     assert average_precision(torch.zeros(0, 3), torch.zeros(0, 3)).isnan().all()
 
 

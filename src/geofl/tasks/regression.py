@@ -20,6 +20,9 @@ Output ``bin_output`` is cut into ``bins`` quantile bins whose edges are numpy's
 (linear) quantiles k/bins of the training targets; bin k holds e_{k−1} ≤ y < e_k, so every
 bin holds ≈ N/bins training samples (fewer when ties make edges coincide), and a
 Dirichlet-over-bins partition gives clients skewed target ranges.
+:meth:`RegressionTask.discrete_labels` gives each sample's bin (what such a partitioner
+draws over) and :meth:`RegressionTask.label_summary` counts them, so the summary has
+``bins`` entries whatever ``num_classes`` the dataset reports.
 """
 
 from __future__ import annotations

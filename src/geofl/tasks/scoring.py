@@ -44,30 +44,37 @@ def tie_group_bounds(sorted_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return group_first(sorted_rows), group_last(sorted_rows)
 
 
-def _group_edges(sorted_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Positions ``[N]``-broadcast, and where each row's value changes (None: no ties)."""
-    idx = torch.arange(sorted_rows.shape[-1], dtype=torch.int64).expand_as(sorted_rows)
+def _changes(sorted_rows: torch.Tensor) -> torch.Tensor | None:
+    """``[…, N − 1]`` bool: where each sorted row's value changes; None if it always does
+    (no ties, the common case for continuous scores: every scan below is then skipped)."""
     differs = sorted_rows[..., 1:] != sorted_rows[..., :-1]
-    return idx, None if bool(differs.all()) else differs
+    return None if bool(differs.all()) else differs
 
 
-def group_first(sorted_rows: torch.Tensor) -> torch.Tensor:
-    """First position of each element's tie group (a running max over group starts)."""
-    idx, differs = _group_edges(sorted_rows)
-    if differs is None:
-        return idx.contiguous()
+def _positions(like: torch.Tensor) -> torch.Tensor:
+    return torch.arange(like.shape[-1], dtype=torch.int64).expand_as(like)
+
+
+def _first(differs: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     starts = torch.cat([torch.ones_like(differs[..., :1]), differs], dim=-1)
     return torch.where(starts, idx, -1).cummax(dim=-1).values
 
 
+def _last(differs: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    ends = torch.cat([differs, torch.ones_like(differs[..., :1])], dim=-1)
+    return torch.where(ends, idx, idx.shape[-1]).flip(-1).cummin(dim=-1).values.flip(-1)
+
+
+def group_first(sorted_rows: torch.Tensor) -> torch.Tensor:
+    """First position of each element's tie group (a running max over group starts)."""
+    idx, differs = _positions(sorted_rows), _changes(sorted_rows)
+    return idx.contiguous() if differs is None else _first(differs, idx)
+
+
 def group_last(sorted_rows: torch.Tensor) -> torch.Tensor:
     """Last position of each element's tie group (a reversed running min over group ends)."""
-    idx, differs = _group_edges(sorted_rows)
-    if differs is None:
-        return idx.contiguous()
-    ends = torch.cat([differs, torch.ones_like(differs[..., :1])], dim=-1)
-    n = sorted_rows.shape[-1]
-    return torch.where(ends, idx, n).flip(-1).cummin(dim=-1).values.flip(-1)
+    idx, differs = _positions(sorted_rows), _changes(sorted_rows)
+    return idx.contiguous() if differs is None else _last(differs, idx)
 
 
 def _sorted_rows(
@@ -78,10 +85,11 @@ def _sorted_rows(
     ``[N, C]`` (or ``[N]``) inputs become ``[C, N]`` (``[1, N]``) rows, so every later
     scan runs along contiguous memory. The sort is numpy's (SIMD introsort), several
     times faster than ``torch.sort`` on CPU; its order within a tie group is arbitrary,
-    which no metric here depends on.
+    which no metric here depends on. numpy sorts NaN last, so a row is finite iff its
+    first and last sorted scores are.
 
     Returns:
-        ``(sorted_scores [C, N], sorted_targets [C, N] float64, finite [C] bool)``.
+        ``(sorted_scores [C, N], sorted_targets [C, N] bool, finite [C] bool)``.
     """
     if scores.shape != targets.shape:
         raise ValueError(f"scores {tuple(scores.shape)} and targets {tuple(targets.shape)} differ")
@@ -90,8 +98,9 @@ def _sorted_rows(
     y = (targets.detach().cpu() != 0).reshape(targets.shape[0], -1).T.contiguous()
     key = -s if descending else s
     order = torch.from_numpy(np.argsort(key.numpy(), axis=1))
-    finite = torch.isfinite(s).all(dim=1)
-    return s.gather(1, order), y.gather(1, order).to(torch.float64), finite
+    s_sorted = s.gather(1, order)
+    finite = torch.isfinite(s_sorted[:, 0]) & torch.isfinite(s_sorted[:, -1])
+    return s_sorted, y.gather(1, order), finite
 
 
 def _shaped(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -125,9 +134,9 @@ def average_precision(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tens
     s_sorted, y, finite = _sorted_rows(scores, targets, descending=True)
     tp = y.cumsum(dim=-1)
     last = group_last(s_sorted)
-    precision_at_end = tp.gather(-1, last) / (last + 1).to(torch.float64)
-    n_pos = y.sum(dim=-1)
-    ap = (y * precision_at_end).sum(dim=-1) / n_pos
+    precision_at_end = tp.gather(-1, last).to(torch.float64) / (last + 1)
+    n_pos = y.sum(dim=-1).to(torch.float64)
+    ap = (precision_at_end * y).sum(dim=-1) / n_pos
     ap = torch.where((n_pos == 0) | ~finite, torch.full_like(ap, _NAN), ap)
     return _shaped(ap, scores)
 
@@ -154,9 +163,12 @@ def roc_auc(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if scores.shape[0] == 0:
         return torch.full(scores.shape[1:], _NAN, dtype=torch.float64)
     s_sorted, y, finite = _sorted_rows(scores, targets, descending=False)
-    first, last = tie_group_bounds(s_sorted)
-    rank = (first + last).to(torch.float64) / 2 + 1
-    n_pos = y.sum(dim=-1)
+    idx, differs = _positions(s_sorted), _changes(s_sorted)
+    if differs is None:  # no ties: rank = position + 1
+        rank = (idx + 1).to(torch.float64)
+    else:
+        rank = (_first(differs, idx) + _last(differs, idx)).to(torch.float64) / 2 + 1
+    n_pos = y.sum(dim=-1).to(torch.float64)
     n_neg = scores.shape[0] - n_pos
     u = (rank * y).sum(dim=-1) - n_pos * (n_pos + 1) / 2
     auc = u / (n_pos * n_neg)
