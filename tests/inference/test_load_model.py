@@ -18,7 +18,9 @@ from geofl.errors import RunDirError
 from geofl.inference import GeoflModel, prediction_columns
 from geofl.io import to_jsonable
 from geofl.models.spec import MODEL_SPEC_FILE, ModelSpec, read_model_spec
+from geofl.records import metrics_to_json
 from geofl.rundir import seed_dir
+from geofl.tasks import TASKS
 
 
 def _as_logged(metrics: object) -> object:
@@ -60,10 +62,11 @@ def test_load_model_reproduces_the_runs_test_metrics_exactly(
     assert isinstance(model, GeoflModel) and not model.training
     assert model.classes == ms_run.raw_test.classes and model.task.name == "classification"
     raw = ms_run.raw_test  # all 13 bands, reflectance scale, not normalised
-    metrics = evaluate(model, raw.inputs, raw.targets, 10, ms_run.cfg.eval.batch_size)
+    task = TASKS.build("classification", {}, num_classes=10, train_targets=raw.targets)
+    metrics = evaluate(model, raw.inputs, raw.targets, task, ms_run.cfg.eval.batch_size)
     final = _final(ms_run)[key]
     assert isinstance(final, dict)
-    assert _as_logged(metrics) == final["test"]
+    assert _as_logged(metrics_to_json(metrics)) == final["test"]
     assert model.round == (final["round"] if which == "best" else 2)
 
 

@@ -104,7 +104,7 @@ def _partition_json(
     p: Partition, ds: ArrayDataset, method: MethodConfig, train_index: np.ndarray
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "classes": list(ds.classes),
+        "classes": list(ds.histogram_columns()),  # the histogram's columns (bins for real)
         "histograms": p.histograms,
         "sizes": p.sizes,
         "partitioner": method.partition.name,
