@@ -52,7 +52,7 @@ def main() -> None:
     if len(warm) != n:
         raise SystemExit(f"warm load returned {len(warm)} images, cold decode {n}")
     print(f"root: {args.root}")
-    print(f"images: {n} shape: {tuple(cold.images.shape)} classes: {cold.num_classes}")
+    print(f"images: {n} shape: {tuple(cold.inputs.shape)} classes: {cold.num_classes}")
     print(f"cpu_count: {os.cpu_count()}")
     print(f"cold_decode_s: {cold_s:.3f}")
     print(f"cold_images_per_s: {n / cold_s:.0f}")

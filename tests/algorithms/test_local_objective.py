@@ -82,7 +82,7 @@ def _autograd(factory: ModelFactory, w: torch.Tensor, data: ClientData) -> torch
     fm = FlatModel(factory())
     fm.load(w)
     fm.module.train()
-    loss = F.cross_entropy(fm.module(data.images), data.labels)
+    loss = F.cross_entropy(fm.module(data.inputs), data.targets)
     loss.backward()  # type: ignore[no-untyped-call]
     params = dict(fm.module.named_parameters())
     out = torch.zeros(fm.spec.numel)

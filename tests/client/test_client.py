@@ -105,7 +105,7 @@ def test_local_sgd_one_step_matches_manual_sgd() -> None:
     upd = trainer(w0, data, ClientDirectives(1, 0), torch_generator(0))
     ws.load(w0)
     model.zero_grad()
-    torch.nn.functional.cross_entropy(model(data.images), data.labels).backward()
+    torch.nn.functional.cross_entropy(model(data.inputs), data.targets).backward()
     grad = torch.cat([p.grad.flatten() for p in model.parameters()])  # type: ignore[union-attr]
     assert torch.allclose(upd.delta, -0.1 * grad, atol=1e-6)
 

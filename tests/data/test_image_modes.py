@@ -127,8 +127,8 @@ def test_8bit_modes_decode_as_pillow_convert(tmp_path: Path, mode: str, fmt: str
         assert img.mode == mode
         want = np.asarray(img.convert("RGB"))
     ds = _load(tmp_path, data, ext)
-    assert torch.equal(ds.images[0], _as_loaded(want))
-    assert ds.images[0].std().item() > 0.05  # not a solid image
+    assert torch.equal(ds.inputs[0], _as_loaded(want))
+    assert ds.inputs[0].std().item() > 0.05  # not a solid image
 
 
 # ---------------------------------------------------------------- 16-bit: the high byte
@@ -138,7 +138,7 @@ def test_i16_png_half_scale_is_half_not_white(tmp_path: Path) -> None:
     data = _pil(Image.fromarray(_gray16()), "PNG")
     with Image.open(io.BytesIO(data)) as img:
         assert img.mode == "I;16"
-    got = _load(tmp_path, data, ".png").images[0]
+    got = _load(tmp_path, data, ".png").inputs[0]
     assert torch.equal(got, _as_loaded(_high_byte_rgb(_gray16())))
     flat = got[0].flatten()
     assert abs(flat[6].item() - 0.5) < 1 / 255  # 32768 -> 128 / 255, not 255
@@ -159,7 +159,7 @@ def test_i16_png_half_scale_is_half_not_white(tmp_path: Path) -> None:
 )
 def test_uint16_grey_tiff(tmp_path: Path, encode: Encode) -> None:
     ds = _load(tmp_path, encode(_gray16()), ".tif")
-    assert torch.equal(ds.images[0], _as_loaded(_high_byte_rgb(_gray16())))
+    assert torch.equal(ds.inputs[0], _as_loaded(_high_byte_rgb(_gray16())))
 
 
 @pytest.mark.parametrize(
@@ -187,20 +187,20 @@ def test_uint16_grey_tiff(tmp_path: Path, encode: Encode) -> None:
 )
 def test_uint16_rgb(tmp_path: Path, encode: Encode, ext: str) -> None:
     ds = _load(tmp_path, encode(_rgb16()), ext)
-    assert torch.equal(ds.images[0], _as_loaded(_high_byte_rgb(_rgb16())))
+    assert torch.equal(ds.inputs[0], _as_loaded(_high_byte_rgb(_rgb16())))
 
 
 def test_uint16_grey_alpha_tiff(tmp_path: Path) -> None:
     ga = np.stack([_gray16(), np.full_like(_gray16(), 7)], axis=-1)
     ds = _load(tmp_path, _tiff(ga, photometric="minisblack", extrasamples=[2]), ".tif")
-    assert torch.equal(ds.images[0], _as_loaded(_high_byte_rgb(_gray16())))
+    assert torch.equal(ds.inputs[0], _as_loaded(_high_byte_rgb(_gray16())))
 
 
 def test_uint16_resized_keeps_mean(tmp_path: Path) -> None:
     ramp = np.tile(np.linspace(0, 65535, 64).round().astype(np.uint16), (64, 1))
     ds = _load(tmp_path, _pil(Image.fromarray(ramp), "PNG"), ".png", size=16)
-    assert ds.images.shape == (1, 3, 16, 16)
-    assert abs(ds.images.mean().item() - 0.5) < 2 / 255
+    assert ds.inputs.shape == (1, 3, 16, 16)
+    assert abs(ds.inputs.mean().item() - 0.5) < 2 / 255
 
 
 # ---------------------------------------------------------------- wider integers
@@ -219,7 +219,7 @@ def test_uint16_resized_keeps_mean(tmp_path: Path) -> None:
 )
 def test_wide_integers_in_16bit_range(tmp_path: Path, values: np.ndarray, encode: Encode) -> None:
     ds = _load(tmp_path, encode(values), ".tif")
-    assert torch.equal(ds.images[0], _as_loaded(_high_byte_rgb(values)))
+    assert torch.equal(ds.inputs[0], _as_loaded(_high_byte_rgb(values)))
 
 
 # ---------------------------------------------------------------- float: [0, 1]
@@ -249,7 +249,7 @@ def _float_rgb(arr: np.ndarray) -> np.ndarray:
 )
 def test_float_grey(tmp_path: Path, encode: Encode) -> None:
     ds = _load(tmp_path, encode(FLOATS), ".tif")
-    got = ds.images[0]
+    got = ds.inputs[0]
     assert torch.equal(got, _as_loaded(_float_rgb(FLOATS.astype(np.float32))))
     flat = got[0].flatten()
     assert flat[0].item() == 0.0 and flat[1].item() == 1.0  # not all black
@@ -260,10 +260,10 @@ def test_float_grey(tmp_path: Path, encode: Encode) -> None:
 def test_float16_and_float_rgb(tmp_path: Path) -> None:
     half = FLOATS.clip(0, 1).astype(np.float16)
     ds = _load(tmp_path / "a", _tiff(half), ".tif")
-    assert torch.equal(ds.images[0], _as_loaded(_float_rgb(half)))
+    assert torch.equal(ds.inputs[0], _as_loaded(_float_rgb(half)))
     rgb = np.stack([FLOATS, FLOATS[::-1], FLOATS.T], axis=-1).clip(0, 1).astype(np.float32)
     ds = _load(tmp_path / "b", _tiff(rgb, photometric="rgb"), ".tif")
-    assert torch.equal(ds.images[0], _as_loaded(_float_rgb(rgb)))
+    assert torch.equal(ds.inputs[0], _as_loaded(_float_rgb(rgb)))
 
 
 # ---------------------------------------------------------------- refused, by name

@@ -50,20 +50,20 @@ def _boom(data: bytes, size: int) -> np.ndarray:
 def test_eurosat_rgb_folder(tmp_path: Path) -> None:
     root = RGB.make_fixture(tmp_path / "src")
     ds = _build("eurosat_rgb", root, tmp_path / "cache")
-    assert ds.images.shape == (30, 3, 64, 64)
-    assert ds.images.dtype == torch.float32
-    assert ds.labels.dtype == torch.int64
+    assert ds.inputs.shape == (30, 3, 64, 64)
+    assert ds.inputs.dtype == torch.float32
+    assert ds.targets.dtype == torch.int64
     assert ds.classes == RGB.CLASSES == eurosat.EUROSAT_CLASSES
     assert ds.bands == ("R", "G", "B")
-    assert ds.labels.tolist() == [c for c in range(10) for _ in range(3)]
+    assert ds.targets.tolist() == [c for c in range(10) for _ in range(3)]
     assert ds.metadata["gsd_m"].dtype == np.float32
     assert set(ds.metadata["gsd_m"].tolist()) == {10.0}
     want = RGB.expected()
     assert list(ds.metadata["path"]) == sorted(want)
     for i, rel in enumerate(ds.metadata["path"]):
         ref = torch.from_numpy(want[rel]).permute(2, 0, 1).float() / 255
-        assert (ds.images[i] - ref).abs().max().item() < 12 / 255
-        assert (ds.images[i] - ref).abs().mean().item() < 2 / 255
+        assert (ds.inputs[i] - ref).abs().max().item() < 12 / 255
+        assert (ds.inputs[i] - ref).abs().mean().item() < 2 / 255
 
 
 @pytest.mark.parametrize("sub", ["", "2750"])
@@ -71,13 +71,13 @@ def test_eurosat_rgb_layouts_and_zip(tmp_path: Path, sub: str) -> None:
     root = RGB.make_fixture(tmp_path / "src")
     ref = _build("eurosat_rgb", root, tmp_path / "c0")
     from_sub = _build("eurosat_rgb", root / sub, tmp_path / "c1")
-    assert torch.equal(from_sub.images, ref.images)
+    assert torch.equal(from_sub.inputs, ref.inputs)
     moved = tmp_path / "alt" / "EuroSAT_RGB"
     moved.parent.mkdir()
     (root / "2750").rename(moved)
-    assert torch.equal(_build("eurosat_rgb", moved.parent, tmp_path / "c2").images, ref.images)
+    assert torch.equal(_build("eurosat_rgb", moved.parent, tmp_path / "c2").inputs, ref.inputs)
     zipped = _build("eurosat_rgb", RGB.make_zip(tmp_path / "z"), tmp_path / "c3")
-    assert torch.equal(zipped.images, ref.images)
+    assert torch.equal(zipped.inputs, ref.inputs)
     assert list(zipped.metadata["path"]) == list(ref.metadata["path"])
 
 
@@ -86,11 +86,11 @@ def test_eurosat_rgb_resize_and_cache_reuse(
 ) -> None:
     root = RGB.make_fixture(tmp_path / "src")
     first = _build("eurosat_rgb", root, tmp_path / "cache", size=32)
-    assert first.images.shape == (30, 3, 32, 32)
+    assert first.inputs.shape == (30, 3, 32, 32)
     assert len(list((tmp_path / "cache").glob("eurosat_rgb-*.npz"))) == 1
     monkeypatch.setattr(eurosat, "decode_rgb", _boom)
     again = _build("eurosat_rgb", root, tmp_path / "cache", size=32)
-    assert torch.equal(again.images, first.images)
+    assert torch.equal(again.inputs, first.inputs)
     assert list(again.metadata["path"]) == list(first.metadata["path"])
     with np.load(next((tmp_path / "cache").glob("*.npz")), allow_pickle=False) as npz:
         assert npz["images"].dtype == np.uint8
@@ -108,13 +108,13 @@ def test_eurosat_rgb_resize_and_cache_reuse(
 def test_eurosat_ms_exact_values(tmp_path: Path) -> None:
     root = MS.make_fixture(tmp_path / "src")
     ds = _build("eurosat_ms", root, tmp_path / "cache")
-    assert ds.images.shape == (30, 13, 64, 64)
+    assert ds.inputs.shape == (30, 13, 64, 64)
     assert ds.bands == SENTINEL2_BANDS
-    assert ds.labels.tolist() == [c for c in range(10) for _ in range(3)]
+    assert ds.targets.tolist() == [c for c in range(10) for _ in range(3)]
     want = MS.expected()
     for i, rel in enumerate(ds.metadata["path"]):
         ref = torch.from_numpy(want[rel].astype(np.float32)).permute(2, 0, 1) / 10000
-        assert torch.equal(ds.images[i], ref), rel
+        assert torch.equal(ds.inputs[i], ref), rel
     with np.load(next((tmp_path / "cache").glob("eurosat_ms-*.npz"))) as npz:
         assert npz["images"].dtype == np.uint16
         assert np.array_equal(npz["images"][0], next(iter(want.values())).transpose(2, 0, 1))
@@ -127,14 +127,14 @@ def test_eurosat_ms_planar_separate_zip_and_resize(tmp_path: Path) -> None:
     (root / rel).write_bytes(MS.encode(hwc.transpose(2, 0, 1).copy(), "separate"))
     ds = _build("eurosat_ms", root, tmp_path / "c0")
     assert torch.equal(
-        ds.images[4], torch.from_numpy(hwc.astype(np.float32)).permute(2, 0, 1) / 1e4
+        ds.inputs[4], torch.from_numpy(hwc.astype(np.float32)).permute(2, 0, 1) / 1e4
     )
     zipped = _build("eurosat_ms", MS.make_zip(tmp_path / "z"), tmp_path / "c1")
-    assert torch.equal(zipped.images, ds.images)
+    assert torch.equal(zipped.inputs, ds.inputs)
     small = _build("eurosat_ms", root, tmp_path / "c2", size=16)
-    assert small.images.shape == (30, 13, 16, 16)
+    assert small.inputs.shape == (30, 13, 16, 16)
     # Antialiased downsampling keeps each band's mean.
-    torch.testing.assert_close(small.images.mean((2, 3)), ds.images.mean((2, 3)), atol=5e-3, rtol=0)
+    torch.testing.assert_close(small.inputs.mean((2, 3)), ds.inputs.mean((2, 3)), atol=5e-3, rtol=0)
 
 
 def test_eurosat_ms_wrong_band_count(tmp_path: Path) -> None:
@@ -154,9 +154,9 @@ def test_eurosat_ms_wrong_band_count(tmp_path: Path) -> None:
 def test_ucmerced_tif_exact_and_resized(tmp_path: Path) -> None:
     root = UCM.make_fixture(tmp_path / "src")
     ds = _build("ucmerced", root, tmp_path / "cache", size=32)
-    assert ds.images.shape == (42, 3, 32, 32)
+    assert ds.inputs.shape == (42, 3, 32, 32)
     assert ds.classes == UCM.CLASSES == ucmerced.UCMERCED_CLASSES
-    assert ds.labels.tolist() == [c for c in range(21) for _ in range(2)]
+    assert ds.targets.tolist() == [c for c in range(21) for _ in range(2)]
     assert ds.metadata["gsd_m"].dtype == np.float32
     assert np.allclose(ds.metadata["gsd_m"], 0.3048)
     want = UCM.expected()
@@ -164,11 +164,11 @@ def test_ucmerced_tif_exact_and_resized(tmp_path: Path) -> None:
         img = want[rel]
         ref = torch.from_numpy(img).permute(2, 0, 1).float() / 255
         if img.shape[:2] == (32, 32):  # lossless TIFF at native size: exact
-            assert torch.equal(ds.images[i], ref), rel
+            assert torch.equal(ds.inputs[i], ref), rel
         else:  # 32 x 29 stretched to 32 x 32: same mean colour
-            assert (ds.images[i].mean((1, 2)) - ref.mean((1, 2))).abs().max() < 3 / 255
+            assert (ds.inputs[i].mean((1, 2)) - ref.mean((1, 2))).abs().max() < 3 / 255
     default = _build("ucmerced", root, tmp_path / "cache")
-    assert default.images.shape == (42, 3, 64, 64)
+    assert default.inputs.shape == (42, 3, 64, 64)
 
 
 def test_ucmerced_layouts_zip_and_jpeg(tmp_path: Path) -> None:
@@ -176,14 +176,14 @@ def test_ucmerced_layouts_zip_and_jpeg(tmp_path: Path) -> None:
     ref = _build("ucmerced", root, tmp_path / "c0", size=16)
     for sub in ("UCMerced_LandUse", "UCMerced_LandUse/Images"):
         assert torch.equal(
-            _build("ucmerced", root / sub, tmp_path / "c1", size=16).images, ref.images
+            _build("ucmerced", root / sub, tmp_path / "c1", size=16).inputs, ref.inputs
         )
     zipped = _build("ucmerced", UCM.make_zip(tmp_path / "z"), tmp_path / "c2", size=16)
-    assert torch.equal(zipped.images, ref.images)
+    assert torch.equal(zipped.inputs, ref.inputs)
     jpg_root = UCM.make_fixture(tmp_path / "jpg", ext=".jpg", side=64)
     jpg = _build("ucmerced", jpg_root, tmp_path / "c3", size=16)
     assert jpg.metadata["path"][0].endswith("agricultural00.jpg")
-    assert (jpg.images - ref.images).abs().mean().item() < 3 / 255
+    assert (jpg.inputs - ref.inputs).abs().mean().item() < 3 / 255
 
 
 def test_ucmerced_cache_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,8 +191,8 @@ def test_ucmerced_cache_reuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     first = _build("ucmerced", root, tmp_path / "cache", size=24)
     monkeypatch.setattr(ucmerced, "decode_rgb", _boom)
     again = _build("ucmerced", root, tmp_path / "cache", size=24)
-    assert torch.equal(again.images, first.images)
-    assert torch.equal(again.labels, first.labels)
+    assert torch.equal(again.inputs, first.inputs)
+    assert torch.equal(again.targets, first.targets)
 
 
 # ---------------------------------------------------------------- errors
@@ -269,11 +269,11 @@ def test_real_ucmerced(tmp_path: Path) -> None:
     if root is None:
         pytest.skip("real UC Merced copy absent (set GEOFL_SHARED_DATA to the shared data dir)")
     ds = _build("ucmerced", root, tmp_path / "cache")
-    assert ds.images.shape == (2100, 3, 64, 64)
+    assert ds.inputs.shape == (2100, 3, 64, 64)
     assert ds.num_classes == 21
     assert ds.label_histogram().tolist() == [100] * 21
     assert ds.metadata["path"][0] == "agricultural/agricultural00.jpg"
-    assert 0.2 < ds.images.mean().item() < 0.7
+    assert 0.2 < ds.inputs.mean().item() < 0.7
 
 
 @pytest.mark.parametrize("key", ["eurosat_rgb", "eurosat_ms", "ucmerced"])

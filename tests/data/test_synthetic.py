@@ -160,8 +160,8 @@ def test_build_caches_and_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert list(tmp_path.glob("synthetic-v1-*.npz"))
     assert first.name == "synthetic" and first.classes == SYNTHETIC_CLASSES
     assert first.bands == SENTINEL2_BANDS
-    assert first.images.dtype == torch.float32 and first.images.shape == (300, 13, 16, 16)
-    assert float(first.images.min()) >= 0.0 and float(first.images.max()) <= 1.0
+    assert first.inputs.dtype == torch.float32 and first.inputs.shape == (300, 13, 16, 16)
+    assert float(first.inputs.min()) >= 0.0 and float(first.inputs.max()) <= 1.0
     assert set(first.metadata) == set(METADATA_KEYS)
 
     def boom(params: SyntheticParams) -> dict[str, np.ndarray]:
@@ -169,8 +169,8 @@ def test_build_caches_and_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(synthetic, "generate_synthetic", boom)
     second = build_synthetic(SMALL, cache_dir=tmp_path)
-    assert torch.equal(first.images, second.images)
-    assert torch.equal(first.labels, second.labels)
+    assert torch.equal(first.inputs, second.inputs)
+    assert torch.equal(first.targets, second.targets)
     for key in METADATA_KEYS:
         np.testing.assert_array_equal(first.metadata[key], second.metadata[key])
 
@@ -179,8 +179,8 @@ def test_registered_builder_and_rgb_view(tmp_path: Path) -> None:
     ds = DATASETS.build("synthetic", {"num_samples": 40, "size": 16}, cache_dir=tmp_path)
     assert len(ds) == 40 and ds.num_classes == 10
     rgb = ds.select_bands("rgb")
-    assert rgb.bands == ("B04", "B03", "B02") and rgb.images.shape == (40, 3, 16, 16)
-    assert torch.equal(rgb.images[:, 0], ds.images[:, BAND["B04"]])
+    assert rgb.bands == ("B04", "B03", "B02") and rgb.inputs.shape == (40, 3, 16, 16)
+    assert torch.equal(rgb.inputs[:, 0], ds.inputs[:, BAND["B04"]])
 
 
 @pytest.mark.parametrize(

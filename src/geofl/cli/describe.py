@@ -35,8 +35,8 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
         plot: Folder for one ``partition_<method>.png`` heatmap per method, or None.
     """
     ds = load_dataset(cfg)
-    split = stratified_split(ds.labels.numpy(), cfg.data.split, seed)
-    shape = tuple(ds.images.shape[1:])
+    split = stratified_split(ds.targets.numpy(), cfg.data.split, seed)
+    shape = tuple(ds.inputs.shape[1:])
     console.print(
         f"[bold]{ds.name}[/]: {len(ds)} patches, {ds.num_classes} classes, bands "
         f"{list(ds.bands)}, patch {shape[1]}×{shape[2]}; split train/val/test = "

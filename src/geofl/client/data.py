@@ -17,8 +17,8 @@ class ClientData:
 
     Attributes:
         client_id: The client's id.
-        images: ``[n_k, C, H, W]`` float32 (already normalised).
-        labels: ``[n_k]`` int64.
+        inputs: ``[n_k, C, H, W]`` float32 (already normalised).
+        targets: ``[n_k]`` int64.
         label_histogram: ``[num_classes]`` int64 counts.
         classes: Class names, index-aligned with ``label_histogram`` (empty if unknown).
         gsd_m: Mean ground sampling distance of the local images in metres, if the
@@ -26,14 +26,14 @@ class ClientData:
     """
 
     client_id: int
-    images: torch.Tensor
-    labels: torch.Tensor
+    inputs: torch.Tensor
+    targets: torch.Tensor
     label_histogram: np.ndarray
     classes: tuple[str, ...] = ()
     gsd_m: float | None = None
 
     def __len__(self) -> int:
-        return int(self.labels.shape[0])
+        return int(self.targets.shape[0])
 
 
 def batch_indices(

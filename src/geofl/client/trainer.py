@@ -167,7 +167,7 @@ class LocalSGD:
             steps=t.local_steps,
             generator=generator,
         ):
-            x, y = data.images[idx], data.labels[idx]
+            x, y = data.inputs[idx], data.targets[idx]
             opt.zero_grad(set_to_none=flat_grad is None)
             logits = model(x)
             loss = F.cross_entropy(logits, y)

@@ -54,9 +54,9 @@ class ArrayDataset:
     bounding box; every geofl loader produces one of these from a standard layout.
 
     Attributes:
-        images: ``[N, C, H, W]`` float32, reflectance-like scale (roughly 0..1; RGB images
-            are divided by 255).
-        labels: ``[N]`` int64 class indices into ``classes``.
+        inputs: ``[N, C, H, W]`` float32 images, reflectance-like scale (roughly 0..1; RGB
+            images are divided by 255).
+        targets: ``[N]`` int64 class indices into ``classes``.
         classes: Class names, index-aligned with label values.
         bands: Band names, index-aligned with the channel axis (``("R", "G", "B")`` for
             RGB imagery, Sentinel-2 band names for multispectral data).
@@ -65,29 +65,29 @@ class ArrayDataset:
         name: Short dataset name used in logs and reports.
     """
 
-    images: torch.Tensor
-    labels: torch.Tensor
+    inputs: torch.Tensor
+    targets: torch.Tensor
     classes: tuple[str, ...]
     bands: tuple[str, ...]
     metadata: Mapping[str, np.ndarray] = field(default_factory=dict)
     name: str = "dataset"
 
     def __post_init__(self) -> None:
-        n = self.images.shape[0]
-        if self.images.ndim != 4:
-            raise ValueError(f"images must be [N, C, H, W], got shape {tuple(self.images.shape)}")
-        if self.labels.shape != (n,):
-            raise ValueError(f"labels must be [{n}], got shape {tuple(self.labels.shape)}")
-        if self.images.shape[1] != len(self.bands):
+        n = self.inputs.shape[0]
+        if self.inputs.ndim != 4:
+            raise ValueError(f"inputs must be [N, C, H, W], got shape {tuple(self.inputs.shape)}")
+        if self.targets.shape != (n,):
+            raise ValueError(f"targets must be [{n}], got shape {tuple(self.targets.shape)}")
+        if self.inputs.shape[1] != len(self.bands):
             raise ValueError(
-                f"images have {self.images.shape[1]} channels but {len(self.bands)} band names"
+                f"inputs have {self.inputs.shape[1]} channels but {len(self.bands)} band names"
             )
         for key, arr in self.metadata.items():
             if len(arr) != n:
                 raise ValueError(f"metadata[{key!r}] has {len(arr)} entries, expected {n}")
 
     def __len__(self) -> int:
-        return int(self.images.shape[0])
+        return int(self.inputs.shape[0])
 
     @property
     def num_classes(self) -> int:
@@ -99,7 +99,7 @@ class ArrayDataset:
         idx = torch.as_tensor(np.asarray(index), dtype=torch.long)
         meta = {k: np.asarray(v)[idx.numpy()] for k, v in self.metadata.items()}
         return ArrayDataset(
-            self.images[idx], self.labels[idx], self.classes, self.bands, meta, self.name
+            self.inputs[idx], self.targets[idx], self.classes, self.bands, meta, self.name
         )
 
     def select_bands(self, bands: Sequence[str] | str) -> ArrayDataset:
@@ -125,8 +125,8 @@ class ArrayDataset:
             )
         chan = [self.bands.index(b) for b in wanted]
         return ArrayDataset(
-            self.images[:, chan].contiguous(),
-            self.labels,
+            self.inputs[:, chan].contiguous(),
+            self.targets,
             self.classes,
             tuple(wanted),
             self.metadata,
@@ -135,7 +135,7 @@ class ArrayDataset:
 
     def label_histogram(self) -> np.ndarray:
         """``[num_classes]`` int64 count of samples per class."""
-        return np.bincount(self.labels.numpy(), minlength=self.num_classes).astype(np.int64)
+        return np.bincount(self.targets.numpy(), minlength=self.num_classes).astype(np.int64)
 
 
 class DatasetBuilder(Protocol):

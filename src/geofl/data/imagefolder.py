@@ -494,8 +494,8 @@ def load_folder_dataset(
     images = torch.from_numpy(arrays["images"]).to(torch.float32).div_(spec.scale)
     n = images.shape[0]
     return ArrayDataset(
-        images=images,
-        labels=torch.from_numpy(arrays["labels"].astype(np.int64)),
+        inputs=images,
+        targets=torch.from_numpy(arrays["labels"].astype(np.int64)),
         classes=spec.classes,
         bands=spec.bands,
         metadata={"gsd_m": np.full(n, spec.gsd_m, dtype=np.float32), "path": arrays["paths"]},

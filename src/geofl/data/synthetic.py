@@ -438,8 +438,8 @@ def build_synthetic(params: SyntheticParams, *, cache_dir: Path) -> ArrayDataset
         images[lo : lo + CHUNK] = torch.from_numpy(raw[lo : lo + CHUNK].astype(np.float32))
     images.div_(_SCALE)
     return ArrayDataset(
-        images=images,
-        labels=torch.from_numpy(arrays["labels"].astype(np.int64)),
+        inputs=images,
+        targets=torch.from_numpy(arrays["labels"].astype(np.int64)),
         classes=SYNTHETIC_CLASSES,
         bands=SENTINEL2_BANDS,
         metadata={k: arrays[k] for k in METADATA_KEYS},

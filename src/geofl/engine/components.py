@@ -74,8 +74,8 @@ def client_datasets(data: PreparedData, partition: Partition) -> list[ClientData
     return [
         ClientData(
             k,
-            train.images[idx],
-            train.labels[idx],
+            train.inputs[idx],
+            train.targets[idx],
             partition.histograms[k],
             classes=tuple(train.classes),
             gsd_m=gsd[k],

@@ -52,13 +52,13 @@ def prepare_split(
 ) -> PreparedData:
     """Global train/val/test split for ``seed``, standardised per band with train stats."""
     if split is None:
-        split = stratified_split(ds.labels.numpy(), cfg.data.split, seed)
+        split = stratified_split(ds.targets.numpy(), cfg.data.split, seed)
     train, val, test = ds.subset(split.train), ds.subset(split.val), ds.subset(split.test)
     if cfg.data.normalize == "standardize":
-        mean = train.images.mean(dim=(0, 2, 3), keepdim=True)
-        std = train.images.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+        mean = train.inputs.mean(dim=(0, 2, 3), keepdim=True)
+        std = train.inputs.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
         for part in (train, val, test):
-            part.images.sub_(mean).div_(std)
+            part.inputs.sub_(mean).div_(std)
     return PreparedData(train, val, test)
 
 
@@ -73,7 +73,7 @@ def build_partition(
     fn = PARTITIONERS.build(method.partition.name, method.partition.params)
     return make_partition(
         fn,
-        ds.labels.numpy()[train_index],
+        ds.targets.numpy()[train_index],
         {k: np.asarray(v)[train_index] for k, v in ds.metadata.items()},
         cfg.federation.num_clients,
         ds.num_classes,
@@ -129,7 +129,7 @@ def run_experiment(
     _check_out_dir(out_dir, resolved, resume)
     ds = load_dataset(cfg)
     # Validate every split and partition before anything is written.
-    labels = ds.labels.numpy()
+    labels = ds.targets.numpy()
     splits = {seed: stratified_split(labels, cfg.data.split, seed) for seed in cfg.seeds}
     _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
     partitions: dict[int, dict[str, Partition]] = {

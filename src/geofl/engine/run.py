@@ -110,8 +110,8 @@ class FederatedRun:
         model = self.workspace.module
         d, c = self.data, self.data.train.num_classes
         return {
-            "val": evaluate(model, d.val.images, d.val.labels, c, bs),
-            "test": evaluate(model, d.test.images, d.test.labels, c, bs),
+            "val": evaluate(model, d.val.inputs, d.val.targets, c, bs),
+            "test": evaluate(model, d.test.inputs, d.test.targets, c, bs),
         }
 
     # ------------------------------------------------------------------ whole run
