@@ -1,4 +1,5 @@
-"""A client's local data as tensors, and the seeded mini-batch schedule over it."""
+"""A client's local data (tensors, or a view of the shared on-disk store), and the seeded
+mini-batch schedule over it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from geofl.data.base import Inputs
 
 __all__ = ["ClientData", "batch_indices"]
 
@@ -17,7 +20,9 @@ class ClientData:
 
     Attributes:
         client_id: The client's id.
-        inputs: ``[n_k, C, H, W]`` float32 (already normalised).
+        inputs: ``[n_k, C, H, W]`` float32 (already normalised): a tensor, or with
+            ``data.cache: mmap`` a :class:`~geofl.data.lazy.StoredRows` index view of the
+            shared store; ``inputs[idx]`` gives the ``[b, C, H, W]`` batch either way.
         targets: ``[n_k]`` int64.
         label_histogram: ``[num_classes]`` int64 counts.
         classes: Class names, index-aligned with ``label_histogram`` (empty if unknown).
@@ -26,7 +31,7 @@ class ClientData:
     """
 
     client_id: int
-    inputs: torch.Tensor
+    inputs: Inputs
     targets: torch.Tensor
     label_histogram: np.ndarray
     classes: tuple[str, ...] = ()

@@ -1,20 +1,24 @@
-"""The in-memory dataset every geofl loader produces, and the dataset registry.
+"""The dataset every geofl loader produces, and the dataset registry.
 
 Datasets that fit in memory (EuroSAT-size data does) live as one image tensor: on 2 cores a
 tensor slice per batch beats a DataLoader by a wide margin. Loaders for real on-disk
-formats decode once into a cached array file (:mod:`geofl.data.cache`).
+formats decode once into a cached array file (:mod:`geofl.data.cache`). With
+``data.cache: mmap`` the decode cache is an on-disk array store (:mod:`geofl.data.store`)
+and ``inputs`` is a :class:`~geofl.data.lazy.StoredRows` view that reads only the rows a
+mini-batch needs; subsets and band selections of it are views too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol, TypeAlias
 
 import numpy as np
 import torch
 
+from geofl.data.lazy import StoredRows
 from geofl.errors import ConfigError
 from geofl.registry import Registry
 
@@ -23,8 +27,24 @@ __all__ = [
     "RGB_BANDS",
     "SENTINEL2_BANDS",
     "ArrayDataset",
+    "CacheMode",
     "DatasetBuilder",
+    "Inputs",
+    "standardized_view",
+    "take_rows",
 ]
+
+#: Samples as an in-memory float32 tensor or a lazily read view of an on-disk store; both
+#: have ``shape``, ``len`` and return a float32 tensor for ``inputs[index_tensor]`` / slices.
+Inputs: TypeAlias = torch.Tensor | StoredRows
+
+
+def take_rows(inputs: Inputs, index: torch.Tensor) -> Inputs:
+    """The rows at ``index`` (``[m]`` int64): a copy of a tensor, a view of stored rows."""
+    if isinstance(inputs, StoredRows):
+        return inputs.take(index.numpy())
+    return inputs[index]
+
 
 #: Sentinel-2 L1C band names in EuroSAT-MS order (13 bands).
 SENTINEL2_BANDS: tuple[str, ...] = (
@@ -55,7 +75,8 @@ class ArrayDataset:
 
     Attributes:
         inputs: ``[N, C, H, W]`` float32 images, reflectance-like scale (roughly 0..1; RGB
-            images are divided by 255).
+            images are divided by 255): a tensor, or a :class:`StoredRows` view of an
+            on-disk store (``data.cache: mmap``) that yields such tensors per batch.
         targets: ``[N]`` int64 class indices into ``classes``.
         classes: Class names, index-aligned with label values.
         bands: Band names, index-aligned with the channel axis (``("R", "G", "B")`` for
@@ -65,7 +86,7 @@ class ArrayDataset:
         name: Short dataset name used in logs and reports.
     """
 
-    inputs: torch.Tensor
+    inputs: Inputs
     targets: torch.Tensor
     classes: tuple[str, ...]
     bands: tuple[str, ...]
@@ -95,11 +116,20 @@ class ArrayDataset:
         return len(self.classes)
 
     def subset(self, index: np.ndarray | torch.Tensor) -> ArrayDataset:
-        """A new dataset holding the samples at ``index`` (copies the selected rows)."""
+        """A new dataset holding the samples at ``index``.
+
+        In-memory inputs are copied; stored inputs become a view holding only the indices
+        (clients and splits share the one store).
+        """
         idx = torch.as_tensor(np.asarray(index), dtype=torch.long)
         meta = {k: np.asarray(v)[idx.numpy()] for k, v in self.metadata.items()}
         return ArrayDataset(
-            self.inputs[idx], self.targets[idx], self.classes, self.bands, meta, self.name
+            take_rows(self.inputs, idx),
+            self.targets[idx],
+            self.classes,
+            self.bands,
+            meta,
+            self.name,
         )
 
     def select_bands(self, bands: Sequence[str] | str) -> ArrayDataset:
@@ -125,7 +155,9 @@ class ArrayDataset:
             )
         chan = [self.bands.index(b) for b in wanted]
         return ArrayDataset(
-            self.inputs[:, chan].contiguous(),
+            self.inputs.select_channels(chan)
+            if isinstance(self.inputs, StoredRows)
+            else self.inputs[:, chan].contiguous(),
             self.targets,
             self.classes,
             tuple(wanted),
@@ -138,10 +170,26 @@ class ArrayDataset:
         return np.bincount(self.targets.numpy(), minlength=self.num_classes).astype(np.int64)
 
 
+def standardized_view(ds: ArrayDataset, mean: torch.Tensor, std: torch.Tensor) -> ArrayDataset:
+    """``ds`` whose stored inputs yield ``(x − mean) / std`` (``[1, C, 1, 1]`` each).
+
+    Raises:
+        TypeError: if ``ds.inputs`` is an in-memory tensor (standardise it in place).
+    """
+    if not isinstance(ds.inputs, StoredRows):
+        raise TypeError("standardized_view is for stored inputs; standardise tensors in place")
+    return replace(ds, inputs=ds.inputs.standardized(mean, std))
+
+
 class DatasetBuilder(Protocol):
     """Factory registered in :data:`DATASETS`: validated params → :class:`ArrayDataset`."""
 
     def __call__(self, params: object, *, cache_dir: Path) -> ArrayDataset: ...
+
+
+#: Decode-cache modes: ``memory`` (arrays in RAM) or ``mmap`` (an on-disk store read per
+#: batch). Builders that support ``mmap`` take a ``cache_mode`` keyword argument.
+CacheMode: TypeAlias = Literal["memory", "mmap"]
 
 
 #: Dataset registry: ``synthetic``, ``eurosat_rgb``, ``eurosat_ms``, ``ucmerced``, ...

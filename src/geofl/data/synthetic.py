@@ -45,8 +45,10 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
 from geofl.data.cache import cache_key, cached_arrays
+from geofl.data.lazy import StoredRows
+from geofl.data.store import StoreWriter, cached_store
 from geofl.data.synthetic_textures import CLASS_MATERIALS, TEXTURES, smooth_noise
 from geofl.rng import torch_generator
 
@@ -388,11 +390,15 @@ def _generate_chunk(
     return ctx
 
 
-def generate_synthetic(params: SyntheticParams) -> dict[str, np.ndarray]:
+def generate_synthetic(
+    params: SyntheticParams, images_out: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Generate the synthetic dataset.
 
     Args:
         params: Dataset parameters.
+        images_out: Where to write the ``[N, 13, H, W]`` uint16 images chunk by chunk (e.g. a
+            store's memmap, so the images never sit in RAM at once); a new array if None.
 
     Returns:
         ``images`` uint16 ``[N, 13, H, W]`` (reflectance x 10000, bands in
@@ -403,7 +409,7 @@ def generate_synthetic(params: SyntheticParams) -> dict[str, np.ndarray]:
     """
     n, size = params.num_samples, params.size
     regions = _regions(params)
-    images = np.empty((n, 13, size, size), dtype=np.uint16)
+    images = np.empty((n, 13, size, size), dtype=np.uint16) if images_out is None else images_out
     parts: dict[str, list[np.ndarray]] = {}
     for lo in range(0, n, CHUNK):
         ctx = _generate_chunk(params, regions, lo // CHUNK, images[lo : lo + CHUNK])
@@ -416,17 +422,45 @@ def generate_synthetic(params: SyntheticParams) -> dict[str, np.ndarray]:
     return out
 
 
+def _stored_synthetic(params: SyntheticParams, cache_dir: Path) -> ArrayDataset:
+    """The synthetic dataset as an on-disk store, generated into it chunk by chunk."""
+    n, size = params.num_samples, params.size
+
+    def build(writer: StoreWriter) -> None:
+        images = writer.create("images", (n, 13, size, size), np.uint16)
+        arrays = generate_synthetic(params, images_out=images)
+        writer.put_all({k: v for k, v in arrays.items() if k != "images"})
+
+    meta = {"bands": SENTINEL2_BANDS, "classes": SYNTHETIC_CLASSES, "source": params.model_dump()}
+    key = cache_key("synthetic-v1", params.model_dump())
+    arrays, _ = cached_store(cache_dir, key, build, meta)
+    return ArrayDataset(
+        inputs=StoredRows(arrays["images"], scale=_SCALE),
+        targets=torch.from_numpy(np.array(arrays["labels"], dtype=np.int64)),
+        classes=SYNTHETIC_CLASSES,
+        bands=SENTINEL2_BANDS,
+        metadata={k: np.array(arrays[k]) for k in METADATA_KEYS},
+        name="synthetic",
+    )
+
+
 @DATASETS.register("synthetic", params=SyntheticParams)
-def build_synthetic(params: SyntheticParams, *, cache_dir: Path) -> ArrayDataset:
+def build_synthetic(
+    params: SyntheticParams, *, cache_dir: Path, cache_mode: CacheMode = "memory"
+) -> ArrayDataset:
     """Synthetic Sentinel-2-like EuroSAT-class patches, generated once and cached.
 
     Args:
         params: Dataset parameters.
         cache_dir: Directory of the decode-once array cache.
+        cache_mode: ``memory`` (the cache loaded into RAM) or ``mmap`` (an on-disk store,
+            ``inputs`` a :class:`~geofl.data.lazy.StoredRows` view read per batch).
 
     Returns:
-        A :class:`ArrayDataset` with ``images`` ``[N, 13, H, W]`` float32 reflectance.
+        A :class:`ArrayDataset` with ``inputs`` ``[N, 13, H, W]`` float32 reflectance.
     """
+    if cache_mode == "mmap":
+        return _stored_synthetic(params, cache_dir)
     arrays = cached_arrays(
         cache_dir,
         cache_key("synthetic-v1", params.model_dump()),

@@ -20,7 +20,7 @@ from geofl.client.state import ClientStateStore
 from geofl.client.step import ClientProgram
 from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.data.base import ArrayDataset
+from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
@@ -68,13 +68,17 @@ class RunComponents:
 
 
 def client_datasets(data: PreparedData, partition: Partition) -> list[ClientData]:
-    """Each client's slice of the train split, with its label histogram and mean GSD."""
+    """Each client's slice of the train split, with its label histogram and mean GSD.
+
+    In-memory inputs are copied per client; stored inputs (``data.cache: mmap``) become an
+    index view of the one shared store, read per mini-batch.
+    """
     train = data.train
     gsd = partition.client_means(train.metadata.get("gsd_m"))
     return [
         ClientData(
             k,
-            train.inputs[idx],
+            take_rows(train.inputs, idx),
             train.targets[idx],
             partition.histograms[k],
             classes=tuple(train.classes),

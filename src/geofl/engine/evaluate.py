@@ -6,6 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from geofl.data.base import Inputs
 from geofl.tasks.metrics import Metrics, confusion_matrix, metrics_from_confusion
 
 __all__ = ["evaluate"]
@@ -13,7 +14,7 @@ __all__ = ["evaluate"]
 
 def evaluate(
     model: nn.Module,
-    images: torch.Tensor,
+    images: Inputs,
     labels: torch.Tensor,
     num_classes: int,
     batch_size: int = 1024,
@@ -22,7 +23,7 @@ def evaluate(
 
     Args:
         model: Classifier; put in eval mode for the call and restored afterwards.
-        images: ``[N, C, H, W]`` float32.
+        images: ``[N, C, H, W]`` float32, in memory or stored (read per batch).
         labels: ``[N]`` int64.
         num_classes: C.
         batch_size: Evaluation batch size.

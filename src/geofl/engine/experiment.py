@@ -6,6 +6,7 @@ before the run directory is created, so a failed start leaves nothing behind.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import shutil
@@ -20,14 +21,15 @@ import yaml
 
 from geofl import __version__, plugins
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.data.base import ArrayDataset
+from geofl.data.base import ArrayDataset, standardized_view
 from geofl.data.cache import check_cache_dir, default_cache_dir
+from geofl.data.lazy import StoredRows
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
 from geofl.engine.components import PreparedData
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
-from geofl.errors import RunDirError
+from geofl.errors import ConfigError, RunDirError
 from geofl.events import Subscriber
 from geofl.io import write_json_atomic, write_text_atomic
 from geofl.rng import numpy_generator
@@ -43,22 +45,43 @@ def load_dataset(cfg: ExperimentConfig) -> ArrayDataset:
     plugins.load_all()
     cache = Path(cfg.data.cache_dir or default_cache_dir()).expanduser()
     check_cache_dir(cache)  # before any decoding
-    ds = plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
+    if cfg.data.cache == "memory":  # builders from other packages need not know the mode
+        ds = plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
+        return ds.select_bands(cfg.data.bands)
+    factory = plugins.DATASETS.entry(cfg.data.dataset).factory
+    if "cache_mode" not in inspect.signature(factory).parameters:
+        raise ConfigError(
+            "data.cache",
+            f"dataset {cfg.data.dataset!r} has no memory-mapped store; use data.cache: memory",
+        )
+    ds = plugins.DATASETS.build(
+        cfg.data.dataset, cfg.data.params, cache_dir=cache, cache_mode=cfg.data.cache
+    )
     return ds.select_bands(cfg.data.bands)
 
 
 def prepare_split(
     ds: ArrayDataset, cfg: ExperimentConfig, seed: int, split: Split | None = None
 ) -> PreparedData:
-    """Global train/val/test split for ``seed``, standardised per band with train stats."""
+    """Global train/val/test split for ``seed``, standardised per band with train stats.
+
+    In-memory inputs are standardised in place; stored inputs (``data.cache: mmap``) get
+    the same statistics (bit-identical up to ``EXACT_STATS_BYTES`` of train data, see
+    :meth:`~geofl.data.lazy.StoredRows.channel_mean_std`) applied per batch.
+    """
     if split is None:
         split = stratified_split(ds.targets.numpy(), cfg.data.split, seed)
     train, val, test = ds.subset(split.train), ds.subset(split.val), ds.subset(split.test)
-    if cfg.data.normalize == "standardize":
-        mean = train.inputs.mean(dim=(0, 2, 3), keepdim=True)
-        std = train.inputs.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
-        for part in (train, val, test):
-            part.inputs.sub_(mean).div_(std)
+    if cfg.data.normalize != "standardize":
+        return PreparedData(train, val, test)
+    if isinstance(train.inputs, StoredRows):
+        mean, std = train.inputs.channel_mean_std()  # one pass; the views apply it per batch
+        return PreparedData(*(standardized_view(p, mean, std) for p in (train, val, test)))
+    mean = train.inputs.mean(dim=(0, 2, 3), keepdim=True)
+    std = train.inputs.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+    for part in (train, val, test):
+        assert isinstance(part.inputs, torch.Tensor)
+        part.inputs.sub_(mean).div_(std)
     return PreparedData(train, val, test)
 
 
