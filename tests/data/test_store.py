@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
 from geofl.data import lazy
@@ -22,7 +23,6 @@ from geofl.engine.experiment import build_partition, prepare_split, run_experime
 from geofl.errors import ConfigError, DataError
 from geofl.io import read_jsonl
 from geofl.rundir import seed_dir
-from tests.conftest import tiny_raw
 
 PARAMS = SyntheticParams(num_samples=240, size=16, seed=5)
 
@@ -107,8 +107,8 @@ def test_training_metrics_bit_identical_with_mmap(tmp_path: Path) -> None:
         runs[mode] = run_experiment(load_config(_write(tmp_path, raw)), tmp_path / mode)
     for method in ("central", "fedavg"):
         mem, mm = _metrics(runs["memory"], method, 3), _metrics(runs["mmap"], method, 3)
-        assert mem and mem == mm
-        assert "model_sha256" in mem[0] or "val" in mem[0]
+        assert len(mem) == 2 and mem == mm
+        assert mem[0]["model_sha256"] and "accuracy" in mem[0]["test"]
 
 
 def test_dataset_without_store_support_is_a_config_error(tmp_path: Path) -> None:
