@@ -130,9 +130,10 @@ def test_dataset_without_store_support_is_a_config_error(tmp_path: Path) -> None
 
 def _small_store(path: Path) -> None:
     with StoreWriter(path, {"bands": ["a", "b"]}) as w:
-        x = w.create("images", (10, 2, 3, 3), np.uint16)
-        for lo in range(0, 10, 4):  # chunk-wise, as a large build writes it
-            x[lo : lo + 4] = np.arange(lo, min(lo + 4, 10), dtype=np.uint16)[:, None, None, None]
+        w.create("images", (10, 2, 3, 3), np.uint16)
+        for lo in range(0, 10, 4):  # chunk-wise through the file, as a large build writes it
+            rows = np.arange(lo, min(lo + 4, 10), dtype=np.uint16)[:, None, None, None]
+            w.write_rows("images", lo, np.broadcast_to(rows, (len(rows), 2, 3, 3)))
         w.put("labels", np.arange(10) % 3)
 
 

@@ -163,21 +163,19 @@ class StoredRows:
         shift: torch.Tensor | None = None
         total = torch.zeros(self.shape[1], dtype=torch.float64)
         squares = torch.zeros(self.shape[1], dtype=torch.float64)
-        count = 0
         for lo in range(0, len(self), CHUNK_ROWS):
-            x = self[slice(lo, lo + CHUNK_ROWS)].to(torch.float64).transpose(0, 1)
-            x = x.reshape(x.shape[0], -1)
-            if shift is None:
-                shift = x.mean(dim=1, keepdim=True)
-            x = x - shift
-            total += x.sum(dim=1)
-            squares += (x * x).sum(dim=1)
-            count += x.shape[1]
+            x = self[slice(lo, lo + CHUNK_ROWS)]
+            if shift is None:  # a shift near the mean keeps the sum of squares accurate
+                shift = x.mean(dim=dims, keepdim=True)
+            x.sub_(shift)
+            total += x.sum(dim=dims, dtype=torch.float64)
+            squares += x.square_().sum(dim=dims, dtype=torch.float64)
         assert shift is not None
-        mean64 = total / count
-        var = (squares - count * mean64 * mean64) / max(count - 1, 1)
-        view = (1, -1, *([1] * (self.ndim - 2)))
-        mean = (mean64 + shift[:, 0]).to(torch.float32).view(view)
+        count = int(np.prod(self.shape)) // self.shape[1]
+        centred = total / count
+        var = (squares - count * centred * centred) / max(count - 1, 1)
+        view = shift.shape
+        mean = (centred.view(view) + shift.to(torch.float64)).to(torch.float32)
         std = var.clamp_min(0).sqrt().to(torch.float32).clamp_min(1e-6).view(view)
         return mean, std
 

@@ -56,10 +56,10 @@ def _damaged(path: Path, what: str) -> DataError:
 class StoreWriter:
     """Writes a store chunk by chunk into a temporary directory, then publishes it.
 
-    Use as a context manager: arrays are created with :meth:`create` (a writable memmap,
-    filled in chunks without ever holding the array in RAM) or :meth:`put` (a small array
-    at once); leaving the block without an error calls :meth:`commit`, an error discards
-    the temporary directory.
+    Use as a context manager: arrays are created with :meth:`create` (a writable memmap;
+    fill it in chunks with :meth:`write_rows` to never hold the array in RAM) or
+    :meth:`put` (an array at once); leaving the block without an error calls
+    :meth:`commit`, an error discards the temporary directory.
 
     Args:
         path: The store directory to publish (``<key>.store``).
@@ -83,6 +83,25 @@ class StoreWriter:
         )
         self._arrays[name] = arr
         return arr
+
+    def write_rows(self, name: str, start: int, rows: np.ndarray) -> None:
+        """Write ``rows`` (``[m, …]``) at row ``start`` of array ``name`` (from :meth:`create`).
+
+        The bytes go through the file (``pwrite``), not the mapping, so none of the store's
+        pages become resident in this process: building a store larger than RAM holds
+        one chunk at a time.
+        """
+        arr = self._arrays[name]
+        rows = np.ascontiguousarray(rows, dtype=arr.dtype)
+        if rows.shape[1:] != arr.shape[1:] or start < 0 or start + len(rows) > arr.shape[0]:
+            raise ValueError(f"rows {rows.shape} at {start} do not fit {name!r} {arr.shape}")
+        row_bytes = arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+        data = rows.reshape(-1).view(np.uint8).data
+        pos = int(arr.offset) + start * row_bytes
+        with open(self.tmp / f"{name}.npy", "r+b") as fh:
+            done = 0
+            while done < len(data):
+                done += os.pwrite(fh.fileno(), data[done:], pos + done)
 
     def put(self, name: str, value: np.ndarray) -> None:
         """Store ``value`` (copied) as array ``name``."""

@@ -37,6 +37,8 @@ output depends only on the parameters, and the leading full chunks do not depend
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -391,14 +393,15 @@ def _generate_chunk(
 
 
 def generate_synthetic(
-    params: SyntheticParams, images_out: np.ndarray | None = None
+    params: SyntheticParams, sink: Callable[[int, np.ndarray], None] | None = None
 ) -> dict[str, np.ndarray]:
     """Generate the synthetic dataset.
 
     Args:
         params: Dataset parameters.
-        images_out: Where to write the ``[N, 13, H, W]`` uint16 images chunk by chunk (e.g. a
-            store's memmap, so the images never sit in RAM at once); a new array if None.
+        sink: If given, called with ``(first_row, images)`` for each generated chunk of
+            ``≤ CHUNK`` images (e.g. a store writer, so the images never sit in RAM at
+            once), and ``images`` is left out of the result.
 
     Returns:
         ``images`` uint16 ``[N, 13, H, W]`` (reflectance x 10000, bands in
@@ -409,13 +412,17 @@ def generate_synthetic(
     """
     n, size = params.num_samples, params.size
     regions = _regions(params)
-    images = np.empty((n, 13, size, size), dtype=np.uint16) if images_out is None else images_out
+    rows = n if sink is None else min(n, CHUNK)  # the whole array, or one chunk's buffer
+    images = np.empty((rows, 13, size, size), dtype=np.uint16)
     parts: dict[str, list[np.ndarray]] = {}
     for lo in range(0, n, CHUNK):
-        ctx = _generate_chunk(params, regions, lo // CHUNK, images[lo : lo + CHUNK])
+        dest = images[lo : lo + CHUNK] if sink is None else images[: min(CHUNK, n - lo)]
+        ctx = _generate_chunk(params, regions, lo // CHUNK, dest)
+        if sink is not None:
+            sink(lo, dest)
         for key, val in ctx.items():
             parts.setdefault(key, []).append(val.numpy())
-    out: dict[str, np.ndarray] = {"images": images}
+    out: dict[str, np.ndarray] = {"images": images} if sink is None else {}
     for key, vals in parts.items():
         arr = np.concatenate(vals)
         out[key] = arr.astype(np.int64 if key in ("labels", "region", "season") else np.float32)
@@ -427,9 +434,9 @@ def _stored_synthetic(params: SyntheticParams, cache_dir: Path) -> ArrayDataset:
     n, size = params.num_samples, params.size
 
     def build(writer: StoreWriter) -> None:
-        images = writer.create("images", (n, 13, size, size), np.uint16)
-        arrays = generate_synthetic(params, images_out=images)
-        writer.put_all({k: v for k, v in arrays.items() if k != "images"})
+        writer.create("images", (n, 13, size, size), np.uint16)
+        sink = partial(writer.write_rows, "images")
+        writer.put_all(generate_synthetic(params, sink=sink))
 
     meta = {"bands": SENTINEL2_BANDS, "classes": SYNTHETIC_CLASSES, "source": params.model_dump()}
     key = cache_key("synthetic-v1", params.model_dump())
