@@ -21,7 +21,9 @@ from geofl.data.synthetic import SyntheticParams, build_synthetic
 from geofl.engine.components import client_datasets
 from geofl.engine.experiment import build_partition, prepare_split, run_experiment
 from geofl.errors import ConfigError, DataError
+from geofl.events import RunInfo
 from geofl.io import read_jsonl
+from geofl.records import RoundRecord
 from geofl.rundir import seed_dir
 
 PARAMS = SyntheticParams(num_samples=240, size=16, seed=5)
@@ -109,6 +111,30 @@ def test_training_metrics_bit_identical_with_mmap(tmp_path: Path) -> None:
         mem, mm = _metrics(runs["memory"], method, 3), _metrics(runs["mmap"], method, 3)
         assert len(mem) == 2 and mem == mm
         assert mem[0]["model_sha256"] and "accuracy" in mem[0]["test"]
+
+
+class _StopAfterFirstRound:
+    def on_run_start(self, info: RunInfo) -> None: ...
+
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
+        if info.method == "fedavg" and record.round == 1:
+            raise KeyboardInterrupt
+
+    def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
+
+
+def test_a_memory_run_resumes_with_mmap_identically(tmp_path: Path) -> None:
+    cfgs = {}
+    for mode in ("memory", "mmap"):
+        raw = tiny_raw()
+        raw["data"]["cache"] = mode
+        raw["federation"]["rounds"] = 2
+        cfgs[mode] = load_config(_write(tmp_path, raw))
+    whole = run_experiment(cfgs["memory"], tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfgs["memory"], tmp_path / "cut", subscribers=[_StopAfterFirstRound()])
+    cut = run_experiment(cfgs["mmap"], tmp_path / "cut", resume=True)  # data.cache may change
+    assert _metrics(cut, "fedavg", 3) == _metrics(whole, "fedavg", 3)
 
 
 def test_dataset_without_store_support_is_a_config_error(tmp_path: Path) -> None:

@@ -193,6 +193,14 @@ def run_experiment(
     return out_dir
 
 
+def _resume_identity(cfg: Any) -> Any:
+    """What must match to resume: the config less ``data.cache`` (how the decode cache is
+    held changes no result; run directories from before the field lack it)."""
+    if isinstance(cfg, dict) and isinstance(cfg.get("data"), dict):
+        return {**cfg, "data": {k: v for k, v in cfg["data"].items() if k != "cache"}}
+    return cfg
+
+
 def _check_out_dir(out_dir: Path, resolved: dict[str, Any], resume: bool) -> None:
     """Refuse to overwrite a run, to resume nothing, or to resume another config."""
     content = [p for p in out_dir.iterdir() if p.name != LOCK_FILE] if out_dir.is_dir() else []
@@ -209,7 +217,9 @@ def _check_out_dir(out_dir: Path, resolved: dict[str, Any], resume: bool) -> Non
         )
     stored = out_dir / "config.yaml"
     try:
-        same = yaml.safe_load(stored.read_text(encoding="utf-8")) == resolved
+        same = _resume_identity(yaml.safe_load(stored.read_text(encoding="utf-8"))) == (
+            _resume_identity(resolved)
+        )
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise RunDirError(
             f"{stored} cannot be read ({type(err).__name__}); the run directory is damaged, "
