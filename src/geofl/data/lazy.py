@@ -9,10 +9,13 @@ until a batch is asked for.
 
 A batch is read with one ``os.preadv`` per run of consecutive rows, in file order (indices
 sorted, then put back in batch order). ``benchmarks/bench_store_read.py`` measured this
-against ``np.memmap`` fancy indexing and zarr: as fast as the memmap (and both as fast as
-indexing the in-memory tensor), while zarr was 15-45× slower; unlike a mapping, reads leave
-no resident pages in the process, so its RSS stays at the batch it holds whatever the size
-of the store (the page cache, which the kernel can drop, keeps recently read rows).
+against ``np.memmap`` fancy indexing and zarr v3 (random batches of 64 × 13×64×64): pread
+and the memmap are as fast as indexing the in-memory tensor (0.6-0.9× its time), sorting
+the indices saves a third of a memmap read, and zarr was 9-115× slower (per-chunk
+overhead), so the store is a plain ``.npy`` per array (memory-mappable, no dependency).
+Unlike a mapping, reads leave no resident pages in the process: its RSS stays at the batch
+it holds whatever the size of the store (the page cache, which the kernel can drop, keeps
+recently read rows).
 
 Values are bit-identical to the in-memory path: the raw value is converted to float32,
 divided by the loader's ``scale`` and standardised with ``sub_(mean).div_(std)``, the same
