@@ -14,9 +14,11 @@ and the paper presets take on a 2-core machine.
   Target ≥ 2,000 patches/s.
 * **Training** — images/s of one SGD step (forward, cross-entropy, backward, SGD with
   momentum 0.9 and weight decay 1e-4; batch 64) of the GroupNorm small CNN (``small_cnn``
-  defaults) at 32×32×13, 64×64×13 and 64×64×3, and of ResNet-18 at 64×64×13 for a couple of
-  batches only (slow on CPU). Also the engine's own ``LocalSGD`` trainer on a client of
-  10 batches at 32×32×13, as a ratio to the bare loop (trainer overhead).
+  defaults) at 32×32×13, 64×64×13 and 64×64×3, and of ResNet-18 at 64×64×13 with
+  torchvision's 7×7/2 + max-pool stem and, for a couple of batches only (slow on CPU), with
+  ``small_input_stem`` (3×3/1, no max-pool: 16× the compute). Also the engine's own
+  ``LocalSGD`` trainer on a client of 10 batches at 32×32×13, as a ratio to the bare loop
+  (trainer overhead).
 * **Evaluation** — images/s of ``geofl.engine.evaluate.evaluate`` (inference_mode, batch
   1024) for the small CNN at 32×32×13 and 64×64×13.
 """
@@ -38,6 +40,7 @@ from geofl.data.synthetic import SyntheticParams, generate_synthetic
 from geofl.engine.evaluate import evaluate
 from geofl.models.base import MODELS, FlatModel
 from geofl.rng import torch_generator
+from geofl.tasks import TASKS, Task
 from geofl.update import ClientDirectives
 
 TARGET_PATCHES_PER_S = 2000.0
@@ -105,20 +108,22 @@ def bench_training(args: argparse.Namespace) -> list[list[object]]:
     gen = torch.Generator().manual_seed(0)
     b = args.batch
     cases: list[tuple[str, int, int, int, int, int]] = [
-        # model, bands, size, batch, steps per repeat, repeats
+        # model (+ " small stem"), bands, size, batch, steps per repeat, repeats
         ("small_cnn", 13, 32, b, args.steps, args.repeats),
         ("small_cnn", 13, 64, b, args.steps, args.repeats),
         ("small_cnn", 3, 64, b, args.steps, args.repeats),
     ]
     if not args.skip_resnet:
-        cases.append(("resnet18", 13, 64, args.resnet_batch, 1, args.resnet_steps))
+        cases.append(("resnet18", 13, 64, args.resnet_batch, args.steps, args.repeats))
+        cases.append(("resnet18 small stem", 13, 64, args.resnet_batch, 1, args.resnet_steps))
     rows: list[list[object]] = []
     for name, bands, size, batch, steps, repeats in cases:
-        model = build_model(name, bands)
+        key, _, variant = name.partition(" ")
+        model = build_model(key, bands, {"small_input_stem": True} if variant else None)
         n_params = sum(p.numel() for p in model.parameters())
         x = torch.randn(batch, bands, size, size, generator=gen)
         y = torch.randint(0, NUM_CLASSES, (batch,), generator=gen)
-        warm = 1 if name == "resnet18" else 3
+        warm = 1 if key == "resnet18" else 3
         sec = train_step_time(model, x, y, warmup=warm, steps=steps, repeats=repeats)
         rows.append(
             [
@@ -134,6 +139,11 @@ def bench_training(args: argparse.Namespace) -> list[list[object]]:
     return rows
 
 
+def _task(labels: torch.Tensor) -> Task:
+    """The single-label classification task over ``NUM_CLASSES`` fitted on ``labels``."""
+    return TASKS.build("classification", {}, num_classes=NUM_CLASSES, train_targets=labels)
+
+
 def bench_trainer_ratio(args: argparse.Namespace) -> tuple[float, float]:
     """Images/s of the engine's LocalSGD (10 batches, 32×32×13) and of the bare loop."""
     gen = torch.Generator().manual_seed(1)
@@ -142,7 +152,7 @@ def bench_trainer_ratio(args: argparse.Namespace) -> tuple[float, float]:
     labels = torch.randint(0, NUM_CLASSES, (n,), generator=gen)
     data = ClientData(0, images, labels, np.bincount(labels.numpy(), minlength=NUM_CLASSES))
     workspace = FlatModel(build_model("small_cnn", 13))
-    trainer = LocalSGD(workspace, LocalTrainParams(batch_size=batch))
+    trainer = LocalSGD(workspace, LocalTrainParams(batch_size=batch), _task(labels))
     params = workspace.snapshot()
     directives = ClientDirectives(1, 0)
     t_trainer, _ = median_time(
@@ -167,7 +177,7 @@ def bench_eval(args: argparse.Namespace) -> list[list[object]]:
         x = torch.randn(n, 13, size, size, generator=gen)
         y = torch.randint(0, NUM_CLASSES, (n,), generator=gen)
         sec, _ = median_time(
-            lambda m=model, x=x, y=y: evaluate(m, x, y, NUM_CLASSES, 1024),
+            lambda m=model, x=x, y=y: evaluate(m, x, y, _task(y), 1024),
             repeats=args.repeats,
             warmup=1,
         )
@@ -185,7 +195,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=5, help="small-CNN steps per repeat")
     parser.add_argument("--resnet-batch", type=int, default=64)
-    parser.add_argument("--resnet-steps", type=int, default=2, help="timed ResNet-18 batches")
+    parser.add_argument(
+        "--resnet-steps", type=int, default=2, help="timed small-stem ResNet-18 batches"
+    )
     parser.add_argument("--eval-images", type=int, default=2048)
     parser.add_argument("--skip-resnet", action="store_true")
     parser.add_argument("--threads", type=int, default=2)

@@ -134,7 +134,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "images": images,
         "n": len(ds),
         "eval_images": len(data.val) + len(data.test),
-        "test_accuracy": float(metrics["test"]["accuracy"]),
+        "test_accuracy": float(metrics["test"].values["accuracy"]),
         "vm_hwm_kb": peak_kb,
         "rss_anon_kb": anon_kb,
     }

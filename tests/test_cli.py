@@ -14,7 +14,7 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize(
-    "args", [[], ["run"], ["report"], ["presets"], ["data"], ["data", "describe"]]
+    "args", [[], ["run"], ["report"], ["presets"], ["predict"], ["data"], ["data", "describe"]]
 )
 def test_every_command_has_help(args: list[str]) -> None:
     result = runner.invoke(app, [*args, "--help"])
@@ -94,3 +94,28 @@ def test_run_then_report_then_describe(tiny_config_file: Path, tmp_path: Path) -
 def test_report_on_a_non_run_dir_exits_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2 and "not a run directory" in result.output
+
+
+@pytest.mark.parametrize(
+    ("preset", "needles"),
+    [
+        ("regression-example", ["14 features", "target quantiles", "yield_t_ha q5",
+                                "samples per quantile bin of the target"]),
+        ("multilabel-example", ["13 labels", "label counts", "Burnt areas",
+                                "positives per label"]),
+        ("tabular-binary-example", ["2 classes", "class counts", "stressed"]),
+    ],
+)  # fmt: skip
+def test_describe_tabular_and_multilabel_presets(
+    preset: str, needles: list[str], tmp_path: Path
+) -> None:
+    result = runner.invoke(
+        app,
+        ["data", "describe", preset, "--set", "data.params.num_samples=800",
+         "--plot", str(tmp_path)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # rich wraps long lines
+    for needle in needles:
+        assert needle in text, needle
+    assert len(list(tmp_path.glob("partition_*.png"))) == 2

@@ -28,10 +28,29 @@ LAYERS: dict[str, int] = {
     # the plug-in index and the config that names plug-ins
     "plugins": 4, "config": 4,
     # the engine and what observes it
-    "engine": 5, "report": 5, "governance": 5,
+    "engine": 5, "report": 5, "governance": 5, "inference": 5,
     # user interface
     "cli": 6,
+    # the package root's lazy public entry points (see _facade_nodes)
+    "<facade>": 7,
 }  # fmt: skip
+
+#: The package root re-exports entry points of any layer (``geofl.load_model``) lazily:
+#: imports inside its PEP 562 ``__getattr__`` (and under ``if TYPE_CHECKING:``, for type
+#: checkers) run only on attribute access, after the package is initialised, so they are
+#: checked as a separate top-layer node, not as imports of layer-0 ``geofl``.
+FACADE = "geofl.<facade>"
+
+
+def _facade_nodes(tree: ast.Module) -> set[int]:
+    """ids of the AST nodes of the root's lazy façade (``__getattr__``, TYPE_CHECKING)."""
+    ids: set[int] = set()
+    for node in tree.body:
+        lazy = isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+        typing_only = isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        if lazy or typing_only:
+            ids |= {id(n) for n in ast.walk(node)}
+    return ids
 
 
 def _top(module: str) -> str:
@@ -57,8 +76,11 @@ def _imports() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = defaultdict(set)
     for path in ROOT.rglob("*.py"):
         mod = _module_name(path)
-        deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        facade = _facade_nodes(tree) if mod == "geofl" else set()
+        for node in ast.walk(tree):
+            owner = FACADE if id(node) in facade else mod
+            deps: set[str] = set()
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 if node.module == "geofl" or node.module.startswith("geofl."):
                     for alias in node.names:
@@ -66,7 +88,8 @@ def _imports() -> dict[str, set[str]]:
                         deps.add(sub if sub in modules else node.module)
             elif isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names if a.name.startswith("geofl")}
-        graph[mod] = deps - {mod}
+            graph[owner] |= deps - {owner}
+        graph.setdefault(mod, set())
     return graph
 
 
@@ -91,6 +114,12 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if n not in state and (found := visit(n)) is not None:
             return found
     return None
+
+
+def test_facade_imports_are_only_the_lazy_ones() -> None:
+    graph = _imports()
+    assert "geofl.inference.load" in graph[FACADE]
+    assert all(LAYERS[_top(d)] == 0 for d in graph["geofl"]), graph["geofl"]
 
 
 def test_every_package_has_a_layer() -> None:

@@ -9,9 +9,24 @@ from typing import Any
 import pytest
 
 from geofl.errors import RunDirError
-from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus, read_rounds
+from geofl.records import (
+    Rejection,
+    RejectionReason,
+    RoundRecord,
+    RoundStatus,
+    metrics_from_json,
+    metrics_to_json,
+    read_rounds,
+)
+from geofl.tasks.base import SplitMetrics
 
-METRICS = {"accuracy": 0.5, "macro_f1": 0.25, "loss": 1.5, "n": 10}
+METRICS = {
+    "accuracy": 0.5,
+    "macro_f1": 0.25,
+    "loss": 1.5,
+    "per_class_accuracy": [0.5, 0.0, 1.0],
+    "n": 10,
+}
 
 
 def _full() -> RoundRecord:
@@ -28,7 +43,7 @@ def _full() -> RoundRecord:
         cohort=[0, 1, 2, 3, 5],
         sampling={"scheme": "poisson", "rate": 0.05},
         train_loss=1.25,
-        train_accuracy=0.5,
+        train_metrics={"accuracy": 0.5},
         bytes_up=96,
         bytes_down=240,
         update_norms=[0.5, 2.0],
@@ -36,8 +51,8 @@ def _full() -> RoundRecord:
         time_s={"train": 0.5, "total": 1.0},
         model_sha256="ab" * 32,
         update_set_sha256="cd" * 32,
-        val=dict(METRICS),
-        test=dict(METRICS),
+        val=metrics_from_json(METRICS),
+        test=metrics_from_json(METRICS),
         strategy={"control_norm": 0.125},
     )
 
@@ -56,6 +71,42 @@ def test_to_json_from_json_round_trip() -> None:
     assert back.status is RoundStatus.AGGREGATED
     assert back.rejected[1].reason is RejectionReason.LOST_IN_TRANSIT
     assert back.failed_clients == [1, 2] and back.evaluated
+
+
+#: A round record exactly as the engine wrote it before tasks existed (key order included).
+LEGACY_LINE = (
+    '{"round": 3, "status": "aggregated", "participants": [0, 1], "weights": [0.5, 0.5], '
+    '"rejected": [], "excluded": [], "cohort": [0, 1], "sampling": {"scheme": "fixed", '
+    '"rate": null}, "train_loss": 1.25, "train_accuracy": 0.625, "bytes_up": 8, '
+    '"bytes_down": 8, "aggregation_error": null, "update_norms": [0.5, 0.25], '
+    '"client_log": {}, "time_s": {"train": 0.5}, "model_sha256": "ab", '
+    '"update_set_sha256": "cd", "val": {"accuracy": 0.5, "macro_f1": 0.25, "loss": 1.5, '
+    '"per_class_accuracy": [0.5, null, 1.0], "n": 10}, "test": {"accuracy": 0.5, '
+    '"macro_f1": 0.25, "loss": 1.5, "per_class_accuracy": [0.5, null, 1.0], "n": 10}, '
+    '"strategy": {}}'
+)
+
+
+def test_classification_record_json_is_byte_identical_to_the_pre_task_layout() -> None:
+    rec = RoundRecord.from_json(json.loads(LEGACY_LINE))
+    assert rec.train_metrics == {"accuracy": 0.625} and rec.train_accuracy == 0.625
+    assert rec.val is not None and rec.val["accuracy"] == 0.5 and rec.val.n == 10
+    assert rec.val.per_class["accuracy"][0] == 0.5
+    from geofl.io import dumps_line
+
+    assert dumps_line(rec.to_json()) == LEGACY_LINE
+
+
+def test_other_tasks_write_their_metric_names() -> None:
+    m = SplitMetrics({"rmse": 0.5, "loss": 0.25}, {"rmse": [0.5]}, 4, ("a note",))
+    rec = RoundRecord(1, RoundStatus.AGGREGATED, [0], [1.0], train_metrics={"rmse": 0.75}, test=m)
+    data = json.loads(json.dumps(rec.to_json()))
+    assert data["train_rmse"] == 0.75 and "train_accuracy" not in data
+    assert data["test"] == {"rmse": 0.5, "loss": 0.25, "per_class_rmse": [0.5], "n": 4,
+                            "notes": ["a note"]}  # fmt: skip
+    back = RoundRecord.from_json(data)
+    assert back == rec and back.train_accuracy is None
+    assert metrics_from_json(metrics_to_json(m)) == m
 
 
 @pytest.mark.parametrize("status", list(RoundStatus))
@@ -85,7 +136,7 @@ def _pre_typed(**over: Any) -> dict[str, Any]:
         "update_norms": [1.0, 1.0],
         "time_s": {"total": 0.1},
         "model_sha256": "00" * 32,
-        "val": dict(METRICS),
+        "val": {k: v for k, v in METRICS.items() if k != "per_class_accuracy"},
         "test": dict(METRICS),
     }
     data.update(over)

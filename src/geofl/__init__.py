@@ -2,8 +2,28 @@
 
 Privacy, robustness, hierarchy over unreliable links and auditable governance as composable
 parts of one round loop (papers 000, 001, 003, 004; see DESIGN.md).
+
+The package root is the public façade: ``geofl.load_model(run_dir)`` (a trained model of a
+run, with its preprocessing; :mod:`geofl.inference`) is imported on first use, so that
+``import geofl.errors`` and friends never load the engine.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "load_model"]
+
+if TYPE_CHECKING:
+    from geofl.inference.load import load_model
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy public entry points (PEP 562): ``load_model``."""
+    if name == "load_model":
+        from geofl.inference.load import load_model
+
+        return load_model
+    raise AttributeError(f"module 'geofl' has no attribute {name!r}")

@@ -28,7 +28,12 @@ log = logging.getLogger("geofl")
 
 @dataclass(frozen=True)
 class RunInfo:
-    """Identity of one (method, seed) run."""
+    """Identity of one (method, seed) run.
+
+    Attributes:
+        primary_metric: The task's metric that picks the best model (``"accuracy"`` for
+            classification); displays show it.
+    """
 
     method: str
     seed: int
@@ -37,6 +42,14 @@ class RunInfo:
     num_clients: int
     out_dir: Path
     num_params: int = 0
+    primary_metric: str = "accuracy"
+
+
+def metric_text(name: str, value: float) -> str:
+    """A metric for a one-line display: ``acc 83.21%`` for accuracy, else ``rmse 0.1234``."""
+    if name == "accuracy":
+        return f"acc {100 * value:.2f}%"
+    return f"{name} {value:.4g}"
 
 
 class Subscriber(Protocol):
@@ -85,20 +98,21 @@ class LogSubscriber:
     def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
         if record.test is not None:
             log.debug(
-                "%s seed=%d round %d: test acc %.4f",
+                "%s seed=%d round %d: test %s",
                 info.method,
                 info.seed,
                 record.round,
-                record.test["accuracy"],
+                metric_text(info.primary_metric, record.test[info.primary_metric]),
             )
 
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None:
+        value = (final["final"]["test"] or {}).get(info.primary_metric)
         log.info(
-            "%s seed=%d done in %.1fs: final test acc %.4f",
+            "%s seed=%d done in %.1fs: final test %s",
             info.method,
             info.seed,
             time.perf_counter() - self._t0,
-            final["final"]["test"]["accuracy"],
+            metric_text(info.primary_metric, float("nan") if value is None else value),
         )
 
 

@@ -32,6 +32,7 @@ from geofl.server.defenses import DEFENSES
 from geofl.server.sampling import SAMPLERS
 from geofl.server.tier import TIERS
 from geofl.server.weighting import WEIGHTINGS
+from geofl.tasks.base import TASKS
 
 __all__ = [
     "ACCOUNTANTS",
@@ -48,6 +49,7 @@ __all__ = [
     "RELEASE_STEPS",
     "SAMPLERS",
     "SUBSCRIBERS",
+    "TASKS",
     "TIERS",
     "WEIGHTINGS",
     "load_all",
@@ -55,7 +57,10 @@ __all__ = [
 
 #: Modules whose import registers implementations.
 _PLUGIN_MODULES = (
+    "geofl.tasks.classification",
     "geofl.data.synthetic",
+    "geofl.data.synthetic_tabular",
+    "geofl.data.synthetic_multilabel",
     "geofl.data.eurosat",
     "geofl.data.ucmerced",
     "geofl.models.cnn",

@@ -11,20 +11,99 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from geofl.errors import RunDirError
-from geofl.tasks.metrics import Metrics
+from geofl.tasks.base import SplitMetrics
 
 __all__ = [
     "Rejection",
     "RejectionReason",
     "RoundRecord",
     "RoundStatus",
+    "TaskInfo",
+    "metrics_from_json",
+    "metrics_to_json",
     "read_rounds",
 ]
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What reports need to know of a run's task (``run.json["task"]``).
+
+    Attributes:
+        name: Task registry key.
+        primary_metric: The metric that selected the best model.
+        direction: ``"max"`` or ``"min"``: which way the primary metric improves.
+    """
+
+    name: str = "classification"
+    primary_metric: str = "accuracy"
+    direction: str = "max"
+
+    def to_json(self) -> dict[str, str]:
+        """``{"name", "primary_metric", "direction"}``."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> TaskInfo:
+        """Read ``run.json["task"]``; a run written before tasks existed (no entry, or not
+        an object) ran single-label classification."""
+        if not isinstance(data, Mapping):
+            return cls()
+        default = cls()
+        return cls(
+            name=str(data.get("name") or default.name),
+            primary_metric=str(data.get("primary_metric") or default.primary_metric),
+            direction="min" if data.get("direction") == "min" else "max",
+        )
+
+
+#: JSON key prefix of a per-class vector (``per_class_accuracy``, ``per_class_ap``).
+PER_CLASS = "per_class_"
+
+
+def metrics_to_json(m: SplitMetrics) -> dict[str, Any]:
+    """The JSON object of one split's metrics: scalars by name, then ``per_class_<name>``
+    vectors, then ``n`` (and ``notes`` when there are any).
+
+    For classification this is exactly the layout written before tasks existed
+    (``accuracy``, ``macro_f1``, ``loss``, ``per_class_accuracy``, ``n``).
+    """
+    out: dict[str, Any] = dict(m.values)
+    out.update({PER_CLASS + k: list(v) for k, v in m.per_class.items()})
+    out["n"] = m.n
+    if m.notes:
+        out["notes"] = list(m.notes)
+    return out
+
+
+def metrics_from_json(data: Mapping[str, Any]) -> SplitMetrics:
+    """Read :func:`metrics_to_json`'s object back (JSON null → NaN).
+
+    Raises:
+        TypeError, ValueError: on values of the wrong type.
+    """
+    values: dict[str, float] = {}
+    per_class: dict[str, list[float]] = {}
+    for key, value in data.items():
+        if key in ("n", "notes"):
+            continue
+        if key.startswith(PER_CLASS) and isinstance(value, list):
+            per_class[key[len(PER_CLASS) :]] = [_nan_float(x) for x in value]
+        else:
+            values[key] = _nan_float(value)
+    notes = data.get("notes") or ()
+    return SplitMetrics(values, per_class, int(data.get("n") or 0), tuple(str(x) for x in notes))
+
+
+def _nan_float(x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, int | float | None):
+        raise TypeError(f"metric value {x!r} is not a number")
+    return float("nan") if x is None else float(x)
 
 
 class RoundStatus(enum.StrEnum):
@@ -84,7 +163,10 @@ class RoundRecord:
         cohort: The clients the sampler drew (before the gate).
         sampling: Sampler name and, for Poisson sampling, its rate (for amplification).
         train_loss: Sample-weighted mean local training loss of the participants.
-        train_accuracy: Sample-weighted mean local training accuracy.
+        train_metrics: The task's primary metric over the participants' local training
+            batches (sample-weighted mean), by name; None when nothing was aggregated.
+            Written as ``train_<name>`` keys (``train_accuracy`` for classification, as
+            before tasks existed); :attr:`train_accuracy` reads the classification value.
         bytes_up: Bytes uploaded by the participants (Δw plus extra tensors).
         bytes_down: Bytes broadcast to the trained clients (model plus payload tensors).
         aggregation_error: The aggregator's refusal, when status is AGGREGATION_FAILED.
@@ -108,7 +190,7 @@ class RoundRecord:
     cohort: list[int] = field(default_factory=list)
     sampling: dict[str, Any] = field(default_factory=dict)
     train_loss: float | None = None
-    train_accuracy: float | None = None
+    train_metrics: dict[str, float | None] = field(default_factory=dict)
     bytes_up: int = 0
     bytes_down: int = 0
     aggregation_error: str | None = None
@@ -117,8 +199,8 @@ class RoundRecord:
     time_s: dict[str, float] = field(default_factory=dict)
     model_sha256: str = ""
     update_set_sha256: str = ""
-    val: Metrics | None = None
-    test: Metrics | None = None
+    val: SplitMetrics | None = None
+    test: SplitMetrics | None = None
     strategy: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -127,21 +209,33 @@ class RoundRecord:
         return self.test is not None
 
     @property
+    def train_accuracy(self) -> float | None:
+        """Sample-weighted running training accuracy (classification), else None."""
+        return self.train_metrics.get("accuracy")
+
+    @property
     def failed_clients(self) -> list[int]:
         """Clients whose upload was refused for any reason."""
         return [r.client for r in self.rejected]
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object written as one line of ``rounds.jsonl`` (enums as strings)."""
-        out = asdict(self)
+        """The JSON object written as one line of ``rounds.jsonl`` (enums as strings;
+        ``train_metrics`` flattened to ``train_<name>`` keys in its place)."""
+        out: dict[str, Any] = {}
+        for key, value in asdict(replace(self, val=None, test=None)).items():
+            if key == "train_metrics":
+                out.update({f"train_{k}": v for k, v in self.train_metrics.items()})
+            elif key not in ("val", "test"):
+                out[key] = value
         out["status"] = str(self.status)
         out["rejected"] = [
             {"client": r.client, "reason": str(r.reason), "detail": r.detail} for r in self.rejected
         ]
-        if self.val is None:
-            del out["val"]
-        if self.test is None:
-            del out["test"]
+        for split in ("val", "test"):
+            metrics = getattr(self, split)
+            if metrics is not None:
+                out[split] = metrics_to_json(metrics)
+        out["strategy"] = out.pop("strategy")
         return out
 
     @classmethod
@@ -173,7 +267,11 @@ class RoundRecord:
             cohort=[int(c) for c in data.get("cohort") or []],
             sampling=dict(data.get("sampling") or {}),
             train_loss=_opt_float(data.get("train_loss")),
-            train_accuracy=_opt_float(data.get("train_accuracy")),
+            train_metrics={
+                k.removeprefix("train_"): _opt_float(v)
+                for k, v in data.items()
+                if k.startswith("train_") and k != "train_loss"
+            },
             bytes_up=int(data.get("bytes_up") or 0),
             bytes_down=int(data.get("bytes_down") or 0),
             aggregation_error=data.get("aggregation_error"),
@@ -182,14 +280,22 @@ class RoundRecord:
             time_s={str(k): float(v) for k, v in (data.get("time_s") or {}).items()},
             model_sha256=str(data.get("model_sha256") or ""),
             update_set_sha256=str(data.get("update_set_sha256") or ""),
-            val=data.get("val"),
-            test=data.get("test"),
+            val=_opt_metrics(data.get("val")),
+            test=_opt_metrics(data.get("test")),
             strategy={str(k): float(v) for k, v in (data.get("strategy") or {}).items()},
         )
 
 
 def _opt_float(x: Any) -> float | None:
     return None if x is None else float(x)
+
+
+def _opt_metrics(x: Any) -> SplitMetrics | None:
+    if x is None:
+        return None
+    if not isinstance(x, Mapping):
+        raise TypeError(f"split metrics must be an object, got {type(x).__name__}")
+    return metrics_from_json(x)
 
 
 def read_rounds(path: Path, *, strict: bool = True) -> list[RoundRecord]:

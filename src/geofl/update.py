@@ -49,8 +49,10 @@ class UpdateMeta:
             started from (staleness = current − this).
         label_histogram: ``[C]`` label counts, when the protocol shares them, else None.
         train_loss: Mean training loss over the local steps.
-        train_accuracy: Fraction of local training samples classified correctly while
-            training (running, as in a training-accuracy curve).
+        train_metrics: The task's primary metric over the local training batches, by name
+            (running, as in a training-accuracy curve): ``{"accuracy": 0.83}`` for
+            classification, empty when the trainer measured nothing. Read the
+            classification value as :attr:`train_accuracy`.
         steps: Local optimisation steps taken (τ_k).
         bytes_sent: Payload size on the wire: Δw plus every extra uploaded tensor.
         scalars: Algorithm-specific scalars the server needs (e.g. FedNova's ``a_norm``,
@@ -62,10 +64,15 @@ class UpdateMeta:
     round: int
     label_histogram: np.ndarray | None = None
     train_loss: float = float("nan")
-    train_accuracy: float = float("nan")
+    train_metrics: Mapping[str, float] = field(default_factory=dict)
     steps: int = 0
     bytes_sent: int = 0
     scalars: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def train_accuracy(self) -> float:
+        """Running training accuracy (classification), NaN if the task does not report it."""
+        return float(self.train_metrics.get("accuracy", float("nan")))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from geofl.client.step import ClientProgram, ClientStreams, client_step
 from geofl.client.trainer import GradCorrection, LocalSGD, LocalTrainParams
 from geofl.models.base import FlatModel
 from geofl.rng import torch_generator
+from geofl.tasks.classification import ClassificationTask
 from geofl.update import ClientDirectives
 
 ModelFactory = Callable[[], nn.Module]
@@ -107,7 +108,7 @@ def _train(
 @pytest.mark.parametrize("mu", [0.5, 3.0])
 def test_fedprox_step_is_lr_times_grad_plus_mu_pull(mu: float) -> None:
     fm, data = FlatModel(_linear()), _data()
-    trainer = LocalSGD(fm, ONE_STEP)
+    trainer = LocalSGD(fm, ONE_STEP, ClassificationTask(C))
     w, anchor = _points(fm)
     delta = _train(trainer, w, data, GradCorrection(prox_mu=mu, anchor=anchor))
     # Δ = −η_l (∇L(w) + μ (w − anchor))
@@ -120,7 +121,7 @@ def test_fedprox_step_is_lr_times_grad_plus_mu_pull(mu: float) -> None:
 
 def test_linear_term_shifts_the_gradient() -> None:
     fm, data = FlatModel(_linear()), _data()
-    trainer = LocalSGD(fm, ONE_STEP)
+    trainer = LocalSGD(fm, ONE_STEP, ClassificationTask(C))
     w, anchor = _points(fm)
     b = torch.linspace(-1.0, 1.0, fm.spec.numel)
     delta = _train(trainer, w, data, GradCorrection(linear=b))
@@ -138,7 +139,7 @@ def test_zero_correction_is_plain_training_bit_for_bit(factory: ModelFactory) ->
     # change a single bit.
     train = LocalTrainParams(lr=0.05, momentum=0.9, weight_decay=1e-3, batch_size=5, local_epochs=2)
     fm, data = FlatModel(factory()), _data()
-    trainer = LocalSGD(fm, train)
+    trainer = LocalSGD(fm, train, ClassificationTask(C))
     w, anchor = _points(fm)
     plain = _train(trainer, w, data, None)
     for corr in (
@@ -157,7 +158,7 @@ def test_correction_does_not_touch_buffer_positions() -> None:
     fm, data = FlatModel(_mlp_bn()), _data()
     assert not all(fm.spec.trainable)  # BatchNorm running mean/var live in the flat vector
     mask = _mask(fm).bool()
-    trainer = LocalSGD(fm, ONE_STEP)
+    trainer = LocalSGD(fm, ONE_STEP, ClassificationTask(C))
     w, anchor = _points(fm)
     b = torch.full((fm.spec.numel,), 0.7)  # non-zero on buffer positions too
     mu = 2.0
@@ -180,7 +181,7 @@ def test_fedprox_client_two_steps_through_client_step() -> None:
     mu, lr = 4.0, 0.1
     train = LocalTrainParams(lr=lr, momentum=0.0, weight_decay=0.0, batch_size=64, local_steps=2)
     fm, data = FlatModel(_linear()), _data()
-    program = ClientProgram(LocalSGD(fm, train), train, FedProxClient(mu))
+    program = ClientProgram(LocalSGD(fm, train, ClassificationTask(C)), train, FedProxClient(mu))
     w0, _ = _points(fm)
     res = client_step(
         program, w0, data, ClientState(), ClientDirectives(1, 0), ClientStreams((7, "round", 1))

@@ -38,6 +38,7 @@ from geofl.server.aggregators import build_mean
 from geofl.server.sampling import SAMPLERS
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import data_size_weights
+from geofl.tasks.classification import ClassificationTask
 from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 K, D, TAU, LR = 4, 2, 50, 0.1
@@ -101,6 +102,7 @@ def train(
         for k in range(K)
     ]
     comps = RunComponents(
+        task=ClassificationTask(1),
         workspace=workspace,
         program=ClientProgram(QuadraticTrainer(), local, alg.client),
         strategy=alg.strategy,

@@ -12,6 +12,7 @@ from geofl.client.trainer import LOCAL_TRAINERS
 from geofl.config.schema import TrainConfig
 from geofl.models import MODELS, FlatModel
 from geofl.rng import torch_generator
+from geofl.tasks.classification import ClassificationTask
 from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 
@@ -71,7 +72,11 @@ def test_local_sgd_update_is_delta_and_deterministic() -> None:
     )
     ws = FlatModel(model)
     trainer = LOCAL_TRAINERS.build(
-        "local_sgd", {}, workspace=ws, train=TrainConfig(batch_size=8, local_epochs=2)
+        "local_sgd",
+        {},
+        workspace=ws,
+        train=TrainConfig(batch_size=8, local_epochs=2),
+        task=ClassificationTask(2),
     )
     w0 = ws.snapshot()
     a = trainer(w0, _client(), ClientDirectives(1, 0), torch_generator(5))
@@ -101,6 +106,7 @@ def test_local_sgd_one_step_matches_manual_sgd() -> None:
         {},
         workspace=ws,
         train=TrainConfig(batch_size=8, local_steps=1, lr=0.1, momentum=0.0, weight_decay=0.0),
+        task=ClassificationTask(2),
     )
     upd = trainer(w0, data, ClientDirectives(1, 0), torch_generator(0))
     ws.load(w0)

@@ -18,8 +18,9 @@ from geofl.data.base import ArrayDataset
 from geofl.data.lazy import StoredRows
 from geofl.data.store import StoreWriter, cached_store, open_store, store_path
 from geofl.data.synthetic import SyntheticParams, build_synthetic
-from geofl.engine.components import client_datasets
-from geofl.engine.experiment import build_partition, prepare_split, run_experiment
+from geofl.data.synthetic_multilabel import MultiLabelParams, build_multilabel
+from geofl.engine.components import build_task, client_datasets
+from geofl.engine.experiment import build_partition, load_dataset, prepare_split, run_experiment
 from geofl.errors import ConfigError, DataError
 from geofl.events import RunInfo
 from geofl.io import read_jsonl
@@ -66,9 +67,14 @@ def test_standardised_split_and_clients_match_memory(tmp_path: Path) -> None:
     ):
         assert isinstance(part_s.inputs, StoredRows)
         assert torch.equal(part_s.inputs[0 : len(part_s)], part_m.inputs)
+    assert pm.mean is not None and ps.mean is not None  # model.json's statistics
+    assert pm.std is not None and ps.std is not None
+    assert torch.equal(ps.mean, pm.mean) and torch.equal(ps.std, pm.std)
     train_index = np.arange(len(pm.train))
     part = build_partition(cfg, cfg.methods[1], mem.subset(train_index), train_index, 3)
-    for cm, cs in zip(client_datasets(pm, part), client_datasets(ps, part), strict=True):
+    task = build_task(cfg, pm.train.num_classes, pm.train.targets)
+    clients = zip(client_datasets(pm, part, task), client_datasets(ps, part, task), strict=True)
+    for cm, cs in clients:
         assert isinstance(cs.inputs, StoredRows)  # an index view, not a copy
         idx = torch.arange(len(cm)).flip(0)
         assert torch.equal(cs.inputs[idx], cm.inputs[idx])
@@ -86,6 +92,25 @@ def test_streamed_statistics_agree_with_exact(
     for e, s in zip(exact, streamed, strict=True):
         assert e.shape == s.shape == (1, 13, 1, 1)
         torch.testing.assert_close(s, e, rtol=1e-5, atol=1e-7)
+
+
+def test_multilabel_store_matches_memory(tmp_path: Path) -> None:
+    params = MultiLabelParams(num_samples=120, size=16, seed=2)
+    mem = build_multilabel(params, cache_dir=tmp_path)
+    stored = build_multilabel(params, cache_dir=tmp_path, cache_mode="mmap")
+    assert isinstance(stored.inputs, StoredRows) and stored.target_kind == "multi_hot"
+    assert torch.equal(stored.inputs.materialize(), mem.inputs)
+    assert torch.equal(stored.targets, mem.targets)
+    for key, arr in mem.metadata.items():
+        np.testing.assert_array_equal(stored.metadata[key], arr)
+
+
+def test_tabular_dataset_with_mmap_is_one_config_line(tmp_path: Path) -> None:
+    raw = tiny_raw()
+    raw["data"] = {"dataset": "synthetic_tabular_binary", "cache": "mmap"}
+    raw["data"]["cache_dir"] = str(tmp_path / "cache")
+    with pytest.raises(ConfigError, match=r"^data\.cache: dataset 'synthetic_tabular_binary'"):
+        load_dataset(load_config(_write(tmp_path, raw)))
 
 
 def _write(tmp_path: Path, raw: dict[str, Any]) -> Path:

@@ -13,17 +13,18 @@ from geofl.config.load import load_config
 from geofl.engine.experiment import run_experiment
 from geofl.engine.run import divergence
 from geofl.records import RoundRecord, RoundStatus
+from geofl.tasks.base import SplitMetrics
 
 
 def _rec(r: int, test_loss: float | None, train_loss: float | None = 1.0) -> RoundRecord:
-    test = None if test_loss is None else {"loss": test_loss, "accuracy": 0.1}
+    test = None if test_loss is None else SplitMetrics({"loss": test_loss, "accuracy": 0.1})
     return RoundRecord(
         round=r,
         status=RoundStatus.AGGREGATED,
         participants=[0],
         weights=[1.0],
         train_loss=train_loss,
-        test=test,  # type: ignore[arg-type]
+        test=test,
     )
 
 

@@ -35,6 +35,7 @@ from geofl.server.aggregators import Aggregate, Aggregator, build_mean
 from geofl.server.sampling import Cohort
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import data_size_weights
+from geofl.tasks.classification import ClassificationTask
 from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 K, D = 4, 3
@@ -73,6 +74,7 @@ def _scheduler(
         for k in range(K)
     ]
     comps = RunComponents(
+        task=ClassificationTask(1),
         workspace=FlatModel(nn.Linear(D, 1, bias=False)),
         program=ClientProgram(_FixedDelta(), TRAIN, client or alg.client),
         strategy=alg.strategy,

@@ -65,6 +65,7 @@ from geofl.server.sampling import Cohort
 from geofl.server.tier import FlatTier
 from geofl.server.validate import validate_update
 from geofl.server.weighting import data_size_weights
+from geofl.tasks.classification import ClassificationTask
 from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 D = 6  # flat model size
@@ -163,7 +164,7 @@ def well_formed(draw: st.DrawFn, needs: Needs | None = None) -> Case:
         round=draw(st.integers(1, 100)),
         label_histogram=hist,
         train_loss=draw(_finite(0, 10) | st.just(math.nan)),
-        train_accuracy=draw(_finite(0, 1) | st.just(math.nan)),
+        train_metrics={"accuracy": draw(_finite(0, 1) | st.just(math.nan))},
         steps=draw(st.integers(0, 100)),
         bytes_sent=draw(st.integers(0, 10**6)),
         scalars=scalars,
@@ -613,7 +614,9 @@ VARIANTS: list[Variant] = [
         "accept",
         META,
         "",
-        lambda d, c: _meta(c, train_loss=_choice(d, [math.nan, math.inf]), train_accuracy=math.nan),
+        lambda d, c: _meta(
+            c, train_loss=_choice(d, [math.nan, math.inf]), train_metrics={"accuracy": math.nan}
+        ),
     ),
     Variant(
         "metadata missing",
@@ -631,11 +634,11 @@ VARIANTS: list[Variant] = [
         _meta_field("train_loss", ["low", None, [0.1]]),
     ),
     Variant(
-        "train_accuracy not a number",
+        "train_metrics not numbers",
         "reject",
         META,
-        "train_accuracy",
-        _meta_field("train_accuracy", ["high", None]),
+        "train_metrics",
+        _meta_field("train_metrics", [{"accuracy": "high"}, {"accuracy": None}, [0.5], {1: 0.5}]),
     ),
     Variant(
         "client_id not an int64",
@@ -731,7 +734,7 @@ class _HonestTrainer:
             round=directives.round,
             label_histogram=np.asarray(data.label_histogram),
             train_loss=1.0,
-            train_accuracy=0.5,
+            train_metrics={"accuracy": 0.5},
             steps=2,
         )
         return ClientUpdate(torch.full((D,), k + 1.0), meta)
@@ -766,6 +769,7 @@ def scheduler(
         for k in range(K)
     ]
     comps = RunComponents(
+        task=ClassificationTask(1),
         workspace=FlatModel(nn.Linear(D, 1, bias=False)),
         program=ClientProgram(_HonestTrainer(), TRAIN, alg.client),
         strategy=alg.strategy,
@@ -987,7 +991,7 @@ def test_float64_delta_within_float32_is_accepted() -> None:
     ("field_name", "value"),
     [
         ("train_loss", "low"),
-        ("train_accuracy", None),
+        ("train_metrics", {"accuracy": None}),
         ("bytes_sent", "100"),
         ("client_id", "seven"),
         ("client_id", 2**70),

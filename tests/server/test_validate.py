@@ -33,7 +33,7 @@ def test_an_honest_update_with_numpy_metadata_is_accepted() -> None:
         num_samples=np.int64(7),
         label_histogram=np.array([1, 0, 6]),
         train_loss=np.float32(0.5),
-        train_accuracy=math.nan,
+        train_metrics={"accuracy": math.nan},
         steps=np.int32(3),
         bytes_sent=16,
         scalars={"a_norm": np.float64(2.0), "other": -(10**9)},
@@ -163,9 +163,16 @@ def test_header_fields_must_be_int64_counts(field_name: str, value: Any) -> None
 
 @pytest.mark.parametrize("value", ["low", None, 10**400, [0.1]])
 def test_loss_and_accuracy_must_be_numbers(value: Any) -> None:
-    for field_name in ("train_loss", "train_accuracy"):
-        reason = validate_update(_update(**{field_name: value}), D)
-        assert reason is not None and reason.startswith(f"metadata {field_name}=")
+    reason = validate_update(_update(train_loss=value), D)
+    assert reason is not None and reason.startswith("metadata train_loss=")
+    reason = validate_update(_update(train_metrics={"accuracy": value}), D)
+    assert reason is not None and reason.startswith("metadata train_metrics['accuracy']=")
+
+
+@pytest.mark.parametrize("metrics", [[0.5], None, {1: 0.5}])
+def test_train_metrics_must_map_names_to_numbers(metrics: Any) -> None:
+    reason = validate_update(_update(train_metrics=metrics), D)
+    assert reason is not None and reason.startswith("metadata train_metrics")
 
 
 def test_missing_metadata() -> None:

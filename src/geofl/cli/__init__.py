@@ -9,6 +9,7 @@ Modules (imports point down only; every command module uses :mod:`geofl.cli.comm
 * :mod:`geofl.cli.data` — ``data describe`` (tables and heatmaps in
   :mod:`geofl.cli.describe`);
 * :mod:`geofl.cli.ledger` — ``ledger show|verify|committee|permissions|reputation|build``;
+* :mod:`geofl.cli.predict` — ``predict`` (a run's model on image files, CSV);
 * :mod:`geofl.cli.progress` — the progress display of ``geofl run`` (a run subscriber).
 
 This package assembles them into :data:`app`; heavy imports (engine, report, governance)
@@ -23,7 +24,7 @@ import sys
 
 import typer
 
-from geofl.cli import data, ledger, run
+from geofl.cli import data, ledger, predict, run
 from geofl.cli.common import error_line
 
 __all__ = ["app", "main"]
@@ -37,6 +38,7 @@ app.add_typer(data.data_app, name="data")
 app.command("run")(run.run_cmd)
 app.command("report")(run.report_cmd)
 app.command("presets")(run.presets_cmd)
+app.command("predict")(predict.predict_cmd)
 app.add_typer(ledger.ledger_app, name="ledger")
 
 

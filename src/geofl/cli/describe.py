@@ -35,21 +35,21 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
         plot: Folder for one ``partition_<method>.png`` heatmap per method, or None.
     """
     ds = load_dataset(cfg)
-    split = stratified_split(ds.targets.numpy(), cfg.data.split, seed)
+    split = stratified_split(ds.label_codes(), cfg.data.split, seed)
     shape = tuple(ds.inputs.shape[1:])
+    what = (
+        f"{shape[0]} features {list(ds.bands)}"
+        if ds.is_tabular
+        else f"bands {list(ds.bands)}, patch {shape[1]}×{shape[2]}"
+    )
     console.print(
-        f"[bold]{ds.name}[/]: {len(ds)} patches, {ds.num_classes} classes, bands "
-        f"{list(ds.bands)}, patch {shape[1]}×{shape[2]}; split train/val/test = "
+        f"[bold]{ds.name}[/]: {len(ds)} {'samples' if ds.is_tabular else 'patches'}, "
+        f"{ds.num_classes} {_TARGET_NOUN[ds.target_kind]}, {what}; split train/val/test = "
         f"{split.train.size}/{split.val.size}/{split.test.size} (seed {seed})"
     )
     if ds.metadata:
         console.print("metadata: " + ", ".join(sorted(ds.metadata)))
-    table = Table(title="class counts")
-    table.add_column("class")
-    table.add_column("samples", justify="right")
-    for name, c in zip(ds.classes, ds.label_histogram(), strict=True):
-        table.add_row(name, str(int(c)))
-    console.print(table)
+    console.print(_target_table(ds))
     for method in cfg.methods:
         part = build_partition(cfg, method, ds, split.train, seed)
         _print_partition(console, method, ds, part)
@@ -57,18 +57,50 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
             _plot_partition(console, method, ds, part, plot / f"partition_{method.name}.png", seed)
 
 
+#: What ``classes`` name, per target kind.
+_TARGET_NOUN = {"class": "classes", "binary": "classes", "multi_hot": "labels", "real": "targets"}
+#: What a partition histogram counts, per target kind.
+_HIST_NOUN = {
+    "class": "samples per class",
+    "binary": "samples per class",
+    "multi_hot": "positives per label",
+    "real": "samples per quantile bin of the target",
+}
+
+
+def _target_table(ds: ArrayDataset) -> Table:
+    """Samples per class, positives per multi-hot label, or quantiles of real targets."""
+    if ds.target_kind == "real":
+        table = Table(title="target quantiles")
+        for col in ("target", "min", "q25", "median", "q75", "max", "mean"):
+            table.add_column(col, justify="left" if col == "target" else "right")
+        values = ds.targets.numpy().reshape(len(ds), -1)
+        qs = np.quantile(values, [0.0, 0.25, 0.5, 0.75, 1.0], axis=0)
+        for j, name in enumerate(ds.classes):
+            cells = [*qs[:, j], values[:, j].mean()]
+            table.add_row(name, *(f"{v:.3g}" for v in cells))
+        return table
+    table = Table(title="label counts" if ds.target_kind == "multi_hot" else "class counts")
+    table.add_column("label" if ds.target_kind == "multi_hot" else "class")
+    table.add_column("samples", justify="right")
+    for name, c in zip(ds.classes, ds.label_histogram(), strict=True):
+        table.add_row(name, str(int(c)))
+    return table
+
+
 def _print_partition(
     console: Console, method: MethodConfig, ds: ArrayDataset, part: Partition
 ) -> None:
-    """One method's samples per class × client table and label entropy per client."""
+    """One method's label histogram (class/label/quantile bin × client) and its entropy."""
+    kind = ds.target_kind
     t = Table(
         title=f"{method.name}: {method.partition.name} partition "
-        f"{method.partition.params} (samples per class × client)"
+        f"{method.partition.params} ({_HIST_NOUN[kind]} × client)"
     )
-    t.add_column("class")
+    t.add_column({"multi_hot": "label", "real": "bin"}.get(kind, "class"))
     for k in range(part.num_clients):
         t.add_column(str(k), justify="right")
-    for name, col in zip(ds.classes, part.histograms.T, strict=True):
+    for name, col in zip(ds.histogram_columns(), part.histograms.T, strict=True):
         t.add_row(name[:14], *(str(int(x)) for x in col))
     t.add_row("[bold]total", *(f"[bold]{int(n)}" for n in part.sizes))
     console.print(t)
@@ -89,7 +121,7 @@ def _plot_partition(
 
     path.parent.mkdir(parents=True, exist_ok=True)
     plot_partition_heatmap(
-        {"classes": list(ds.classes), "histograms": part.histograms.tolist()},
+        {"classes": list(ds.histogram_columns()), "histograms": part.histograms.tolist()},
         path,
         f"{method.name} (seed {seed})",
     )

@@ -14,14 +14,15 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from geofl.events import RunInfo
+from geofl.events import RunInfo, metric_text
 from geofl.records import RoundRecord
 
 __all__ = ["ProgressSubscriber", "make_progress"]
 
 
 class ProgressSubscriber:
-    """A rich progress display: one bar per run with rounds, current test accuracy, ETA."""
+    """A rich progress display: one bar per run with rounds, the current test value of the
+    task's primary metric (test accuracy for classification), ETA."""
 
     def __init__(self, progress: Progress | None = None) -> None:
         self.progress = progress or make_progress()
@@ -37,7 +38,9 @@ class ProgressSubscriber:
 
     def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
         test = record.test
-        metric = f"test acc {100 * test['accuracy']:.2f}%" if test else None
+        metric = (
+            f"test {metric_text(info.primary_metric, test[info.primary_metric])}" if test else None
+        )
         task = self._tasks[(info.method, info.seed)]
         if metric:
             self.progress.update(task, advance=1, metric=metric)

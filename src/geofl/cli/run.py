@@ -96,21 +96,28 @@ def run_cmd(
 def _print_summary(run_dir: Path) -> None:
     import json
 
+    from geofl.records import TaskInfo
+    from geofl.report.summary import metric_scale, metric_unit
+
     summary = json.loads((run_dir / "summary.json").read_text())
-    table = Table(title=f"{summary.get('name', run_dir.name)} — final test accuracy (%)")
+    info = json.loads((run_dir / "run.json").read_text())
+    pm = TaskInfo.from_json(info.get("task") if isinstance(info, dict) else None).primary_metric
+    scale, digits = metric_scale(pm), 2 if metric_scale(pm) == 100.0 else 4
+    title = f"{summary.get('name', run_dir.name)} — final test {pm}{metric_unit(pm)}"
+    table = Table(title=title)
     table.add_column("method")
     table.add_column("mean ± std (seeds)")
-    table.add_column("best-val round test acc")
+    table.add_column("best-val round test " + ("acc" if pm == "accuracy" else pm))
     for name, m in summary["methods"].items():
-        fa = m.get("final_test_accuracy") or {}
-        bv = m.get("best_val_test_accuracy") or {}
+        fa = m.get(f"final_test_{pm}") or {}
+        bv = m.get(f"best_val_test_{pm}") or {}
         if not fa.get("n"):
             table.add_row(name, "incomplete", "")
             continue
         table.add_row(
             name,
-            f"{100 * fa['mean']:.2f} ± {100 * fa['std']:.2f} (n={fa['n']})",
-            f"{100 * bv['mean']:.2f} ± {100 * bv['std']:.2f}",
+            f"{scale * fa['mean']:.{digits}f} ± {scale * fa['std']:.{digits}f} (n={fa['n']})",
+            f"{scale * bv['mean']:.{digits}f} ± {scale * bv['std']:.{digits}f}",
         )
     Console().print(table)
     print(f"run directory: {run_dir}")

@@ -20,11 +20,14 @@ class ClientData:
 
     Attributes:
         client_id: The client's id.
-        inputs: ``[n_k, C, H, W]`` float32 (already normalised): a tensor, or with
-            ``data.cache: mmap`` a :class:`~geofl.data.lazy.StoredRows` index view of the
-            shared store; ``inputs[idx]`` gives the ``[b, C, H, W]`` batch either way.
-        targets: ``[n_k]`` int64.
-        label_histogram: ``[num_classes]`` int64 counts.
+        inputs: ``[n_k, C, H, W]`` float32 images or ``[n_k, F]`` float32 features
+            (already normalised): a tensor, or with ``data.cache: mmap`` a
+            :class:`~geofl.data.lazy.StoredRows` index view of the shared image store;
+            ``inputs[idx]`` gives the batch either way.
+        targets: Per target kind (:mod:`geofl.data.targets`): ``[n_k]`` int64 class ids or
+            0/1 outcomes, ``[n_k, C]`` float32 multi-hot, ``[n_k]`` / ``[n_k, T]`` float32.
+        label_histogram: ``[C]`` int64 counts of the discrete label attribute (samples per
+            class, positives per multi-hot label, samples per quantile bin).
         classes: Class names, index-aligned with ``label_histogram`` (empty if unknown).
         gsd_m: Mean ground sampling distance of the local images in metres, if the
             dataset records it (a resolution indicator for 000 Eq. 3).

@@ -17,11 +17,11 @@ from typing import Literal, Protocol
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from geofl.client.data import ClientData, batch_indices
 from geofl.models.base import FlatModel
 from geofl.registry import NoParams, Registry
+from geofl.tasks.base import MetricAccumulator, Task
 from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta, payload_bytes
 
 __all__ = ["LOCAL_TRAINERS", "GradCorrection", "LocalSGD", "LocalTrainParams", "LocalTrainer"]
@@ -93,24 +93,29 @@ class LocalTrainer(Protocol):
     ) -> ClientUpdate: ...
 
 
-#: ``(params, *, workspace: FlatModel, train: LocalTrainParams) -> LocalTrainer``
+#: ``(params, *, workspace: FlatModel, train: LocalTrainParams, task: Task) -> LocalTrainer``
 LOCAL_TRAINERS: Registry[LocalTrainer] = Registry("trainer")
 
 
 class LocalSGD:
-    """Mini-batch SGD (momentum, weight decay) or Adam on the cross-entropy loss.
+    """Mini-batch SGD (momentum, weight decay) or Adam on the task's loss.
 
     Optimiser state starts fresh every round (clients are stateless between rounds, as in
     FedAvg). Models must not draw from a global RNG (no dropout without a generator).
+    While training, the task's accumulator runs over the training batches; the update's
+    :attr:`~geofl.update.UpdateMeta.train_metrics` holds the task's primary metric of those
+    running predictions (classification: the running training accuracy).
 
     Args:
         workspace: Model whose flat vector is overwritten with the global parameters.
         train: Optimiser settings and local budget.
+        task: The learning task (loss, target collation, metrics).
     """
 
-    def __init__(self, workspace: FlatModel, train: LocalTrainParams) -> None:
+    def __init__(self, workspace: FlatModel, train: LocalTrainParams, task: Task) -> None:
         self.workspace = workspace
         self.train_cfg = train
+        self.task = task
         self._params = [p for p in workspace.module.parameters() if p.requires_grad]
         self._flat_grad: torch.Tensor | None = None
         self._mask: torch.Tensor | None = None
@@ -156,10 +161,11 @@ class LocalSGD:
         self.workspace.load(global_params)
         model.train()
         opt = self._optimizer()
-        t = self.train_cfg
+        t, task = self.train_cfg, self.task
         flat_grad = self._bind_flat_grad() if correction is not None else None
         loss_sum, seen, steps = 0.0, 0, 0
-        correct = torch.zeros((), dtype=torch.long)
+        # Detection-style models return losses, not predictions, in training.
+        running = None if task.model_takes_targets else task.accumulator()
         for idx in batch_indices(
             len(data),
             t.batch_size,
@@ -167,16 +173,18 @@ class LocalSGD:
             steps=t.local_steps,
             generator=generator,
         ):
-            x, y = data.inputs[idx], data.targets[idx]
+            x, y = data.inputs[idx], task.collate(data.targets, idx)
             opt.zero_grad(set_to_none=flat_grad is None)
-            logits = model(x)
-            loss = F.cross_entropy(logits, y)
+            output = model(x, y) if task.model_takes_targets else model(x)
+            loss = task.loss(output, y)
             loss.backward()  # type: ignore[no-untyped-call]
             if correction is not None and flat_grad is not None:
                 correction.apply(flat_grad, self.workspace.flat, self._mask)
             opt.step()
-            correct += (logits.detach().argmax(dim=1) == y).sum()
-            loss_sum += float(loss.detach()) * len(idx)
+            batch_loss = float(loss.detach()) * len(idx)
+            if running is not None:
+                running.update(output.detach(), y, batch_loss)
+            loss_sum += batch_loss
             seen += len(idx)
             steps += 1
         delta = self.workspace.flat.detach() - global_params
@@ -186,7 +194,7 @@ class LocalSGD:
             round=directives.round,
             label_histogram=data.label_histogram,
             train_loss=loss_sum / max(seen, 1),
-            train_accuracy=int(correct) / max(seen, 1),
+            train_metrics=_primary(task, running) if seen and running is not None else {},
             steps=steps,
             bytes_sent=payload_bytes(delta),
         )
@@ -196,7 +204,14 @@ class LocalSGD:
         return ClientUpdate(delta, meta)
 
 
+def _primary(task: Task, running: MetricAccumulator) -> dict[str, float]:
+    """``{primary metric: value}`` of the running training predictions."""
+    return {task.primary_metric: float(running.compute().values[task.primary_metric])}
+
+
 @LOCAL_TRAINERS.register("local_sgd")
-def build_local_sgd(_: NoParams, *, workspace: FlatModel, train: LocalTrainParams) -> LocalTrainer:
-    """Plain local SGD/Adam on cross-entropy (FedAvg's client, 000 §3.1.1)."""
-    return LocalSGD(workspace, train)
+def build_local_sgd(
+    _: NoParams, *, workspace: FlatModel, train: LocalTrainParams, task: Task
+) -> LocalTrainer:
+    """Plain local SGD/Adam on the task's loss (FedAvg's client, 000 §3.1.1)."""
+    return LocalSGD(workspace, train, task)

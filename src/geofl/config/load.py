@@ -326,6 +326,7 @@ def validate_config(cfg: ExperimentConfig) -> None:
     top = CheckContext(path="", experiment=exp, clients_per_round=per_round)
     _check(plugins.DATASETS, cfg.data.dataset, cfg.data.params, "data.params", "data.dataset")
     _check(plugins.MODELS, cfg.model.name, cfg.model.params, "model.params", "model.name")
+    _component(plugins.TASKS, cfg.task, replace(top, path="task"))
     _component(plugins.SAMPLERS, cfg.federation.sampling, replace(top, path="federation.sampling"))
     _component(plugins.ACCOUNTANTS, cfg.privacy.accountant, replace(top, path="privacy.accountant"))
     for i, m in enumerate(cfg.methods):

@@ -15,12 +15,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from geofl.errors import ConfigError
 from geofl.registry import printable
 
 __all__ = [
+    "DEFAULT_TASK",
     "MAX_COUNT",
     "Component",
     "DataConfig",
@@ -36,6 +45,9 @@ __all__ = [
     "TrainConfig",
 ]
 
+
+#: The task a config without a ``task`` section runs (paper 000's single-label setting).
+DEFAULT_TASK = "classification"
 
 #: Upper bound of counts (clients, rounds, samples): far beyond any run, and small enough
 #: that arithmetic with floats (``participation * num_clients``) cannot overflow.
@@ -200,6 +212,10 @@ class ExperimentConfig(_Strict):
     name: str = Field(..., min_length=1)
     description: str = ""
     seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    task: Component = Field(
+        default_factory=lambda: Component(name=DEFAULT_TASK),
+        description="learning task: classification (default), multilabel, regression, ...",
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
@@ -217,6 +233,19 @@ class ExperimentConfig(_Strict):
     )
     paper: dict[str, PaperValue] = Field(default_factory=dict)
     figures: list[FigureSpec] = Field(default_factory=list, description="paper figures")
+
+    @model_serializer(mode="wrap")
+    def _omit_default_task(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave the default task (plain classification) out of the dump.
+
+        The resolved config (``config.yaml``, governance's committed rule) of every
+        classification run stays byte-identical to what it was before tasks existed, so run
+        directories written then resume against today's configs and hash the same.
+        """
+        out: dict[str, Any] = handler(self)
+        if self.task.name == DEFAULT_TASK and not self.task.params:
+            out.pop("task", None)
+        return out
 
     @field_validator("seeds")
     @classmethod

@@ -1,6 +1,6 @@
 """The dataset every geofl loader produces, and the dataset registry.
 
-Datasets that fit in memory (EuroSAT-size data does) live as one image tensor: on 2 cores a
+Datasets that fit in memory (EuroSAT-size data does) live as one input tensor: on 2 cores a
 tensor slice per batch beats a DataLoader by a wide margin. Loaders for real on-disk
 formats decode once into a cached array file (:mod:`geofl.data.cache`). With
 ``data.cache: mmap`` the decode cache is an on-disk array store (:mod:`geofl.data.store`)
@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from geofl.data.lazy import StoredRows
-from geofl.errors import ConfigError
+from geofl.data.targets import DEFAULT_BINS, TargetKind, check_targets, label_codes, label_counts
+from geofl.errors import ConfigError, DataError
 from geofl.registry import Registry
 
 __all__ = [
@@ -68,22 +69,34 @@ RGB_BANDS: tuple[str, ...] = ("B04", "B03", "B02")
 
 @dataclass(frozen=True)
 class ArrayDataset:
-    """A labelled collection of samples held as arrays (not a spatially indexed dataset).
+    """A collection of samples and their targets held as arrays (not a spatially indexed
+    dataset).
 
     Named so it does not suggest torchgeo's ``GeoDataset``, which indexes rasters by
     bounding box; every geofl loader produces one of these from a standard layout.
 
     Attributes:
         inputs: ``[N, C, H, W]`` float32 images, reflectance-like scale (roughly 0..1; RGB
-            images are divided by 255): a tensor, or a :class:`StoredRows` view of an
-            on-disk store (``data.cache: mmap``) that yields such tensors per batch.
-        targets: ``[N]`` int64 class indices into ``classes``.
-        classes: Class names, index-aligned with label values.
-        bands: Band names, index-aligned with the channel axis (``("R", "G", "B")`` for
-            RGB imagery, Sentinel-2 band names for multispectral data).
+            images are divided by 255), or ``[N, F]`` float32 tabular features; a tensor,
+            or for images a :class:`StoredRows` view of an on-disk store (``data.cache:
+            mmap``) that yields such tensors per batch.
+        targets: Per ``target_kind`` (:mod:`geofl.data.targets`): ``[N]`` int64 class ids
+            (``class``), ``[N]`` int64 0/1 (``binary``), ``[N, C]`` float32 multi-hot
+            (``multi_hot``), ``[N]`` or ``[N, T]`` float32 values (``real``).
+        classes: Names index-aligned with the targets: the classes, the two binary outcomes
+            (negative first), the multi-hot labels, or the ``T`` real target variables.
+        bands: Names index-aligned with ``inputs.shape[1]``: band names (``("R", "G",
+            "B")`` for RGB imagery, Sentinel-2 names for multispectral data), or the
+            feature names of tabular inputs.
         metadata: Per-sample arrays of length ``N`` (e.g. ``region``, ``elevation_mean``,
-            ``season``, ``gsd_m``). Absent keys mean the source does not provide them.
+            ``season``, ``gsd_m``, ``farm``). Absent keys mean the source does not provide
+            them.
         name: Short dataset name used in logs and reports.
+        target_kind: What ``targets`` hold. Stated, not derived: ``[N]`` int64 may be class
+            ids or 0/1 outcomes and ``[N, C]`` float32 multi-hot labels or real values.
+
+    Raises:
+        DataError: at construction when shapes, dtypes or values disagree with the kind.
     """
 
     inputs: Inputs
@@ -92,28 +105,37 @@ class ArrayDataset:
     bands: tuple[str, ...]
     metadata: Mapping[str, np.ndarray] = field(default_factory=dict)
     name: str = "dataset"
+    target_kind: TargetKind = "class"
 
     def __post_init__(self) -> None:
         n = self.inputs.shape[0]
-        if self.inputs.ndim != 4:
-            raise ValueError(f"inputs must be [N, C, H, W], got shape {tuple(self.inputs.shape)}")
-        if self.targets.shape != (n,):
-            raise ValueError(f"targets must be [{n}], got shape {tuple(self.targets.shape)}")
-        if self.inputs.shape[1] != len(self.bands):
-            raise ValueError(
-                f"inputs have {self.inputs.shape[1]} channels but {len(self.bands)} band names"
+        if self.inputs.ndim not in (2, 4):
+            raise DataError(
+                f"inputs must be [N, C, H, W] images or [N, F] features, got shape "
+                f"{tuple(self.inputs.shape)}"
             )
+        if self.inputs.shape[1] != len(self.bands):
+            kind = "features" if self.is_tabular else "channels"
+            raise DataError(
+                f"inputs have {self.inputs.shape[1]} {kind} but {len(self.bands)} band names"
+            )
+        check_targets(self.targets, self.target_kind, len(self.classes), n)
         for key, arr in self.metadata.items():
             if len(arr) != n:
-                raise ValueError(f"metadata[{key!r}] has {len(arr)} entries, expected {n}")
+                raise DataError(f"metadata[{key!r}] has {len(arr)} entries, expected {n}")
 
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
 
     @property
     def num_classes(self) -> int:
-        """Number of classes."""
+        """Number of classes (labels for multi-hot, target variables for real targets)."""
         return len(self.classes)
+
+    @property
+    def is_tabular(self) -> bool:
+        """True for ``[N, F]`` feature inputs, False for ``[N, C, H, W]`` images."""
+        return self.inputs.ndim == 2
 
     def subset(self, index: np.ndarray | torch.Tensor) -> ArrayDataset:
         """A new dataset holding the samples at ``index``.
@@ -123,17 +145,12 @@ class ArrayDataset:
         """
         idx = torch.as_tensor(np.asarray(index), dtype=torch.long)
         meta = {k: np.asarray(v)[idx.numpy()] for k, v in self.metadata.items()}
-        return ArrayDataset(
-            take_rows(self.inputs, idx),
-            self.targets[idx],
-            self.classes,
-            self.bands,
-            meta,
-            self.name,
+        return replace(
+            self, inputs=take_rows(self.inputs, idx), targets=self.targets[idx], metadata=meta
         )
 
     def select_bands(self, bands: Sequence[str] | str) -> ArrayDataset:
-        """Keep only ``bands`` ("all", "rgb" or a list of band names), in that order.
+        """Keep only ``bands`` ("all", "rgb" or a list of band or feature names), in order.
 
         Raises:
             ConfigError: naming ``data.bands`` when a band is not in the dataset.
@@ -154,20 +171,57 @@ class ArrayDataset:
                 f"bands {missing} not in dataset {self.name!r}; available: {list(self.bands)}",
             )
         chan = [self.bands.index(b) for b in wanted]
-        return ArrayDataset(
+        inputs = (
             self.inputs.select_channels(chan)
             if isinstance(self.inputs, StoredRows)
-            else self.inputs[:, chan].contiguous(),
-            self.targets,
-            self.classes,
-            tuple(wanted),
-            self.metadata,
-            self.name,
+            else self.inputs[:, chan].contiguous()
         )
+        return replace(self, inputs=inputs, bands=tuple(wanted))
+
+    def input_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-band (per-feature) mean and standard deviation for standardisation.
+
+        Stored inputs are reduced in one pass
+        (:meth:`~geofl.data.lazy.StoredRows.channel_mean_std`).
+
+        Returns:
+            ``(mean, std)``, each ``[1, C, 1, 1]`` for images or ``[1, F]`` for features,
+            float32; ``std`` is clamped to at least ``1e-6``.
+        """
+        if isinstance(self.inputs, StoredRows):
+            return self.inputs.channel_mean_std()
+        dims = (0,) if self.is_tabular else (0, 2, 3)
+        mean = self.inputs.mean(dim=dims, keepdim=True)
+        std = self.inputs.std(dim=dims, keepdim=True).clamp_min(1e-6)
+        return mean, std
+
+    def label_codes(self, bins: int = DEFAULT_BINS) -> np.ndarray:
+        """``[N]`` int64 label attribute per sample (:func:`geofl.data.targets.label_codes`):
+        the class id, the rarest present label (``C`` for none) or a quantile bin of the
+        first real target. Stratify splits on this."""
+        return label_codes(self.targets.numpy(), self.target_kind, bins)
+
+    def histogram_columns(self) -> tuple[str, ...]:
+        """Names of the columns of a label histogram or partition histogram of this data:
+        the classes, or ``"<first target> q1"`` … ``q5`` quantile bins for real targets."""
+        if self.target_kind == "real":
+            return tuple(f"{self.classes[0]} q{i + 1}" for i in range(DEFAULT_BINS))
+        return self.classes
 
     def label_histogram(self) -> np.ndarray:
-        """``[num_classes]`` int64 count of samples per class."""
-        return np.bincount(self.targets.numpy(), minlength=self.num_classes).astype(np.int64)
+        """``[num_classes]`` int64: samples per class, or positives per multi-hot label.
+
+        Raises:
+            DataError: for ``real`` targets, which have no classes to count; use
+                :meth:`label_codes` (quantile bins) instead.
+        """
+        if self.target_kind == "real":
+            raise DataError(
+                f"dataset {self.name!r} has real-valued targets; count label_codes() "
+                "(quantile bins) instead of a class histogram"
+            )
+        t = self.targets.numpy()
+        return label_counts(t, self.target_kind, self.num_classes)
 
 
 def standardized_view(ds: ArrayDataset, mean: torch.Tensor, std: torch.Tensor) -> ArrayDataset:

@@ -31,16 +31,14 @@ Patches whose size differs from ``size`` are resized bilinearly (with antialiasi
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
-import tifffile
-from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.data import imagefolder
 from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
+from geofl.data.formats import as_uint16, read_band_tiff, resize_bands
 from geofl.data.imagefolder import FolderSpec, ImageFormatError, decode_rgb
 
 __all__ = [
@@ -146,37 +144,19 @@ def decode_ms(data: bytes, size: int) -> np.ndarray:
     Raises:
         ImageFormatError: wrong band count, rank or pixel type.
     """
-    with tifffile.TiffFile(io.BytesIO(data)) as tif:
-        series = tif.series[0]
-        arr = np.asarray(series.asarray())
-        axes = str(series.axes)
-    if arr.ndim == 2:
-        arr = arr[None]
-    elif arr.ndim == 3 and axes.endswith("S"):
-        arr = arr.transpose(2, 0, 1)
-    elif arr.ndim != 3:
-        raise ImageFormatError(f"has shape {arr.shape} (axes {axes}); expected 64 x 64 x 13")
+    arr, _ = read_band_tiff(data)
     nbands = len(SENTINEL2_BANDS)
     if arr.shape[0] != nbands:
         raise ImageFormatError(
             f"has {arr.shape[0]} bands, expected {nbands} Sentinel-2 bands "
             f"({', '.join(SENTINEL2_BANDS)}); eurosat_ms needs the all-bands GeoTIFFs"
         )
-    if arr.dtype != np.uint16:
-        if arr.dtype.kind not in "ui" or arr.min() < 0 or arr.max() > np.iinfo(np.uint16).max:
-            raise ImageFormatError(
-                f"has pixel type {arr.dtype}; expected uint16 digital numbers "
-                "(reflectance x 10000, as in the EuroSAT release): convert it to that"
-            )
-        arr = arr.astype(np.uint16)
-    if arr.shape[1:] == (size, size):
-        return np.ascontiguousarray(arr)
-    out = np.empty((nbands, size, size), dtype=np.uint16)
-    for b in range(nbands):
-        band = Image.fromarray(arr[b].astype(np.float32))
-        resized = np.asarray(band.resize((size, size), Image.Resampling.BILINEAR))
-        out[b] = np.clip(np.rint(resized), 0, np.iinfo(np.uint16).max)
-    return out
+    arr = as_uint16(
+        arr,
+        "expected uint16 digital numbers (reflectance x 10000, as in the EuroSAT release): "
+        "convert it to that",
+    )
+    return resize_bands(arr, size)
 
 
 @DATASETS.register("eurosat_rgb", params=EuroSATRGBParams)

@@ -36,7 +36,6 @@ output depends only on the parameters, and the leading full chunks do not depend
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -44,13 +43,20 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
 from geofl.data.cache import cache_key, cached_arrays
 from geofl.data.lazy import StoredRows
 from geofl.data.store import StoreWriter, cached_store
+from geofl.data.synthetic_sensor import (
+    RESOLUTION_GROUPS,
+    SCALE,
+    band_grid_sides,
+    finish_bands,
+    mix_materials,
+    sensor_state,
+)
 from geofl.data.synthetic_textures import CLASS_MATERIALS, TEXTURES, smooth_noise
 from geofl.rng import torch_generator
 
@@ -59,9 +65,12 @@ __all__ = [
     "MATERIAL_SPECTRA",
     "METADATA_KEYS",
     "SYNTHETIC_CLASSES",
+    "Regions",
     "SyntheticParams",
     "build_synthetic",
+    "draw_regions",
     "generate_synthetic",
+    "material_spectra",
 ]
 
 Tensor = torch.Tensor
@@ -75,7 +84,6 @@ SYNTHETIC_CLASSES: tuple[str, ...] = (
 METADATA_KEYS: tuple[str, ...] = (
     "region", "elevation_mean", "elevation_std", "season", "gsd_m", "lat", "lon",
 )  # fmt: skip
-_SCALE = 10000.0  # stored value = reflectance x _SCALE
 #: Patches per generation chunk (each chunk has its own derived generator).
 CHUNK = 256
 
@@ -116,30 +124,21 @@ MATERIAL_SPECTRA: dict[str, tuple[float, ...]] = {
     "roof_grey":    (0.120, 0.125, 0.135, 0.145, 0.150, 0.155, 0.160, 0.165, 0.168, 0.060, 0.001, 0.190, 0.170),  # noqa: E501
     # dry beach sand
     "sand":         (0.200, 0.220, 0.270, 0.320, 0.350, 0.370, 0.385, 0.400, 0.405, 0.140, 0.001, 0.450, 0.400),  # noqa: E501
+    # needleleaf canopy: darker NIR and SWIR than broadleaf (used by synthetic_multilabel)
+    "conifer":      (0.020, 0.020, 0.040, 0.020, 0.060, 0.150, 0.190, 0.200, 0.210, 0.070, 0.001, 0.100, 0.045),  # noqa: E501
+    # fresh burn scar (char and ash): dark and flat, SWIR above NIR (negative NBR)
+    "charred":      (0.040, 0.040, 0.045, 0.050, 0.055, 0.060, 0.065, 0.070, 0.075, 0.030, 0.001, 0.120, 0.110),  # noqa: E501
 }
 # fmt: on
 
 #: How strongly the season drives each vegetation material towards ``senescent`` (0..1).
 _PHENOLOGY: dict[str, float] = {
     "crop": 1.0, "grass": 0.6, "herbaceous": 0.8, "shrub": 0.5,
-    "orchard_tree": 0.8, "forest": 0.35, "forest_shade": 0.35,
+    "orchard_tree": 0.8, "forest": 0.35, "forest_shade": 0.35, "conifer": 0.1,
 }  # fmt: skip
 _VEGETATION = frozenset(_PHENOLOGY)
-#: Vegetation vigour by season (winter, spring, summer, autumn) and illumination gain.
+#: Vegetation vigour by season (winter, spring, summer, autumn).
 _SEASON_VIGOUR = (0.45, 0.85, 1.0, 0.7)
-_SEASON_GAIN = (0.8, 0.97, 1.05, 0.9)
-_WAVELENGTH_NM = (443, 490, 560, 665, 705, 740, 783, 842, 865, 945, 1375, 1610, 2190)
-#: Rayleigh-like path-reflectance shape (lambda^-4, normalised at B01; B10 is above it all).
-_HAZE_SHAPE = tuple(0.0 if w == 1375 else (443 / w) ** 4 for w in _WAVELENGTH_NM)
-#: Relative sensor noise per band (60 m bands are averages, so quieter; B10 nearly none).
-_NOISE_SHAPE = (0.5, 1.0, 1.0, 1.0, 0.8, 0.8, 0.8, 1.0, 0.8, 0.5, 0.05, 0.8, 0.8)
-#: Band groups by native resolution: (metres, band indices, box size over the previous grid);
-#: a 20 m pixel covers 2x2 10 m pixels, a 60 m pixel 3x3 20 m pixels.
-_RESOLUTION_GROUPS: tuple[tuple[int, tuple[int, ...], int], ...] = (
-    (10, (1, 2, 3, 7), 1),
-    (20, (4, 5, 6, 8, 11, 12), 2),
-    (60, (0, 9, 10), 3),
-)
 
 
 class _Archetype(NamedTuple):
@@ -196,7 +195,9 @@ class SyntheticParams(BaseModel):
     )
 
 
-class _Regions(NamedTuple):
+class Regions(NamedTuple):
+    """Per-region parameters (``R`` regions) drawn by :func:`draw_regions`."""
+
     prior: Tensor  # [R, 10]
     elevation: Tensor  # [R]
     roughness: Tensor  # [R]
@@ -207,7 +208,7 @@ class _Regions(NamedTuple):
     tint: Tensor  # [R, 2] soil brightness, vegetation NIR gain
 
 
-def _regions(params: SyntheticParams) -> _Regions:
+def draw_regions(params: SyntheticParams) -> Regions:
     """Draw the per-region parameters from the archetypes (cycled) and seeded jitter."""
     gen = torch_generator(params.seed, "synthetic", "regions")
     r = params.num_regions
@@ -215,7 +216,7 @@ def _regions(params: SyntheticParams) -> _Regions:
     prior = torch.tensor([a.prior for a in arch]) * torch.exp(
         0.3 * torch.randn(r, len(SYNTHETIC_CLASSES), generator=gen)
     )
-    return _Regions(
+    return Regions(
         prior=prior / prior.sum(1, keepdim=True),
         elevation=torch.tensor([a.elevation_m for a in arch])
         * torch.exp(0.2 * torch.randn(r, generator=gen)),
@@ -228,7 +229,7 @@ def _regions(params: SyntheticParams) -> _Regions:
     )
 
 
-def _spectra(
+def material_spectra(
     materials: tuple[str, ...],
     season: Tensor,
     tint: Tensor,
@@ -268,7 +269,7 @@ def _spectra(
     return spec * nir_gain * soil_gain * torch.exp(level + slope * wl + wiggle)
 
 
-def _draw_context(regions: _Regions, n: int, gen: torch.Generator) -> dict[str, Tensor]:
+def _draw_context(regions: Regions, n: int, gen: torch.Generator) -> dict[str, Tensor]:
     """Labels, regions and per-patch metadata of one chunk (each ``[n]``)."""
     num_classes = len(SYNTHETIC_CLASSES)
     region = torch.randint(0, regions.prior.shape[0], (n,), generator=gen)
@@ -294,68 +295,20 @@ def _draw_context(regions: _Regions, n: int, gen: torch.Generator) -> dict[str, 
     }
 
 
-def _box_mean(x: Tensor, k: int) -> Tensor:
-    """Average ``x`` ``[..., h, w]`` over ``k x k`` blocks (partial blocks at the far edges)."""
-    if k == 2 and x.shape[-1] % 2 == 0 and x.shape[-2] % 2 == 0:  # fast path, no pooling op
-        return (x[..., ::2, ::2] + x[..., 1::2, ::2] + x[..., ::2, 1::2] + x[..., 1::2, 1::2]) / 4
-    return F.avg_pool2d(x, k, ceil_mode=True)
-
-
-def _write_blocks(out: Tensor, bands: tuple[int, ...], src: Tensor, factor: int) -> None:
-    """Nearest-neighbour upsample ``src`` ``[n, len(bands), h, h]`` into ``out[:, bands]``.
-
-    Each source pixel fills a ``factor x factor`` block of ``out`` (uint16 ``[n, 13, S, S]``),
-    as a coarse band resampled onto the 10 m grid; the last block row/column is cut at the
-    patch edge. Writes go through strided views, without a full-size temporary.
-    """
-    n, size = out.shape[0], out.shape[-1]
-    if factor == 1:
-        for j, band in enumerate(bands):
-            out[:, band].copy_(src[:, j])
-        return
-    full = size // factor
-    edge = full * factor
-    for j, band in enumerate(bands):
-        dst, low = out[:, band], src[:, j]
-        if factor == 2 and edge == size:
-            for dy in range(2):
-                for dx in range(2):
-                    dst[:, dy::2, dx::2].copy_(low)
-            continue
-        blocks = dst[:, :edge, :edge].view(n, full, factor, full, factor)
-        blocks.copy_(low[:, :full, None, :full, None].expand(n, full, factor, full, factor))
-        if edge < size:  # partial blocks along the right and bottom edges, and the corner
-            rem = size - edge
-            right = dst[:, :edge, edge:].view(n, full, factor, rem)
-            right.copy_(low[:, :full, None, full : full + 1].expand(n, full, factor, rem))
-            bottom = dst[:, edge:, :edge].view(n, rem, full, factor)
-            bottom.copy_(low[:, full : full + 1, :full, None].expand(n, rem, full, factor))
-            dst[:, edge:, edge:].copy_(low[:, full : full + 1, full : full + 1].expand(n, rem, rem))
-
-
 def _generate_chunk(
-    params: SyntheticParams, regions: _Regions, k: int, out: np.ndarray
+    params: SyntheticParams, regions: Regions, k: int, out: np.ndarray
 ) -> dict[str, Tensor]:
     """Fill ``out`` (uint16 ``[n, 13, S, S]``) with chunk ``k``; return its metadata ``[n]``."""
     gen = torch_generator(params.seed, "synthetic", "chunk", k)
     n, size = out.shape[0], params.size
     ctx = _draw_context(regions, n, gen)
     label, region, season = ctx["labels"], ctx["region"], ctx["season"]
-    # Per-patch sensor/atmosphere state, in units of reflectance x 10000: illumination gain,
-    # B09 water vapour, and the path-reflectance offset (+ 0.5 as the integer cast truncates).
-    gain = torch.tensor(_SEASON_GAIN)[season] * torch.exp(
-        params.illumination_jitter * torch.randn(n, generator=gen)
+    gain, vapour, offset = sensor_state(
+        params.illumination_jitter, params.haze, regions.haze[region], season, gen
     )
-    vapour = torch.exp(0.15 * torch.randn(n, generator=gen))
-    haze = params.haze * (regions.haze[region] + 0.04 * torch.rand(n, generator=gen))
-    offset = (0.05 + haze).view(n, 1) * torch.tensor(_HAZE_SHAPE)  # [n, 13]
-    offset[:, 10] = 0.0008 + 0.002 * torch.rand(n, generator=gen)  # thin cirrus only
-    offset = offset * _SCALE + 0.5
-    sides = [size]
-    for _, _, pool in _RESOLUTION_GROUPS[1:]:
-        sides.append(math.ceil(sides[-1] / pool))
+    sides = band_grid_sides(size)
     groups = [
-        torch.empty(n, len(g[1]), s, s) for g, s in zip(_RESOLUTION_GROUPS, sides, strict=True)
+        torch.empty(n, len(g[1]), s, s) for g, s in zip(RESOLUTION_GROUPS, sides, strict=True)
     ]
 
     for c in range(len(SYNTHETIC_CLASSES)):
@@ -366,29 +319,15 @@ def _generate_chunk(
         weights = TEXTURES[c](b, size, 10.0 / ctx["gsd_m"][idx], gen)  # [b, M, S, S]
         wobble = smooth_noise(b, size, 12.0, gen).mul_(params.brightness_texture).add_(1.0)
         weights = weights.mul_(wobble.unsqueeze(1))
-        spec = _spectra(
+        spec = material_spectra(
             CLASS_MATERIALS[c], season[idx], regions.tint[region[idx]], params.spectral_jitter, gen
         )
-        spec = spec * (gain[idx] * _SCALE).view(b, 1, 1)
+        spec = spec * (gain[idx] * SCALE).view(b, 1, 1)
         spec[:, :, 9] *= vapour[idx].view(b, 1)
         spec[:, :, 10] = 0.0
-        m = weights.shape[1]
-        for (_, bands, pool), side, dest in zip(_RESOLUTION_GROUPS, sides, groups, strict=True):
-            if pool > 1:  # box-average the weights onto the band's coarser grid
-                weights = _box_mean(weights, pool)
-            sel = list(bands)
-            refl = torch.baddbmm(
-                offset[idx][:, sel].unsqueeze(-1),
-                spec[:, :, sel].transpose(1, 2),
-                weights.reshape(b, m, -1),
-            )
-            dest[idx] = refl.view(b, len(bands), side, side)
-
-    out_t = torch.from_numpy(out)
-    for (res, bands, _), dest in zip(_RESOLUTION_GROUPS, groups, strict=True):
-        std = params.noise_std * _SCALE * torch.tensor([_NOISE_SHAPE[i] for i in bands])
-        dest.addcmul_(torch.randn(dest.shape, generator=gen), std.view(1, -1, 1, 1))
-        _write_blocks(out_t, bands, dest.clamp_(0.5, _SCALE + 0.5), res // 10)
+        for dest, refl in zip(groups, mix_materials(weights, spec, offset[idx]), strict=True):
+            dest[idx] = refl
+    finish_bands(params.noise_std, groups, out, gen)
     return ctx
 
 
@@ -411,7 +350,7 @@ def generate_synthetic(
         ``lat``, ``lon`` (float32).
     """
     n, size = params.num_samples, params.size
-    regions = _regions(params)
+    regions = draw_regions(params)
     rows = n if sink is None else min(n, CHUNK)  # the whole array, or one chunk's buffer
     images = np.empty((rows, 13, size, size), dtype=np.uint16)
     parts: dict[str, list[np.ndarray]] = {}
@@ -442,7 +381,7 @@ def _stored_synthetic(params: SyntheticParams, cache_dir: Path) -> ArrayDataset:
     key = cache_key("synthetic-v1", params.model_dump())
     arrays, _ = cached_store(cache_dir, key, build, meta)
     return ArrayDataset(
-        inputs=StoredRows(arrays["images"], scale=_SCALE),
+        inputs=StoredRows(arrays["images"], scale=SCALE),
         targets=torch.from_numpy(np.array(arrays["labels"], dtype=np.int64)),
         classes=SYNTHETIC_CLASSES,
         bands=SENTINEL2_BANDS,
@@ -477,7 +416,7 @@ def build_synthetic(
     images = torch.empty(raw.shape, dtype=torch.float32)
     for lo in range(0, raw.shape[0], CHUNK):
         images[lo : lo + CHUNK] = torch.from_numpy(raw[lo : lo + CHUNK].astype(np.float32))
-    images.div_(_SCALE)
+    images.div_(SCALE)
     return ArrayDataset(
         inputs=images,
         targets=torch.from_numpy(arrays["labels"].astype(np.int64)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,6 +23,7 @@ from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
+from geofl.errors import ConfigError
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
 from geofl.rng import torch_generator
@@ -31,17 +33,37 @@ from geofl.server.sampling import SAMPLERS, ClientSampler
 from geofl.server.strategy import Strategy
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import WEIGHTINGS
+from geofl.tasks.base import TASKS, Task
 
-__all__ = ["PreparedData", "RunComponents", "build_components", "client_datasets"]
+__all__ = [
+    "PreparedData",
+    "RunComponents",
+    "build_components",
+    "build_task",
+    "check_model_inputs",
+    "client_datasets",
+    "model_dims",
+]
 
 
 @dataclass(frozen=True)
 class PreparedData:
-    """The global split of one seed, normalised with train statistics."""
+    """The global split of one seed, normalised with train statistics.
+
+    Attributes:
+        train: Train split (partitioned over clients).
+        val: Validation split.
+        test: Test split.
+        mean: ``[1, C, 1, 1]`` float32 per-band mean subtracted from every split, or None
+            when the inputs were not normalised (``data.normalize: none``).
+        std: ``[1, C, 1, 1]`` float32 per-band std every split was divided by, or None.
+    """
 
     train: ArrayDataset
     val: ArrayDataset
     test: ArrayDataset
+    mean: torch.Tensor | None = None
+    std: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +71,7 @@ class RunComponents:
     """Everything a scheduler needs for one (method, seed) run.
 
     Attributes:
+        task: The learning task (loss, metrics, primary metric, label summary).
         workspace: The model whose flat vector clients train and the server evaluates.
         program: The client step's fixed parts.
         strategy: The server half of the algorithm.
@@ -58,6 +81,7 @@ class RunComponents:
         clients: Local data of every client, indexed by id.
     """
 
+    task: Task
     workspace: FlatModel
     program: ClientProgram
     strategy: Strategy
@@ -67,25 +91,82 @@ class RunComponents:
     clients: list[ClientData]
 
 
-def client_datasets(data: PreparedData, partition: Partition) -> list[ClientData]:
-    """Each client's slice of the train split, with its label histogram and mean GSD.
+def build_task(cfg: ExperimentConfig, num_classes: int, train_targets: Any) -> Task:
+    """The configured task, fitted on the train split's targets only.
+
+    Args:
+        cfg: The experiment (its ``task`` section).
+        num_classes: C, the dataset's number of class (label, target) names.
+        train_targets: The train split's targets.
+
+    Raises:
+        ConfigError: naming ``task.name`` when the targets do not fit the task (the
+            task's builder checks them).
+    """
+    return TASKS.build(
+        cfg.task.name, cfg.task.params, num_classes=num_classes, train_targets=train_targets
+    )
+
+
+#: Model traits naming the inputs a model family takes.
+IMAGE_MODEL, TABULAR_MODEL = "images", "tabular"
+
+
+def check_model_inputs(cfg: ExperimentConfig, ds: ArrayDataset) -> None:
+    """Refuse a model family that cannot take the dataset's inputs.
+
+    Model registrations state their inputs as a trait (``images`` for ``[N, C, H, W]``,
+    ``tabular`` for ``[N, F]``); a model stating neither is not checked.
+
+    Raises:
+        ConfigError: naming ``model.name``: tabular features with an image model (a CNN),
+            or images with a tabular model (an MLP).
+    """
+    traits = MODELS.traits(cfg.model.name)
+    shape = "x".join(str(s) for s in ds.inputs.shape)
+    if ds.inputs.ndim == 2 and IMAGE_MODEL in traits:
+        raise ConfigError(
+            "model.name",
+            f"{cfg.model.name} takes images [N, C, H, W], but dataset {ds.name!r} holds "
+            f"tabular features [{shape}]; use a tabular model such as model: {{name: mlp}}",
+        )
+    if ds.inputs.ndim == 4 and TABULAR_MODEL in traits:
+        raise ConfigError(
+            "model.name",
+            f"{cfg.model.name} takes tabular features [N, F], but dataset {ds.name!r} holds "
+            f"images [{shape}]; use an image model such as small_cnn or resnet18",
+        )
+
+
+def client_datasets(data: PreparedData, partition: Partition, task: Task) -> list[ClientData]:
+    """Each client's slice of the train split, with its label summary
+    (:meth:`~geofl.tasks.base.Task.label_summary`) and mean GSD.
 
     In-memory inputs are copied per client; stored inputs (``data.cache: mmap``) become an
     index view of the one shared store, read per mini-batch.
     """
     train = data.train
     gsd = partition.client_means(train.metadata.get("gsd_m"))
-    return [
-        ClientData(
-            k,
-            take_rows(train.inputs, idx),
-            train.targets[idx],
-            partition.histograms[k],
-            classes=tuple(train.classes),
-            gsd_m=gsd[k],
+    out = []
+    for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices):
+        targets = task.collate(train.targets, idx)
+        out.append(
+            ClientData(
+                k,
+                take_rows(train.inputs, idx),
+                targets,
+                task.label_summary(targets),
+                classes=tuple(train.classes),
+                gsd_m=gsd[k],
+            )
         )
-        for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices)
-    ]
+    return out
+
+
+def model_dims(data: PreparedData, task: Task) -> tuple[int, int]:
+    """``(in_channels, num_outputs)`` of the model a run of ``task`` on ``data`` builds
+    (features for tabular inputs, bands for images; the task's output width)."""
+    return len(data.train.bands), task.num_outputs
 
 
 def build_components(
@@ -107,11 +188,13 @@ def build_components(
         state_dir: Where memory-mapped client state lives (``federation.client_state:
             mmap``); ignored for in-memory state.
     """
+    task = build_task(cfg, data.train.num_classes, data.train.targets)
+    in_channels, num_outputs = model_dims(data, task)
     model = MODELS.build(
         cfg.model.name,
         cfg.model.params,
-        in_channels=len(data.train.bands),
-        num_classes=data.train.num_classes,
+        in_channels=in_channels,
+        num_classes=num_outputs,
         generator=torch_generator(seed, "model_init"),
     )
     workspace = FlatModel(model)
@@ -126,7 +209,11 @@ def build_components(
     algorithm = ALGORITHMS.build(method.algorithm.name, method.algorithm.params, ctx=ctx)
     program = ClientProgram(
         trainer=LOCAL_TRAINERS.build(
-            method.trainer.name, method.trainer.params, workspace=workspace, train=train
+            method.trainer.name,
+            method.trainer.params,
+            workspace=workspace,
+            train=train,
+            task=task,
         ),
         train=train,
         algorithm=algorithm.client,
@@ -139,6 +226,7 @@ def build_components(
         path=state_dir if fed.client_state == "mmap" else None,
     )
     return RunComponents(
+        task=task,
         workspace=workspace,
         program=program,
         strategy=algorithm.strategy,
@@ -147,5 +235,5 @@ def build_components(
             fed.sampling.name, fed.sampling.params, participation=fed.participation
         ),
         network=NETWORK_MODELS.build(method.network.name, method.network.params),
-        clients=client_datasets(data, partition),
+        clients=client_datasets(data, partition, task),
     )

@@ -1,43 +1,47 @@
-"""Batched evaluation of a model on a held-out split."""
+"""Batched evaluation of a model on a held-out split, through the task's accumulator."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from geofl.data.base import Inputs
-from geofl.tasks.metrics import Metrics, confusion_matrix, metrics_from_confusion
+from geofl.tasks.base import SplitMetrics, Task
 
 __all__ = ["evaluate"]
 
 
 def evaluate(
     model: nn.Module,
-    images: Inputs,
-    labels: torch.Tensor,
-    num_classes: int,
+    inputs: Inputs,
+    targets: Any,
+    task: Task,
     batch_size: int = 1024,
-) -> Metrics:
-    """Accuracy, macro-F1, per-class accuracy and mean cross-entropy.
+) -> SplitMetrics:
+    """The task's metrics of ``model`` on one split.
+
+    Batches are contiguous slices in order; each adds its output, its targets and its
+    summed loss to one accumulator (:meth:`~geofl.tasks.base.Task.accumulator`).
 
     Args:
-        model: Classifier; put in eval mode for the call and restored afterwards.
-        images: ``[N, C, H, W]`` float32, in memory or stored (read per batch).
-        labels: ``[N]`` int64.
-        num_classes: C.
+        model: The model; put in eval mode for the call and restored afterwards.
+        inputs: ``[N, C, H, W]`` images or ``[N, F]`` features, float32, in memory or
+            stored (read per batch).
+        targets: The split's targets (``[N]`` class ids, ``[N, C]`` multi-hot, ...).
+        task: The learning task.
         batch_size: Evaluation batch size.
     """
     was_training = model.training
     model.eval()
-    cm = torch.zeros(num_classes, num_classes, dtype=torch.long)
-    loss_sum = 0.0
+    acc = task.accumulator()
+    n = int(inputs.shape[0])
     with torch.inference_mode():
-        for start in range(0, labels.shape[0], batch_size):
-            x = images[start : start + batch_size]
-            y = labels[start : start + batch_size]
-            logits = model(x)
-            loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
-            cm += confusion_matrix(y, logits.argmax(dim=1), num_classes)
+        for start in range(0, n, batch_size):
+            x = inputs[start : start + batch_size]
+            y = task.collate(targets, torch.arange(start, min(start + batch_size, n)))
+            output = model(x)
+            acc.update(output, y, task.loss_sum(output, y))
     model.train(was_training)
-    return metrics_from_confusion(cm, loss_sum)
+    return acc.compute()

@@ -26,63 +26,72 @@ from geofl.data.cache import check_cache_dir, default_cache_dir
 from geofl.data.lazy import StoredRows
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
-from geofl.engine.components import PreparedData
+from geofl.data.targets import label_codes
+from geofl.engine.components import PreparedData, build_task, check_model_inputs
+from geofl.engine.export import model_spec
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
 from geofl.errors import ConfigError, RunDirError
 from geofl.events import Subscriber
 from geofl.io import write_json_atomic, write_text_atomic
+from geofl.models.spec import MODEL_SPEC_FILE, write_model_spec
+from geofl.records import TaskInfo
 from geofl.rng import numpy_generator
 from geofl.rundir import LOCK_FILE, lock_run_dir, seed_dir
 
-__all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment"]
+__all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment", "task_info"]
 
 log = logging.getLogger("geofl")
 
 
 def load_dataset(cfg: ExperimentConfig) -> ArrayDataset:
     """Build (or load from cache) the configured dataset and select its bands."""
+    return _build_dataset(cfg).select_bands(cfg.data.bands)
+
+
+def _build_dataset(cfg: ExperimentConfig) -> ArrayDataset:
+    """The configured dataset with all its bands (built, or loaded from the cache)."""
     plugins.load_all()
     cache = Path(cfg.data.cache_dir or default_cache_dir()).expanduser()
     check_cache_dir(cache)  # before any decoding
     if cfg.data.cache == "memory":  # builders from other packages need not know the mode
-        ds = plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
-        return ds.select_bands(cfg.data.bands)
+        return plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
     factory = plugins.DATASETS.entry(cfg.data.dataset).factory
     if "cache_mode" not in inspect.signature(factory).parameters:
         raise ConfigError(
             "data.cache",
             f"dataset {cfg.data.dataset!r} has no memory-mapped store; use data.cache: memory",
         )
-    ds = plugins.DATASETS.build(
+    return plugins.DATASETS.build(
         cfg.data.dataset, cfg.data.params, cache_dir=cache, cache_mode=cfg.data.cache
     )
-    return ds.select_bands(cfg.data.bands)
 
 
 def prepare_split(
     ds: ArrayDataset, cfg: ExperimentConfig, seed: int, split: Split | None = None
 ) -> PreparedData:
-    """Global train/val/test split for ``seed``, standardised per band with train stats.
+    """Global train/val/test split for ``seed`` (stratified by the label attribute of
+    :mod:`geofl.data.targets`), standardised per band (per feature for tabular inputs)
+    with train statistics.
 
     In-memory inputs are standardised in place; stored inputs (``data.cache: mmap``) get
     the same statistics (bit-identical up to ``EXACT_STATS_BYTES`` of train data, see
-    :meth:`~geofl.data.lazy.StoredRows.channel_mean_std`) applied per batch.
+    :meth:`~geofl.data.lazy.StoredRows.channel_mean_std`) applied per batch. Either way
+    ``mean``/``std`` travel in the result (for ``model.json``).
     """
     if split is None:
-        split = stratified_split(ds.targets.numpy(), cfg.data.split, seed)
+        split = stratified_split(split_labels(ds), cfg.data.split, seed)
     train, val, test = ds.subset(split.train), ds.subset(split.val), ds.subset(split.test)
     if cfg.data.normalize != "standardize":
         return PreparedData(train, val, test)
+    mean, std = train.input_stats()  # one pass over a store; the views apply it per batch
     if isinstance(train.inputs, StoredRows):
-        mean, std = train.inputs.channel_mean_std()  # one pass; the views apply it per batch
-        return PreparedData(*(standardized_view(p, mean, std) for p in (train, val, test)))
-    mean = train.inputs.mean(dim=(0, 2, 3), keepdim=True)
-    std = train.inputs.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+        train, val, test = (standardized_view(p, mean, std) for p in (train, val, test))
+        return PreparedData(train, val, test, mean, std)
     for part in (train, val, test):
         assert isinstance(part.inputs, torch.Tensor)
         part.inputs.sub_(mean).div_(std)
-    return PreparedData(train, val, test)
+    return PreparedData(train, val, test, mean, std)
 
 
 def build_partition(
@@ -101,14 +110,21 @@ def build_partition(
         cfg.federation.num_clients,
         ds.num_classes,
         numpy_generator(seed, "partition"),
+        kind=ds.target_kind,
     )
+
+
+def split_labels(ds: ArrayDataset) -> np.ndarray:
+    """``[N]`` int64 label attribute that stratifies the split (class ids; the rarest
+    present label of multi-hot targets; a quantile bin of real targets)."""
+    return label_codes(ds.targets.numpy(), ds.target_kind)
 
 
 def _partition_json(
     p: Partition, ds: ArrayDataset, method: MethodConfig, train_index: np.ndarray
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "classes": list(ds.classes),
+        "classes": list(ds.histogram_columns()),  # the histogram's columns (bins for real)
         "histograms": p.histograms,
         "sizes": p.sizes,
         "partitioner": method.partition.name,
@@ -150,11 +166,16 @@ def run_experiment(
     out_dir = Path(out_dir)
     resolved = cfg.model_dump(mode="json")
     _check_out_dir(out_dir, resolved, resume)
-    ds = load_dataset(cfg)
-    # Validate every split and partition before anything is written.
-    labels = ds.targets.numpy()
+    full = _build_dataset(cfg)
+    ds, dataset_bands = full.select_bands(cfg.data.bands), full.bands
+    del full
+    # Validate the task and model against the data, then every split and partition,
+    # before anything is written.
+    task = task_info(cfg, ds)
+    labels = split_labels(ds)
     splits = {seed: stratified_split(labels, cfg.data.split, seed) for seed in cfg.seeds}
-    _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
+    if ds.target_kind in ("class", "binary"):
+        _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
     partitions: dict[int, dict[str, Partition]] = {
         seed: {m.name: build_partition(cfg, m, ds, splits[seed].train, seed) for m in cfg.methods}
         for seed in cfg.seeds
@@ -165,7 +186,7 @@ def run_experiment(
     created = not out_dir.exists()
     with lock_run_dir(out_dir):
         try:
-            _write_header(cfg, out_dir, resolved)
+            _write_header(cfg, out_dir, resolved, task)
             for seed in cfg.seeds:
                 data = prepare_split(ds, cfg, seed, splits[seed])
                 for method in cfg.methods:
@@ -177,6 +198,9 @@ def run_experiment(
                     write_json_atomic(
                         sdir / "partition.json",
                         _partition_json(part, ds, method, splits[seed].train),
+                    )
+                    write_model_spec(
+                        sdir / MODEL_SPEC_FILE, model_spec(cfg, method, seed, data, dataset_bands)
                     )
                     run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
                     run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
@@ -191,6 +215,21 @@ def run_experiment(
 
     write_summary(out_dir)
     return out_dir
+
+
+def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
+    """Check that the task fits the dataset's targets and the model its inputs; what the
+    reports need to know of the task.
+
+    The task is built on the whole dataset's targets here only to check them (each seed's
+    run builds its own from its train split).
+
+    Raises:
+        ConfigError: naming ``task.name`` or ``model.name`` (one line, exit 2 in the CLI).
+    """
+    check_model_inputs(cfg, ds)
+    task = build_task(cfg, ds.num_classes, ds.targets)
+    return TaskInfo(task.name, task.primary_metric, task.direction)
 
 
 def _resume_identity(cfg: Any) -> Any:
@@ -249,7 +288,9 @@ def _warn_degenerate(train_labels: np.ndarray, classes: Sequence[str]) -> None:
         )
 
 
-def _write_header(cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any]) -> None:
+def _write_header(
+    cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any], task: TaskInfo
+) -> None:
     write_text_atomic(
         out_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
     )
@@ -277,5 +318,6 @@ def _write_header(cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any]
             "numpy": np.__version__,
             "paper": {k: v.model_dump() for k, v in cfg.paper.items()},
             "figures": [f.model_dump() for f in cfg.figures],
+            "task": task.to_json(),
         },
     )

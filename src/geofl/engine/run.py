@@ -40,8 +40,8 @@ from geofl.io import (
     write_text_atomic,
 )
 from geofl.privacy.accounting import ACCOUNTANTS, dp_event_from_log, epsilon_summary
-from geofl.records import RoundRecord, read_rounds
-from geofl.tasks.metrics import Metrics
+from geofl.records import RoundRecord, metrics_to_json, read_rounds
+from geofl.tasks.base import SplitMetrics
 
 __all__ = ["FederatedRun"]
 
@@ -103,15 +103,15 @@ class FederatedRun:
         self.comps.store.commit()
         return out.params, out.record
 
-    def evaluate(self, params: torch.Tensor) -> dict[str, Metrics]:
+    def evaluate(self, params: torch.Tensor) -> dict[str, SplitMetrics]:
         """Val and test metrics of ``params``."""
         self.workspace.load(params)
         bs = self.cfg.eval.batch_size
         model = self.workspace.module
-        d, c = self.data, self.data.train.num_classes
+        d, task = self.data, self.comps.task
         return {
-            "val": evaluate(model, d.val.inputs, d.val.targets, c, bs),
-            "test": evaluate(model, d.test.inputs, d.test.targets, c, bs),
+            "val": evaluate(model, d.val.inputs, d.val.targets, task, bs),
+            "test": evaluate(model, d.test.inputs, d.test.targets, task, bs),
         }
 
     # ------------------------------------------------------------------ whole run
@@ -136,7 +136,16 @@ class FederatedRun:
         out.mkdir(parents=True, exist_ok=True)
         rounds = self.cfg.federation.rounds
         params, start, best, wall_before = self._start(resume, rebuild_log)
-        info = RunInfo(self.method.name, self.seed, rounds, start, len(self.clients), out, self.dim)
+        info = RunInfo(
+            self.method.name,
+            self.seed,
+            rounds,
+            start,
+            len(self.clients),
+            out,
+            self.dim,
+            primary_metric=self.comps.task.primary_metric,
+        )
         for sub in self.subscribers:
             sub.on_run_start(info)
         t_run = time.perf_counter()
@@ -175,9 +184,17 @@ class FederatedRun:
         record = replace(record, val=metrics["val"], test=metrics["test"])
         record.time_s["eval"] = time.perf_counter() - t_eval
         val, test = metrics["val"], metrics["test"]
-        val_acc = val["accuracy"] if val["n"] else test["accuracy"]
-        if best is None or val_acc > best["val_accuracy"]:
-            best = {"round": r, "val_accuracy": val_acc, "val": val, "test": test}
+        task = self.comps.task
+        key = f"val_{task.primary_metric}"
+        # Without a validation split (eval on val of size 0), select on test.
+        score = (val if val.n else test).values[task.primary_metric]
+        if best is None or _better(score, best[key], task.direction):
+            best = {
+                "round": r,
+                key: score,
+                "val": metrics_to_json(val),
+                "test": metrics_to_json(test),
+            }
             _torch_save_atomic(self.out_dir / "best.pt", {"round": r, "params": params})
         return record, best
 
@@ -249,7 +266,10 @@ class FederatedRun:
         last = records[-1]
         final: dict[str, Any] = {
             "diverged": divergence(records),
-            "final": {"val": last.val, "test": last.test},
+            "final": {
+                split: None if m is None else metrics_to_json(m)
+                for split, m in (("val", last.val), ("test", last.test))
+            },
             "best_val": best,
             "rounds": self.cfg.federation.rounds,
             "num_clients": len(self.clients),
@@ -282,6 +302,11 @@ class FederatedRun:
         )
 
 
+def _better(score: float, best: float, direction: str) -> bool:
+    """Whether ``score`` improves on ``best`` (a NaN score never does, as before)."""
+    return score > best if direction == "max" else score < best
+
+
 def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     write_text_atomic(path, "".join(dumps_line(r) + "\n" for r in records), sync=True)
 
@@ -307,13 +332,13 @@ def divergence(records: Sequence[RoundRecord]) -> str | None:
             return f"round {rec.round}: training loss is not finite"
         if rec.test is None:
             continue
-        loss = rec.test.get("loss")
-        if loss is None or not math.isfinite(float(loss)):
+        loss = rec.test.values.get("loss", math.nan)
+        if not math.isfinite(loss):
             return f"round {rec.round}: test loss is not finite"
-        first = float(loss) if first is None else first
-    evaluated = [r for r in records if r.test is not None]
+        first = loss if first is None else first
+    evaluated = [r.test for r in records if r.test is not None]
     if first is not None and evaluated:
-        final = float(evaluated[-1].test["loss"])  # type: ignore[index]
+        final = evaluated[-1].values["loss"]
         if final > DIVERGENCE_FACTOR * first:
             return (
                 f"final test loss {final:.3g} exceeds {DIVERGENCE_FACTOR:g}× the first "

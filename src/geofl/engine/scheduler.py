@@ -13,6 +13,7 @@ Every random draw comes from a generator derived from (seed, round, client, purp
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -247,7 +248,8 @@ class SyncScheduler:
         metas = batch.metas
         n = np.array([m.num_samples for m in metas], dtype=np.float64)
         losses = np.array([m.train_loss for m in metas])
-        accs = np.array([m.train_accuracy for m in metas])
+        primary = self.c.task.primary_metric
+        train = np.array([m.train_metrics.get(primary, math.nan) for m in metas])
         trained = len(cohort.clients) - len(excluded)
         return RoundRecord(
             round=round_idx,
@@ -259,7 +261,7 @@ class SyncScheduler:
             cohort=list(cohort.clients),
             sampling={"scheme": cohort.scheme, "rate": cohort.rate},
             train_loss=float(n @ losses / n.sum()) if metas else None,
-            train_accuracy=float(n @ accs / n.sum()) if metas else None,
+            train_metrics={primary: float(n @ train / n.sum()) if metas else None},
             bytes_up=int(sum(m.bytes_sent for m in metas)),
             bytes_down=trained * (self.dim * 4 + got.payload_bytes),
             aggregation_error=error,

@@ -147,7 +147,7 @@ class GovernanceProcess:
         weights = dict(zip(participants, record.weights, strict=False))
         norms = dict(zip(participants, record.update_norms, strict=False))
         r = record.round
-        acc = None if record.val is None else record.val.get("accuracy")
+        acc = None if record.val is None else record.val.values.get("accuracy")
         val = float(acc) if acc is not None and math.isfinite(float(acc)) else None
         prev = self._prev_val
         gain = None if val is None or prev is None or prev[0] != r - 1 else val - prev[1]

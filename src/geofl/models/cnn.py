@@ -64,7 +64,7 @@ class SmallCNN(nn.Module):
         return out
 
 
-@MODELS.register("small_cnn", params=SmallCNNParams)
+@MODELS.register("small_cnn", params=SmallCNNParams, traits=("images",))
 def build_small_cnn(
     params: SmallCNNParams, *, in_channels: int, num_classes: int, generator: torch.Generator
 ) -> nn.Module:

@@ -1,22 +1,50 @@
-"""ResNet-18 adapted to small remote-sensing patches and any number of input bands.
+"""ResNet-18 in torchvision's layout, for any number of bands, GroupNorm by default.
 
-Following the usual adaptation for 32–64 px inputs, the 7×7/2 stem and its max-pool are
-replaced by one 3×3/1 convolution, so a 64×64 patch reaches the last stage at 8×8 instead of
-2×2. Stage widths 64/128/256/512 with two basic blocks each (He et al., 2016). No
-torchvision dependency.
+The module tree is that of ``torchvision.models.resnet18(weights=None, num_classes=...)``
+(``torchvision.models.resnet.ResNet`` with ``BasicBlock`` and ``[2, 2, 2, 2]``), so the
+state-dict names are torchvision's — ``conv1.weight``, ``bn1.weight``,
+``layer1.0.conv1.weight``, ``layer2.0.downsample.0.weight``, …, ``fc.weight`` — the names
+that torchvision, timm and torchgeo's Sentinel-2 ResNet-18 weights use (there, ``conv1``
+takes 13 bands). With ``norm: batch`` the state dict equals torchvision's name for name
+and shape for shape; with ``norm: group`` the normalisation layers keep their names
+(``bn1``, ``downsample.1``) and lose the running statistics; with ``norm: none`` they are
+identities and have no entries. ``tests/models/test_resnet.py`` checks names, shapes and
+logits against a reference written from torchvision 0.28.0's own ``models/resnet.py``.
+
+Why the classes are written out rather than imported: torchvision 0.28.0 (the release of
+torch 2.13.0) is published on PyPI only as a CUDA build (``0.28.0+cu130``), which cannot be
+imported next to this project's CPU build of torch (``operator torchvision::nms does not
+exist``); its CPU build lives only on PyTorch's own wheel index. The two classes below are
+torchvision's ``BasicBlock`` and ``ResNet`` restricted to ResNet-18 (no groups, dilation or
+bottlenecks), with three changes: ``conv1`` takes ``in_channels`` bands; an optional small
+stem; and seeded initialisation (torchvision initialises from the global RNG).
+
+Stem, for an input ``[B, in_channels, H, W]``:
+
+* default (torchvision's): 7×7/2 conv → norm → ReLU → 3×3/2 max-pool, so ``layer1`` sees
+  ``[B, 64, H/4, W/4]`` and ``layer4`` ``[B, 512, H/32, W/32]`` (2×2 for 64 px);
+* ``small_input_stem`` (for ≤ 64 px patches, the usual CIFAR/EuroSAT adaptation): 3×3/1
+  conv → norm → ReLU, no max-pool (``maxpool`` is an identity), so ``layer1`` sees
+  ``[B, 64, H, W]`` and ``layer4`` ``[B, 512, H/8, W/8]`` (8×8 for 64 px; 16× the FLOPs).
+
+GroupNorm uses ``norm_groups`` groups (32 by default, Wu & He 2018) in every layer: the
+widths 64/128/256/512 are all multiples of 64, so any divisor of 64 splits each layer evenly.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
 from geofl.models.base import MODELS
 from geofl.models.init import init_parameters
 from geofl.models.norm import Norm, make_norm
+from geofl.models.weights import load_weights, read_state_dict
 
-__all__ = ["ResNet18", "ResNetParams"]
+__all__ = ["BasicBlock", "ResNet18", "ResNetParams", "build_resnet18", "init_resnet"]
 
 
 class ResNetParams(BaseModel):
@@ -24,88 +52,188 @@ class ResNetParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    width: int = Field(64, ge=4, description="channels of the first stage (64 in ResNet-18)")
     norm: Norm = Field("group", description="normalisation layer: group, batch or none")
+    norm_groups: int = Field(32, ge=1, le=64, description="GroupNorm groups; must divide 64")
     small_input_stem: bool = Field(
-        True, description="3×3/1 stem without max-pool (for ≤ 64 px patches)"
+        False, description="3×3/1 stem without max-pool (for ≤ 64 px patches)"
     )
+    weights: str | None = Field(
+        None,
+        description="initial weights: path of a local state dict or checkpoint "
+        "(torchvision/timm/torchgeo ResNet-18 layout)",
+    )
+
+    @field_validator("norm_groups")
+    @classmethod
+    def _groups_divide_widths(cls, value: int) -> int:
+        if 64 % value:
+            raise ValueError(f"{value} does not divide 64; use 1, 2, 4, 8, 16, 32 or 64")
+        return value
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_file_holds_a_state_dict(cls, value: str | None) -> str | None:
+        """At config load: the file exists and holds a state dict (shapes: at build)."""
+        if value is None:
+            return value
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise ValueError(
+                f"no file {value!r}; give the path of a state dict saved with torch.save"
+            )
+        read_state_dict(path)
+        return value
 
 
 class BasicBlock(nn.Module):
-    """Two 3×3 convolutions with an identity (or 1×1 projection) shortcut."""
+    """torchvision's ``BasicBlock``: two 3×3 convs and an identity or 1×1 shortcut.
 
-    def __init__(self, c_in: int, c_out: int, stride: int, norm: Norm) -> None:
+    ``[B, inplanes, H, W]`` → ``[B, planes, H/stride, W/stride]``. Submodules ``conv1``,
+    ``bn1``, ``relu``, ``conv2``, ``bn2`` and ``downsample`` (None, or 1×1 conv + norm).
+    """
+
+    expansion: int = 1
+
+    def __init__(
+        self,
+        inplanes: int,
+        planes: int,
+        stride: int = 1,
+        downsample: nn.Module | None = None,
+        *,
+        norm: Norm = "group",
+        groups: int = 32,
+    ) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
-        self.n1 = make_norm(norm, c_out)
-        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
-        self.n2 = make_norm(norm, c_out)
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(c_in, c_out, 1, stride, bias=False), make_norm(norm, c_out)
-            )
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = make_norm(norm, planes, groups)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = make_norm(norm, planes, groups)
+        self.downsample = downsample
+        self.stride = stride
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, c_in, H, W]`` → ``[B, c_out, H/stride, W/stride]``."""
-        out = torch.relu(self.n1(self.conv1(x)))
-        return torch.relu(self.n2(self.conv2(out)) + self.shortcut(x))
+        """``[B, inplanes, H, W]`` → ``[B, planes, H/stride, W/stride]``."""
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += identity
+        result: torch.Tensor = self.relu(out)
+        return result
 
 
 class ResNet18(nn.Module):
-    """ResNet-18 for ``[B, in_channels, H, W]`` patches → logits ``[B, num_classes]``."""
+    """ResNet-18 for ``[B, in_channels, H, W]`` patches → logits ``[B, num_classes]``.
+
+    Args:
+        in_channels: Input bands (``conv1``'s input channels).
+        num_classes: Output logits (``fc``'s output features).
+        norm: ``group`` (default), ``batch`` or ``none``.
+        groups: GroupNorm groups per layer (a divisor of 64).
+        small_input_stem: 3×3/1 ``conv1`` and no max-pool instead of 7×7/2 + max-pool.
+    """
 
     def __init__(
         self,
         in_channels: int,
         num_classes: int,
         *,
-        width: int = 64,
         norm: Norm = "group",
-        small_input_stem: bool = True,
+        groups: int = 32,
+        small_input_stem: bool = False,
     ) -> None:
         super().__init__()
+        self.inplanes = 64
         if small_input_stem:
-            self.stem = nn.Sequential(
-                nn.Conv2d(in_channels, width, 3, 1, 1, bias=False),
-                make_norm(norm, width),
-                nn.ReLU(inplace=True),
-            )
+            self.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
         else:
-            self.stem = nn.Sequential(
-                nn.Conv2d(in_channels, width, 7, 2, 3, bias=False),
-                make_norm(norm, width),
-                nn.ReLU(inplace=True),
-                nn.MaxPool2d(3, 2, 1),
+            self.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
+        self.bn1 = make_norm(norm, 64, groups)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool: nn.Module = nn.Identity() if small_input_stem else nn.MaxPool2d(3, 2, 1)
+        self.layer1 = self._make_layer(64, 1, norm, groups)
+        self.layer2 = self._make_layer(128, 2, norm, groups)
+        self.layer3 = self._make_layer(256, 2, norm, groups)
+        self.layer4 = self._make_layer(512, 2, norm, groups)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512 * BasicBlock.expansion, num_classes)
+
+    def _make_layer(self, planes: int, stride: int, norm: Norm, groups: int) -> nn.Sequential:
+        """Two basic blocks; the first projects the shortcut when the shape changes."""
+        downsample = None
+        if stride != 1 or self.inplanes != planes:
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes, 1, stride, bias=False),
+                make_norm(norm, planes, groups),
             )
-        stages: list[nn.Module] = []
-        c_in = width
-        for i in range(4):
-            c_out = width * 2**i
-            stride = 1 if i == 0 else 2
-            stages += [BasicBlock(c_in, c_out, stride, norm), BasicBlock(c_out, c_out, 1, norm)]
-            c_in = c_out
-        self.stages = nn.Sequential(*stages)
-        self.head = nn.Linear(c_in, num_classes)
+        first = BasicBlock(self.inplanes, planes, stride, downsample, norm=norm, groups=groups)
+        self.inplanes = planes
+        return nn.Sequential(first, BasicBlock(planes, planes, norm=norm, groups=groups))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, num_classes]`` (input moved to channels-last, faster on CPU)."""
+        """Logits ``[B, num_classes]`` for images ``[B, in_channels, H, W]``.
+
+        The input is moved to channels-last layout (faster convolutions on CPU; the weights
+        stay views of the flat vector). Any ``H, W`` ≥ 1 works: the global average pool
+        makes the head independent of the patch size.
+        """
         x = x.contiguous(memory_format=torch.channels_last)
-        out: torch.Tensor = self.head(self.stages(self.stem(x)).mean(dim=(2, 3)))
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        out: torch.Tensor = self.fc(torch.flatten(self.avgpool(x), 1))
         return out
 
 
-@MODELS.register("resnet18", params=ResNetParams)
+def init_resnet(model: nn.Module, generator: torch.Generator) -> None:
+    """torchvision's ResNet initialisation, drawn from ``generator`` instead of the global RNG.
+
+    Convolutions: Kaiming-normal (fan-out, ReLU gain); norm layers: weight 1, bias 0,
+    running statistics reset; ``fc``: PyTorch's ``nn.Linear`` default (as torchvision
+    leaves it). Every tensor is written, so the model may come from the meta device.
+
+    Raises:
+        TypeError: A module with parameters or buffers this function does not know.
+    """
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if isinstance(mod, nn.Conv2d):
+                nn.init.kaiming_normal_(
+                    mod.weight, mode="fan_out", nonlinearity="relu", generator=generator
+                )
+            elif isinstance(mod, nn.Linear):
+                init_parameters(mod, generator)  # PyTorch's nn.Linear default
+            elif isinstance(mod, nn.GroupNorm | nn.BatchNorm2d):
+                nn.init.ones_(mod.weight)
+                nn.init.zeros_(mod.bias)
+                if isinstance(mod, nn.BatchNorm2d):
+                    mod.reset_running_stats()
+            elif any(True for _ in mod.parameters(recurse=False)) or any(
+                True for _ in mod.buffers(recurse=False)
+            ):
+                raise TypeError(f"init_resnet: no rule for {name} ({type(mod).__name__})")
+
+
+@MODELS.register("resnet18", params=ResNetParams, traits=("images",))
 def build_resnet18(
     params: ResNetParams, *, in_channels: int, num_classes: int, generator: torch.Generator
 ) -> nn.Module:
-    """ResNet-18 (11.2M parameters at width 64) for any band count."""
-    model = ResNet18(
-        in_channels,
-        num_classes,
-        width=params.width,
-        norm=params.norm,
-        small_input_stem=params.small_input_stem,
-    )
-    init_parameters(model, generator)
+    """ResNet-18, torchvision layout (11.2M parameters at 13 bands and 10 classes).
+
+    Built on the meta device (no global-RNG draws, no wasted default init), then every
+    tensor is initialised from ``generator``; with ``weights`` set, the file is loaded over
+    that (see :func:`geofl.models.weights.load_weights` for the mapping rules).
+    """
+    with torch.device("meta"):
+        model = ResNet18(
+            in_channels,
+            num_classes,
+            norm=params.norm,
+            groups=params.norm_groups,
+            small_input_stem=params.small_input_stem,
+        )
+    model.to_empty(device="cpu")
+    init_resnet(model, generator)
+    if params.weights is not None:
+        load_weights(model, Path(params.weights).expanduser(), field="model.params.weights")
     return model

@@ -36,11 +36,15 @@ from geofl.report.summary import (
     MethodSummary,
     RunData,
     SeedRun,
+    Stat,
     format_pm,
     load_run,
+    metric_scale,
+    metric_unit,
     write_summary,
     write_text_atomic,
 )
+from geofl.report.task_figures import task_figures
 
 __all__ = ["write_report"]
 
@@ -99,7 +103,39 @@ def _paper_cell(paper: dict[str, Any] | None, skip: frozenset[str] = frozenset()
     return "<br>".join(parts) or "–"
 
 
-def _row(method: str, ms: MethodSummary, seeds: dict[int, SeedRun], skip: frozenset[str]) -> str:
+#: Short column names of metrics (others are shown by their key).
+_SHORT = {
+    "accuracy": "acc",
+    "macro_f1": "macro-F1",
+    "micro_f1": "micro-F1",
+    "map": "mAP",
+    "roc_auc": "ROC-AUC",
+    "f1": "F1",
+    "rmse": "RMSE",
+    "mae": "MAE",
+    "r2": "R²",
+}
+
+
+def _fmt(stat: Stat, metric: str) -> str:
+    """Mean ± std of a metric: percent with 2 decimals for fractions, else 4 digits."""
+    scale = metric_scale(metric)
+    return format_pm(stat, scale=scale, digits=2 if scale == 100.0 else 4)
+
+
+def _other_metrics(ms: MethodSummary, primary: str) -> list[str]:
+    """Scalar test metrics besides the primary one and the loss (classification: macro-F1)."""
+    names = [k.removeprefix("final_test_") for k in ms if k.startswith("final_test_")]
+    return [n for n in names if n not in (primary, "loss")]
+
+
+def _row(
+    method: str,
+    ms: MethodSummary,
+    seeds: dict[int, SeedRun],
+    skip: frozenset[str],
+    primary: str = "accuracy",
+) -> str:
     flag = ' class="incomplete"' if ms["incomplete"] else ""
     badge = BADGE_INCOMPLETE if ms["incomplete"] else ""
     if ms.get("diverged"):
@@ -117,10 +153,13 @@ def _row(method: str, ms: MethodSummary, seeds: dict[int, SeedRun], skip: frozen
         f"<td>{escape(_partition_label(_first_partition(seeds)))}</td>",
         f'<td class="num" title="finished seeds: {escape(done)}">'
         f"{len(ms['seeds_done'])}/{len(seeds)}</td>",
-        f'<td class="num">{format_pm(ms["final_test_accuracy"])}</td>',
-        f'<td class="num">{format_pm(ms["best_val_test_accuracy"])}{at_round}</td>',
-        f'<td class="num">{format_pm(ms["final_test_macro_f1"])}</td>',
-        f'<td class="num">{format_pm(ms["final_rolling_std"])}</td>',
+        f'<td class="num">{_fmt(ms[f"final_test_{primary}"], primary)}</td>',  # type: ignore[literal-required]
+        f'<td class="num">{_fmt(ms[f"best_val_test_{primary}"], primary)}{at_round}</td>',  # type: ignore[literal-required]
+        *(
+            f'<td class="num">{_fmt(ms[f"final_test_{m}"], m)}</td>'  # type: ignore[literal-required]
+            for m in _other_metrics(ms, primary)
+        ),
+        f'<td class="num">{_fmt(ms["final_rolling_std"], primary)}</td>',
         f'<td class="num">{format_pm(ms["bytes_up_per_round"], scale=1e-6)}</td>',
         f"<td>{_paper_cell(ms['paper'], skip)}</td>",
     ]
@@ -150,12 +189,13 @@ def _render_figures(run: RunData, out: Path) -> list[str]:
         stale.unlink()
     runs = run.methods
     w = run.rolling_window
+    pm = run.task.primary_metric
+    if pm != "accuracy":
+        return task_figures(run, out, classes=_classes(run)) + _partition_figures(run, out)
     plot_accuracy_trajectories(runs, out / "accuracy_trajectories.png")
     plot_rolling_std(runs, out / "rolling_std.png", window=w)
     plot_convergence(runs, out / "convergence.png")
-    parts = [_first_partition(seeds) for seeds in runs.values()]
-    classes = next((p.get("classes") for p in parts if p and p.get("classes")), None)
-    plot_per_class_accuracy(runs, out / "per_class_accuracy.png", classes=classes)
+    plot_per_class_accuracy(runs, out / "per_class_accuracy.png", classes=_classes(run))
     blocks = [
         figure_html(
             "accuracy_trajectories.png",
@@ -183,7 +223,18 @@ def _render_figures(run: RunData, out: Path) -> list[str]:
             "Per-class test accuracy",
         ),
     ]
-    for i, (method, seeds) in enumerate(runs.items()):
+    return blocks + _partition_figures(run, out)
+
+
+def _classes(run: RunData) -> list[str] | None:
+    parts = [_first_partition(seeds) for seeds in run.methods.values()]
+    return next((p.get("classes") for p in parts if p and p.get("classes")), None)
+
+
+def _partition_figures(run: RunData, out: Path) -> list[str]:
+    """One client × class heatmap per federated method."""
+    blocks: list[str] = []
+    for i, (method, seeds) in enumerate(run.methods.items()):
         part = _first_partition(seeds)
         if part is None or _num_clients(part) <= 1:
             continue  # centralized (pooled) methods have a single client
@@ -207,16 +258,25 @@ def _results_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     """The results table(s): the paper's layout first when its columns are given."""
     table1 = has_table1(methods)
     skip = frozenset(k for k, _ in TABLE1_COLUMNS) if table1 else frozenset()
-    rows = [_row(m, ms, run.methods.get(m, {}), skip) for m, ms in methods.items()]
+    pm = run.task.primary_metric
+    rows = [_row(m, ms, run.methods.get(m, {}), skip, pm) for m, ms in methods.items()]
+    first = next(iter(methods.values()), None)
+    others = "".join(
+        f"<th>final {escape(_SHORT.get(m, m))}{metric_unit(m)}</th>"
+        for m in (_other_metrics(first, pm) if first is not None else [])
+    )
+    short, unit = escape(_SHORT.get(pm, pm)), metric_unit(pm)
+    spread = "pp" if metric_scale(pm) == 100.0 else escape(pm)
     header = (
-        "<tr><th>method</th><th>partition</th><th>seeds</th><th>final test acc (%)</th>"
-        "<th>best-val test acc (%)</th><th>final macro-F1 (%)</th>"
-        f"<th>final rolling std (pp, w={run.rolling_window})</th>"
+        f"<tr><th>method</th><th>partition</th><th>seeds</th><th>final test {short}{unit}</th>"
+        f"<th>best-val test {short}{unit}</th>{others}"
+        f"<th>final rolling std ({spread}, w={run.rolling_window})</th>"
         "<th>MB up per round</th><th>paper</th></tr>"
     )
     details = (
-        "<p>Mean ± sample standard deviation (ddof = 1) over finished seeds. Best-val test acc "
-        "is the test accuracy at the round with the best validation accuracy.</p>\n"
+        f"<p>Mean ± sample standard deviation (ddof = 1) over finished seeds. Best-val test "
+        f"{short} is the test {escape(pm)} at the round with the best validation "
+        f"{escape(pm)}.</p>\n"
         f"<table>{header}\n" + "\n".join(rows) + "\n</table>"
     )
     if not table1:

@@ -52,7 +52,12 @@ def display_names(run: RunData) -> dict[str, str]:
 
 
 def has_table1(methods: Mapping[str, MethodSummary]) -> bool:
-    """True when some paper value carries a Table 1 column (setting, perturbation, ...)."""
+    """True when some paper value carries a Table 1 column (setting, perturbation, ...).
+
+    The table compares final test accuracies, so only classification summaries have it.
+    """
+    if not all("final_test_accuracy" in ms for ms in methods.values()):
+        return False
     return any(
         ms["paper"] is not None and any(ms["paper"].get(k) is not None for k, _ in TABLE1_COLUMNS)
         for ms in methods.values()

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from geofl.io import atomic_write
-from geofl.report.summary import ROLLING_WINDOW, SeedRun, num
+from geofl.report.summary import ROLLING_WINDOW, SeedRun, metric_scale, metric_unit, num
 from geofl.tasks.metrics import rolling_std
 
 __all__ = [
@@ -156,8 +156,10 @@ def plot_accuracy_trajectories(
     *,
     title: str | None = None,
     colours: Mapping[str, int] | None = None,
+    metric: str = "accuracy",
 ) -> Path:
-    """Test accuracy (%) vs round: thin line per seed, bold mean per method (000 Fig. 5).
+    """Test accuracy (%) — or the task's ``metric`` — vs round: thin line per seed, bold
+    mean per method (000 Fig. 5).
 
     Args:
         runs: ``method -> seed -> SeedRun`` (the keys label the legend).
@@ -165,15 +167,16 @@ def plot_accuracy_trajectories(
         title: Axes title (default: a description of the plot).
         colours: ``method -> palette index``, to keep a method's colour when ``runs`` is a
             subset of the run's methods (default: position in ``runs``).
+        metric: The test metric drawn (the task's primary metric).
     """
     fig = new_figure()
     ax = fig.add_subplot()
-    if _draw_seeds_and_mean(ax, runs, "test", "accuracy", 100.0, colours=colours):
+    if _draw_seeds_and_mean(ax, runs, "test", metric, metric_scale(metric), colours=colours):
         legend(ax, loc="lower right")
     else:
         no_data(ax, "evaluated rounds")
-    style(ax, title or "Test accuracy per round (thin: seeds, bold: mean over seeds)",
-           "communication round", "test accuracy (%)")  # fmt: skip
+    style(ax, title or f"Test {metric} per round (thin: seeds, bold: mean over seeds)",
+           "communication round", f"test {metric}{metric_unit(metric)}")  # fmt: skip
     return save(fig, path)
 
 
@@ -184,8 +187,10 @@ def plot_rolling_std(
     *,
     title: str | None = None,
     colours: Mapping[str, int] | None = None,
+    metric: str = "accuracy",
 ) -> Path:
-    """Rolling std (window ``window``) of test accuracy in percentage points (000 Fig. 6).
+    """Rolling std (window ``window``) of test accuracy in percentage points — or of the
+    task's ``metric`` in its units (000 Fig. 6).
 
     Args:
         runs: ``method -> seed -> SeedRun`` (the keys label the legend).
@@ -193,24 +198,27 @@ def plot_rolling_std(
         window: Rolling window in evaluated rounds.
         title: Axes title (default: a description of the plot with the window).
         colours: ``method -> palette index`` (see :func:`plot_accuracy_trajectories`).
+        metric: The test metric (the task's primary metric).
     """
     fig = new_figure()
     ax = fig.add_subplot()
     drawn = _draw_seeds_and_mean(
-        ax, runs, "test", "accuracy", 100.0, window=window, colours=colours
+        ax, runs, "test", metric, metric_scale(metric), window=window, colours=colours
     )
     if drawn and any(np.isfinite(np.asarray(ln.get_ydata())).any() for ln in ax.get_lines()):
         legend(ax, loc="upper right")
         ax.set_ylim(bottom=0.0)
     else:
         no_data(ax, f"runs with ≥ {window} evaluated rounds")
-    style(ax, title or f"Training stability: rolling std of test accuracy (window {window})",
-           "communication round", "rolling std (percentage points)")  # fmt: skip
+    unit = "percentage points" if metric_scale(metric) == 100.0 else metric
+    style(ax, title or f"Training stability: rolling std of test {metric} (window {window})",
+           "communication round", f"rolling std ({unit})")  # fmt: skip
     return save(fig, path)
 
 
-def plot_convergence(runs: Runs, path: Path) -> Path:
-    """Train/validation accuracy (%) and train loss vs round, mean ± std per method (Fig. 4).
+def plot_convergence(runs: Runs, path: Path, *, metric: str = "accuracy") -> Path:
+    """Train/validation accuracy (%) — or the task's ``metric`` — and train loss vs round,
+    mean ± std per method (Fig. 4).
 
     Training accuracy (dashed) is the running accuracy over the local training batches of
     the round, sample-weighted over clients; validation accuracy (solid) is measured on the
@@ -219,21 +227,24 @@ def plot_convergence(runs: Runs, path: Path) -> Path:
     Args:
         runs: ``method -> seed -> SeedRun``.
         path: PNG to write.
+        metric: The task's primary metric.
     """
     fig = new_figure((_SIZE[0] * 1.4, _SIZE[1]))
     ax_acc, ax_loss = fig.subplots(1, 2)
-    if _draw_seeds_and_mean(ax_acc, runs, "val", "accuracy", 100.0, band=True):
-        _draw_seeds_and_mean(ax_acc, runs, "train_accuracy", "", 100.0, band=True, ls="--",
+    scale = metric_scale(metric)
+    if _draw_seeds_and_mean(ax_acc, runs, "val", metric, scale, band=True):
+        _draw_seeds_and_mean(ax_acc, runs, f"train_{metric}", "", scale, band=True, ls="--",
                              suffix=" train")  # fmt: skip
         legend(ax_acc, loc="lower right")
     else:
         no_data(ax_acc, "evaluated rounds")
     if not _draw_seeds_and_mean(ax_loss, runs, "train_loss", "", 1.0, band=True):
         no_data(ax_loss, "evaluated rounds")
-    style(ax_acc, "Accuracy: validation (solid), training (dashed)",
-           "communication round", "accuracy (%)")  # fmt: skip
+    loss = "train loss (cross-entropy)" if metric == "accuracy" else "train loss"
+    style(ax_acc, f"{metric.capitalize()}: validation (solid), training (dashed)",
+           "communication round", f"{metric}{metric_unit(metric)}")  # fmt: skip
     style(ax_loss, "Training loss (mean ± std over seeds)",
-           "communication round", "train loss (cross-entropy)")  # fmt: skip
+           "communication round", loss)  # fmt: skip
     return save(fig, path)
 
 
@@ -277,13 +288,13 @@ def plot_partition_heatmap(partition: Mapping[str, Any], path: Path, title: str)
     return save(fig, path)
 
 
-def _per_class_means(runs: Runs) -> dict[str, np.ndarray]:
+def _per_class_means(runs: Runs, key: str) -> dict[str, np.ndarray]:
     means: dict[str, np.ndarray] = {}
     for method, seeds in runs.items():
         rows = []
         for run in seeds.values():
             test = ((run.final or {}).get("final") or {}).get("test") or {}
-            row = [num(v) for v in test.get("per_class_accuracy") or []]
+            row = [num(v) for v in test.get(f"per_class_{key}") or []]
             if row:
                 rows.append(row)
         if rows:
@@ -291,27 +302,32 @@ def _per_class_means(runs: Runs) -> dict[str, np.ndarray]:
             grid = np.array([r + [math.nan] * (width - len(r)) for r in rows])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN classes
-                means[method] = np.nanmean(grid, axis=0) * 100.0
+                means[method] = np.nanmean(grid, axis=0) * metric_scale(key)
     return means
 
 
-def plot_per_class_accuracy(runs: Runs, path: Path, classes: Sequence[str] | None = None) -> Path:
-    """Grouped bars of final per-class test accuracy (%), mean over finished seeds.
+def plot_per_class_accuracy(
+    runs: Runs, path: Path, classes: Sequence[str] | None = None, *, metric: str = "accuracy"
+) -> Path:
+    """Grouped bars of final per-class test accuracy (%) — or the task's per-class
+    ``metric`` (``per_class_<metric>``: multi-label AP, per-output RMSE) — mean over
+    finished seeds.
 
     Args:
         runs: ``method -> seed -> SeedRun``; only seeds with ``final.json`` count.
         path: PNG to write.
         classes: Class names (default: class indices).
+        metric: The per-class vector drawn.
     """
-    means = _per_class_means(runs)
+    means = _per_class_means(runs, metric)
     c = max((m.size for m in means.values()), default=0)
     names = [plain(x) for x in classes or []][:c]
     names += [str(j) for j in range(len(names), c)]
     order = {m: i for i, m in enumerate(runs)}
     fig = new_figure((max(_SIZE[0], 0.55 * c + 2.5), _SIZE[1] + 0.6))
     ax = fig.add_subplot()
-    style(ax, "Per-class test accuracy at the final round (mean over seeds)",
-           "", "final test accuracy (%)")  # fmt: skip
+    style(ax, f"Per-class test {metric} at the final round (mean over seeds)",
+           "", f"final test {metric}{metric_unit(metric)}")  # fmt: skip
     if not means:
         no_data(ax, "finished runs")
         return save(fig, path)
@@ -320,8 +336,9 @@ def plot_per_class_accuracy(runs: Runs, path: Path, classes: Sequence[str] | Non
         xs = np.arange(m.size) + (g - (len(means) - 1) / 2) * bar_w
         ax.bar(xs, np.nan_to_num(m), width=bar_w, color=colour(order[method]), label=plain(method))
     ax.set_xticks(range(c), names, rotation=40, ha="right", rotation_mode="anchor")
-    ax.set_ylim(0.0, 105.0)
-    ax.set_yticks(range(0, 101, 20))
+    if metric_scale(metric) == 100.0:
+        ax.set_ylim(0.0, 105.0)
+        ax.set_yticks(range(0, 101, 20))
     ax.grid(False, axis="x")
     fig.legend(loc="outside lower center", ncols=min(len(means), 4), fontsize=8, frameon=False)
     return save(fig, path)

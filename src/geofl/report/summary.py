@@ -14,6 +14,12 @@ Conventions:
       out of every statistic.
     * The rolling-std window is the run's ``eval.rolling_window`` (``config.yaml``), else
       :data:`ROLLING_WINDOW`.
+    * Metric keys follow the run's task (``run.json["task"]``, :class:`TaskInfo`; runs
+      written before tasks existed are classification): ``final_test_<metric>`` for every
+      scalar the task reports, ``best_val_test_<primary>`` and a rolling std of the
+      primary metric. Classification keeps exactly its historical keys
+      (``final_test_accuracy``, ``final_test_macro_f1``, ``final_test_loss``,
+      ``best_val_test_accuracy``).
 """
 
 from __future__ import annotations
@@ -23,17 +29,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import yaml
 
 from geofl import io
 from geofl.errors import RunDirError
-from geofl.records import RoundRecord
+from geofl.records import RoundRecord, TaskInfo
 from geofl.tasks.metrics import rolling_std
 
 __all__ = [
+    "PERCENT_METRICS",
     "MethodSummary",
     "RunData",
     "RunSummary",
@@ -42,6 +49,9 @@ __all__ = [
     "format_pm",
     "load_run",
     "make_stat",
+    "metric_names",
+    "metric_scale",
+    "metric_unit",
     "num",
     "read_json",
     "summarize_run",
@@ -50,6 +60,26 @@ __all__ = [
 
 #: Default window of the rolling std of test accuracy (000 Fig. 6), if the config sets none.
 ROLLING_WINDOW = 10
+
+#: Metrics that are fractions in [0, 1]: reports show them in percent.
+PERCENT_METRICS = frozenset(
+    {"accuracy", "macro_f1", "micro_f1", "map", "roc_auc", "f1", "precision", "recall"}
+)
+
+
+def metric_scale(name: str) -> float:
+    """Display scale of a metric: 100 (percent) for fractions, else 1."""
+    return 100.0 if name in PERCENT_METRICS else 1.0
+
+
+def metric_unit(name: str) -> str:
+    """Display unit suffix: ``" (%)"`` for fractions, else ``""``."""
+    return " (%)" if name in PERCENT_METRICS else ""
+
+
+#: Scalar metrics a task reports when no finished seed says otherwise (their summary keys
+#: exist even before any seed finished).
+_DEFAULT_METRICS = {"classification": ("accuracy", "macro_f1", "loss")}
 
 
 class Stat(TypedDict):
@@ -63,6 +93,10 @@ class Stat(TypedDict):
 
 class MethodSummary(TypedDict):
     """Per-method entry of :class:`RunSummary` (accuracies as fractions in [0, 1]).
+
+    The keys listed are classification's; another task has ``final_test_<metric>`` for
+    each of its scalar metrics and ``best_val_test_<primary>`` in their place (a summary
+    of such a run is built as a plain dict with those keys).
 
     ``epsilon_max`` is the per-seed ``final.json["privacy"]["epsilon_max"]`` (ε of the worst
     client at the run's δ) over finished seeds, None for a method whose release adds no
@@ -118,14 +152,18 @@ class SeedRun:
 
         Args:
             split: ``"val"``, ``"test"``, or a top-level scalar of the round record
-                (``"train_loss"``, ``"train_accuracy"``; then ``key`` is ignored).
-            key: Metric name inside the split's Metrics.
+                (``"train_loss"``, ``"bytes_up"``, ``"train_<metric>"`` such as
+                ``"train_accuracy"``; then ``key`` is ignored).
+            key: Metric name inside the split's :class:`~geofl.tasks.base.SplitMetrics`.
         """
         xs = np.array([r.round for r in self.rounds], dtype=np.float64)
-        if split in ("train_loss", "train_accuracy", "bytes_up"):
+        if split in ("train_loss", "bytes_up"):
             ys = [num(getattr(r, split)) for r in self.rounds]
+        elif split.startswith("train_"):
+            ys = [num(r.train_metrics.get(split.removeprefix("train_"))) for r in self.rounds]
         else:
-            ys = [num((getattr(r, split) or {}).get(key)) for r in self.rounds]
+            splits = [getattr(r, split) for r in self.rounds]
+            ys = [math.nan if m is None else num(m.values.get(key)) for m in splits]
         return xs, np.array(ys, dtype=np.float64)
 
 
@@ -156,6 +194,11 @@ class RunData:
     def seeds(self) -> list[int]:
         """Seeds listed in ``run.json``."""
         return [int(s) for s in self.info.get("seeds") or []]
+
+    @property
+    def task(self) -> TaskInfo:
+        """The run's task (``run.json["task"]``; classification for older runs)."""
+        return TaskInfo.from_json(self.info.get("task"))
 
     @property
     def rolling_window(self) -> int:
@@ -326,28 +369,41 @@ def _epsilon_max(finals: Sequence[dict[str, Any]]) -> Stat | None:
     return make_stat([num(p.get("epsilon_max")) for p in privacy])
 
 
-def _summarize_method(runs: dict[int, SeedRun], paper: Any, window: int) -> MethodSummary:
+def metric_names(task: TaskInfo, finals: Sequence[dict[str, Any]]) -> list[str]:
+    """Scalar test metrics of the finished seeds, in the order the task reports them."""
+    names: dict[str, None] = {}
+    for f in finals:
+        test = (f.get("final") or {}).get("test")
+        if isinstance(test, dict):
+            names.update((k, None) for k, v in test.items() if not isinstance(v, list | dict))
+    names.pop("n", None)
+    return list(names) or list(_DEFAULT_METRICS.get(task.name, (task.primary_metric, "loss")))
+
+
+def _summarize_method(
+    runs: dict[int, SeedRun], paper: Any, window: int, task: TaskInfo
+) -> MethodSummary:
     done = [r for r in runs.values() if r.final is not None]
     finals = [r.final for r in done if r.final is not None]
+    primary = task.primary_metric
     last_std = []
     for r in done:
-        _, acc = r.series("test")
-        acc = acc[np.isfinite(acc)]  # rounds without evaluation (eval.every > 1)
-        rs = rolling_std(acc, window) if acc.size else acc
+        _, values = r.series("test", primary)
+        values = values[np.isfinite(values)]  # rounds without evaluation (eval.every > 1)
+        rs = rolling_std(values, window) if values.size else values
         last_std.append(float(rs[-1]) if rs.size else math.nan)
-    return MethodSummary(
-        seeds_done=[r.seed for r in done],
-        incomplete=[r.seed for r in runs.values() if r.final is None],
-        final_test_accuracy=make_stat(
-            [_final_metric(f, "final", "test", "accuracy") for f in finals]
-        ),
-        final_test_macro_f1=make_stat(
-            [_final_metric(f, "final", "test", "macro_f1") for f in finals]
-        ),
-        final_test_loss=make_stat([_final_metric(f, "final", "test", "loss") for f in finals]),
-        best_val_test_accuracy=make_stat(
-            [_final_metric(f, "best_val", "test", "accuracy") for f in finals]
-        ),
+    out: dict[str, Any] = {
+        "seeds_done": [r.seed for r in done],
+        "incomplete": [r.seed for r in runs.values() if r.final is None],
+    }
+    for name in metric_names(task, finals):
+        out[f"final_test_{name}"] = make_stat(
+            [_final_metric(f, "final", "test", name) for f in finals]
+        )
+    out[f"best_val_test_{primary}"] = make_stat(
+        [_final_metric(f, "best_val", "test", primary) for f in finals]
+    )
+    out.update(
         best_val_round=make_stat([_final_metric(f, "best_val", "round") for f in finals]),
         final_rolling_std=make_stat(last_std),
         diverged={
@@ -361,15 +417,16 @@ def _summarize_method(runs: dict[int, SeedRun], paper: Any, window: int) -> Meth
         paper=dict(paper) if isinstance(paper, dict) else None,
         epsilon_max=_epsilon_max(finals),
     )
+    return cast(MethodSummary, out)
 
 
 def summarize_run(run_dir: Path) -> RunSummary:
     """Mean ± std over finished seeds of each method's final metrics.
 
     ``final_rolling_std`` is the rolling std (window :attr:`RunData.rolling_window`, 10 by
-    default; :func:`~geofl.tasks.metrics.rolling_std`) of test accuracy at the last evaluated
-    round, as a fraction; it is undefined (left out) for seeds with fewer evaluated rounds
-    than the window.
+    default; :func:`~geofl.tasks.metrics.rolling_std`) of the task's primary test metric
+    (accuracy for classification) at the last evaluated round; it is undefined (left out)
+    for seeds with fewer evaluated rounds than the window.
 
     Args:
         run_dir: The run directory.
@@ -384,7 +441,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         name=run.name,
         seeds=run.seeds,
         methods={
-            m: _summarize_method(runs, paper.get(m), run.rolling_window)
+            m: _summarize_method(runs, paper.get(m), run.rolling_window, run.task)
             for m, runs in run.methods.items()
         },
     )

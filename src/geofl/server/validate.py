@@ -28,7 +28,7 @@ MAX_NUM_SAMPLES = 2**53
 _F32_MAX = float(torch.finfo(torch.float32).max)
 _INT64_MAX = 2**63 - 1
 _INT_FIELDS = ("client_id", "round", "steps", "bytes_sent")
-_FLOAT_FIELDS = ("train_loss", "train_accuracy")  # NaN/Inf allowed: NaN is the default
+_FLOAT_FIELDS = ("train_loss",)  # NaN/Inf allowed: NaN is the default
 
 
 def validate_update(
@@ -48,8 +48,9 @@ def validate_update(
     names to finite numbers and the required ones are positive; a shared label histogram
     (000 Eq. 9–10) is a vector of ``num_classes`` finite non-negative counts with a
     positive sum; ``client_id``, ``round``, ``steps`` and ``bytes_sent`` are non-negative
-    int64 integers and ``train_loss``/``train_accuracy`` are numbers. The reason names the
-    part the first failed check looked at.
+    int64 integers, ``train_loss`` is a number and ``train_metrics`` maps names to numbers
+    (NaN/Inf allowed there: a diverged client's metrics are reported, not refused). The
+    reason names the part the first failed check looked at.
 
     Args:
         update: The received update.
@@ -77,6 +78,7 @@ def validate_update(
         or _histogram_reason(meta.label_histogram, num_classes)
         or _int_fields_reason(meta)
         or _float_fields_reason(meta)
+        or _train_metrics_reason(meta.train_metrics)
     )
 
 
@@ -205,11 +207,23 @@ def _int_fields_reason(meta: UpdateMeta) -> str | None:
 
 
 def _float_fields_reason(meta: UpdateMeta) -> str | None:
-    """Why ``train_loss`` or ``train_accuracy`` is not a number (NaN/Inf allowed), or None."""
+    """Why ``train_loss`` is not a number (NaN/Inf allowed), or None."""
     for name in _FLOAT_FIELDS:
         value = getattr(meta, name)
         if _real(value) is None:
             return f"metadata {name}={_brief(value)} is not a number"
+    return None
+
+
+def _train_metrics_reason(metrics: object) -> str | None:
+    """Why ``train_metrics`` is not a mapping of string names to numbers, or None."""
+    if not isinstance(metrics, Mapping):
+        return f"metadata train_metrics is {type(metrics).__name__}, expected a mapping"
+    for name, value in metrics.items():
+        if not isinstance(name, str):
+            return f"metadata train_metrics has a non-string name {_brief(name)}"
+        if _real(value) is None:
+            return f"metadata train_metrics[{_short(repr(name))}]={_brief(value)} is not a number"
     return None
 
 

@@ -1,0 +1,283 @@
+"""Regression on standardised targets, metrics in the targets' own units (paper 003).
+
+Targets are ``[N]`` or ``[N, T]`` float; the model emits ``[N, T]`` (``[N, 1]`` or ``[N]``
+for one output). The builder fits, on the **training** targets only, the mean μ and the
+population standard deviation σ (ddof 0) of every output; the network learns
+z = (y − μ) / σ with the mean squared error over the ``[B, T]`` entries, so outputs of very
+different scales weigh alike and the learning rate does not depend on the unit.
+:meth:`RegressionTask.predict` maps back to y = z·σ + μ. An output that is constant in the
+training split (σ = 0) has nothing to learn and is refused at build time.
+
+Metrics of a split (:class:`RegressionAccumulator`), in original units and averaged
+uniformly over outputs as scikit-learn's ``multioutput="uniform_average"``: ``rmse``
+(primary, lower is better; mean over outputs of √MSE_t, ``root_mean_squared_error``),
+``mae``, ``r2`` (``r2_score``, constant-target convention in
+:func:`geofl.tasks.scoring.r2_from_sums`) and ``loss`` (the standardised MSE the
+network is trained on). The accumulator keeps sums only (O(T) memory per split).
+
+Label summary: label-skew partitioners and consistency weighting need discrete classes.
+Output ``bin_output`` is cut into ``bins`` quantile bins whose edges are numpy's default
+(linear) quantiles k/bins of the training targets; bin k holds e_{k−1} ≤ y < e_k, so every
+bin holds ≈ N/bins training samples (fewer when ties make edges coincide), and a
+Dirichlet-over-bins partition gives clients skewed target ranges.
+:meth:`RegressionTask.discrete_labels` gives each sample's bin (what such a partitioner
+draws over) and :meth:`RegressionTask.label_summary` counts them, so the summary has
+``bins`` entries whatever ``num_classes`` the dataset reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from geofl.errors import ConfigError
+from geofl.tasks.base import TASKS, Direction, SplitMetrics
+from geofl.tasks.common import TARGETS_FIELD, describe, require_tensor
+from geofl.tasks.scoring import r2_from_sums, shifted_sum_of_squares
+
+__all__ = [
+    "RegressionAccumulator",
+    "RegressionParams",
+    "RegressionTask",
+    "build_regression",
+]
+
+
+class RegressionParams(BaseModel):
+    """Parameters of the ``regression`` task."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bins: int = Field(
+        5, ge=2, le=1000, description="quantile bins of the label summary (label skew)"
+    )
+    bin_output: int = Field(0, ge=0, description="which target column the bins cut")
+
+
+class RegressionTask:
+    """MSE on train-standardised targets (see the module docstring).
+
+    Args:
+        mean: ``[T]`` training mean μ per output.
+        std: ``[T]`` training standard deviation σ per output (all > 0).
+        edges: ``[bins − 1]`` increasing quantile edges of output ``bin_output``.
+        bin_output: The output the label summary bins.
+        flat: True if targets are ``[N]`` (one output, predictions returned as ``[N]``).
+    """
+
+    name = "regression"
+    primary_metric = "rmse"
+    direction: Direction = "min"
+    model_takes_targets = False
+
+    def __init__(
+        self,
+        mean: torch.Tensor,
+        std: torch.Tensor,
+        edges: torch.Tensor,
+        *,
+        bin_output: int = 0,
+        flat: bool = True,
+    ) -> None:
+        self.mean = mean.to(torch.float64)
+        self.std = std.to(torch.float64)
+        self.edges = edges.to(torch.float64)
+        self.bin_output = bin_output
+        self.flat = flat
+        self.num_outputs = int(mean.numel())
+        self._mean32 = self.mean.to(torch.float32)
+        self._std32 = self.std.to(torch.float32)
+
+    def check_targets(self, targets: Any) -> None:
+        """Refuse targets this task cannot learn from, with a one-line error.
+
+        Accepts finite float targets ``[N, T]`` with T = ``num_outputs``, or ``[N]`` when
+        T = 1.
+
+        Raises:
+            ConfigError: under ``task.name``, e.g. "integer targets [N] int64 given to the
+                regression task; …".
+        """
+        t = require_tensor(self.name, targets)
+        if not t.is_floating_point():
+            raise ConfigError(
+                TARGETS_FIELD,
+                f"integer targets {describe(t)} given to the regression task; use task "
+                "classification or binary for class labels, or give float targets",
+            )
+        ok = t.ndim == 2 and t.shape[1] == self.num_outputs
+        if not ok and not (t.ndim == 1 and self.num_outputs == 1):
+            raise ConfigError(
+                TARGETS_FIELD,
+                f"targets {describe(t)} do not match the regression task's "
+                f"{self.num_outputs} output(s); give [N, {self.num_outputs}] float targets",
+            )
+        bad = int((~torch.isfinite(t)).sum())
+        if bad:
+            raise ConfigError(
+                TARGETS_FIELD,
+                f"{bad} regression targets are NaN or infinite; drop or impute those samples",
+            )
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` view of ``[B]``, ``[B, 1]`` or ``[B, T]`` output or targets."""
+        out = x.reshape(x.shape[0], -1)
+        if out.shape[1] != self.num_outputs:
+            raise ValueError(
+                f"regression task: {tuple(x.shape)} does not have {self.num_outputs} outputs"
+            )
+        return out
+
+    def standardise(self, targets: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` float32 z = (y − μ) / σ, computed in float64 (a float32 difference
+        would lose the digits that matter for targets with a large offset)."""
+        y = self._rows(targets).to(torch.float64)
+        return ((y - self.mean) / self.std).to(torch.float32)
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Mean squared error over the ``[B, T]`` standardised entries."""
+        return torch.mean((self._rows(output) - self.standardise(target)) ** 2)
+
+    def loss_sum(self, output: torch.Tensor, target: torch.Tensor) -> float:
+        """Σ over samples of the per-sample standardised MSE (mean over the T outputs)."""
+        with torch.no_grad():
+            sq = (self._rows(output) - self.standardise(target)) ** 2
+        return float(sq.sum()) / self.num_outputs
+
+    def predict(self, output: torch.Tensor) -> torch.Tensor:
+        """Values in target units: ``[B]`` for ``[N]`` targets, else ``[B, T]`` float32."""
+        y = self._rows(output) * self._std32 + self._mean32
+        return y[:, 0] if self.flat else y
+
+    def accumulator(self) -> RegressionAccumulator:
+        """A fresh accumulator for one split."""
+        return RegressionAccumulator(self.mean, self.std)
+
+    def discrete_labels(self, targets: torch.Tensor) -> torch.Tensor:
+        """``[N]`` int64 quantile bin of each sample's output ``bin_output`` (0..bins−1)."""
+        y = self._rows(targets)[:, self.bin_output].to(torch.float64).contiguous()
+        return torch.bucketize(y, self.edges, right=True)
+
+    def label_summary(self, targets: torch.Tensor) -> np.ndarray:
+        """``[bins]`` int64 samples per quantile bin (edges from the training targets)."""
+        bins = self.edges.numel() + 1
+        counts: np.ndarray = torch.bincount(self.discrete_labels(targets), minlength=bins).numpy()
+        return counts
+
+    def collate(self, targets: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``targets[index]``."""
+        return targets[index]
+
+
+class RegressionAccumulator:
+    """Running sums of a split, in units standardised by the training statistics.
+
+    With d = (y − μ) / σ (the targets as the network learns them) and e = d − ẑ (the
+    residual of the output ẑ), it keeps per output Σd, Σd², Σe², Σ|e| and the range of d
+    — one stacked reduction per batch, O(T) memory per split. In original units
+    y − ŷ = σ·e, so SS_res = σ²·Σe², Σ|y − ŷ| = σ·Σ|e| and
+    SS_tot = σ²·(Σd² − (Σd)²/n) (:func:`~geofl.tasks.scoring.shifted_sum_of_squares`; the
+    training mean is the shift).
+
+    Args:
+        mean: ``[T]`` float64 μ of the standardisation.
+        std: ``[T]`` float64 σ of the standardisation.
+    """
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        self.mean = mean
+        self.std = std
+        self._inv_std = 1.0 / std
+        t = int(mean.numel())
+        self.sums = torch.zeros(4, t, dtype=torch.float64)  # Σd, Σd², Σe², Σ|e|
+        self.low = torch.full((t,), float("inf"), dtype=torch.float64)
+        self.high = torch.full((t,), -float("inf"), dtype=torch.float64)
+        self.n = 0
+        self.loss_sum = 0.0
+
+    def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float) -> None:
+        """Add a batch: standardised output ``[B, T]``/``[B]``, targets in original units."""
+        b = target.shape[0]
+        self.loss_sum += float(loss_sum)
+        if b == 0:
+            return
+        d = (target.detach().reshape(b, -1).to(torch.float64) - self.mean) * self._inv_std
+        e = d - output.detach().reshape(b, -1).to(torch.float64)
+        self.sums += torch.stack([d, d * d, e * e, e.abs()]).sum(dim=1)
+        low, high = torch.aminmax(d, dim=0)
+        self.low = torch.minimum(self.low, low)
+        self.high = torch.maximum(self.high, high)
+        self.n += b
+
+    def compute(self) -> SplitMetrics:
+        """RMSE, MAE, R² (uniform average over outputs; per output too) and the loss."""
+        n = self.n
+        nan = float("nan")
+        if n == 0:
+            return SplitMetrics({"rmse": nan, "mae": nan, "r2": nan, "loss": nan})
+        sum_d, sum_d2, sum_e2, sum_abs = self.sums
+        var = self.std * self.std
+        ss_res = var * sum_e2
+        constant = self.low == self.high
+        ss_tot = var * shifted_sum_of_squares(sum_d, sum_d2, n, constant)
+        rmse = torch.sqrt(ss_res / n)
+        mae = self.std * sum_abs / n
+        r2 = r2_from_sums(ss_res, ss_tot, n)
+        values = {
+            "rmse": float(rmse.mean()),
+            "mae": float(mae.mean()),
+            "r2": float(r2.mean()),
+            "loss": self.loss_sum / n,
+        }
+        per_output = {"rmse": rmse.tolist(), "mae": mae.tolist(), "r2": r2.tolist()}
+        notes: tuple[str, ...] = ()
+        if n < 2:
+            notes = ("fewer than 2 samples in this split: R² undefined (NaN)",)
+        elif bool(constant.any()):
+            listed = ", ".join(map(str, torch.nonzero(constant).flatten().tolist()))
+            notes = (
+                f"output(s) {listed} constant in this split: R² is 1 if predicted exactly, "
+                "else 0 (scikit-learn's force_finite convention)",
+            )
+        return SplitMetrics(values, per_output, n, notes)
+
+
+@TASKS.register("regression", params=RegressionParams)
+def build_regression(
+    params: RegressionParams, *, num_classes: int, train_targets: torch.Tensor
+) -> RegressionTask:
+    """Regression: MSE on train-standardised targets; RMSE / MAE / R² in target units.
+
+    ``num_classes`` is not used (the label summary has ``params.bins`` entries).
+    """
+    t = require_tensor("regression", train_targets)
+    outputs = 1 if t.ndim == 1 else int(t.shape[1])
+    probe = RegressionTask(
+        torch.zeros(outputs), torch.ones(outputs), torch.zeros(0), flat=t.ndim == 1
+    )
+    probe.check_targets(t)
+    y = t.reshape(t.shape[0], -1).to(torch.float64)
+    if y.shape[0] < 2:
+        raise ConfigError(TARGETS_FIELD, "regression needs at least 2 training samples")
+    mean, std = y.mean(dim=0), y.std(dim=0, correction=0)
+    constant = torch.nonzero(std == 0).flatten().tolist()
+    if constant:
+        raise ConfigError(
+            TARGETS_FIELD,
+            f"regression target output(s) {', '.join(map(str, constant))} constant in the "
+            "training split (std 0): nothing to learn; remove them",
+        )
+    if params.bin_output >= outputs:
+        raise ConfigError(
+            "task.params.bin_output",
+            f"{params.bin_output} is not an output of the {outputs}-output targets; "
+            f"choose 0..{outputs - 1}",
+        )
+    levels = np.arange(1, params.bins) / params.bins
+    edges = np.quantile(y[:, params.bin_output].numpy(), levels)
+    return RegressionTask(
+        mean, std, torch.from_numpy(edges), bin_output=params.bin_output, flat=t.ndim == 1
+    )

@@ -1,0 +1,245 @@
+"""Split-level metric functions: average precision, ROC-AUC, F1 from counts, R² from sums.
+
+Pure tensor functions with scikit-learn semantics (checked against it in
+``tests/tasks/test_scoring.py``), vectorised over classes: one sort of an ``[N, C]`` score
+matrix ranks every class at once, and tied scores are handled by tie-group bounds computed
+with cumulative min/max instead of a Python loop over thresholds. Counts and sums are
+float64; scores are ranked in their own precision (float32 or float64), which keeps their
+order and ties exactly.
+
+Ranking metrics depend on the order of the scores only, so callers may pass logits rather
+than probabilities: the order is the same, and logits avoid the ties that a saturated
+float32 sigmoid (exactly 1.0 for logits above ≈ 17) would create.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = [
+    "average_precision",
+    "f1_from_counts",
+    "group_first",
+    "group_last",
+    "r2_from_sums",
+    "roc_auc",
+    "shifted_sum_of_squares",
+    "tie_group_bounds",
+]
+
+_NAN = float("nan")
+
+
+def tie_group_bounds(sorted_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """First and last position of each element's group of equal scores along the last dim.
+
+    Args:
+        sorted_rows: ``[N]`` or ``[C, N]`` scores, each row sorted (either direction).
+
+    Returns:
+        ``(first, last)``, int64 of the input's shape: ``first[c, i]`` / ``last[c, i]`` is
+        the smallest / largest ``j`` with ``sorted_rows[c, j] == sorted_rows[c, i]``.
+    """
+    return group_first(sorted_rows), group_last(sorted_rows)
+
+
+def _changes(sorted_rows: torch.Tensor) -> torch.Tensor | None:
+    """``[…, N − 1]`` bool: where each sorted row's value changes; None if it always does
+    (no ties, the common case for continuous scores: every scan below is then skipped)."""
+    differs = sorted_rows[..., 1:] != sorted_rows[..., :-1]
+    return None if bool(differs.all()) else differs
+
+
+def _positions(like: torch.Tensor) -> torch.Tensor:
+    return torch.arange(like.shape[-1], dtype=torch.int64).expand_as(like)
+
+
+def _first(differs: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    starts = torch.cat([torch.ones_like(differs[..., :1]), differs], dim=-1)
+    return torch.where(starts, idx, -1).cummax(dim=-1).values
+
+
+def _last(differs: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    ends = torch.cat([differs, torch.ones_like(differs[..., :1])], dim=-1)
+    return torch.where(ends, idx, idx.shape[-1]).flip(-1).cummin(dim=-1).values.flip(-1)
+
+
+def group_first(sorted_rows: torch.Tensor) -> torch.Tensor:
+    """First position of each element's tie group (a running max over group starts)."""
+    idx, differs = _positions(sorted_rows), _changes(sorted_rows)
+    return idx.contiguous() if differs is None else _first(differs, idx)
+
+
+def group_last(sorted_rows: torch.Tensor) -> torch.Tensor:
+    """Last position of each element's tie group (a reversed running min over group ends)."""
+    idx, differs = _positions(sorted_rows), _changes(sorted_rows)
+    return idx.contiguous() if differs is None else _last(differs, idx)
+
+
+def _sorted_rows(
+    scores: torch.Tensor, targets: torch.Tensor, *, descending: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each class's scores sorted, with the targets in the same order.
+
+    ``[N, C]`` (or ``[N]``) inputs become ``[C, N]`` (``[1, N]``) rows, so every later
+    scan runs along contiguous memory. The sort is numpy's (SIMD introsort), several
+    times faster than ``torch.sort`` on CPU; its order within a tie group is arbitrary,
+    which no metric here depends on. numpy sorts NaN last, so a row is finite iff its
+    first and last sorted scores are.
+
+    Returns:
+        ``(sorted_scores [C, N], sorted_targets [C, N] bool, finite [C] bool)``.
+    """
+    if scores.shape != targets.shape:
+        raise ValueError(f"scores {tuple(scores.shape)} and targets {tuple(targets.shape)} differ")
+    exact = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    s = scores.detach().to("cpu", exact).reshape(scores.shape[0], -1).T.contiguous()
+    y = (targets.detach().cpu() != 0).reshape(targets.shape[0], -1).T.contiguous()
+    key = -s if descending else s
+    order = torch.from_numpy(np.argsort(key.numpy(), axis=1))
+    s_sorted = s.gather(1, order)
+    finite = torch.isfinite(s_sorted[:, 0]) & torch.isfinite(s_sorted[:, -1])
+    return s_sorted, y.gather(1, order), finite
+
+
+def _shaped(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[C]`` per-class values back to the caller's layout (a scalar for ``[N]`` input)."""
+    return values[0] if like.ndim == 1 else values
+
+
+def average_precision(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Average precision of every class (column), as ``sklearn.metrics.average_precision_score``.
+
+    AP = Σ_k (R_k − R_{k−1}) · P_k over the distinct score thresholds in decreasing order
+    (scikit-learn's step-wise definition, no interpolation; Zhu 2004). Samples with equal
+    scores enter at the same threshold, so all positives of a tie group share the precision
+    at the end of the group, and
+
+        AP = (1 / n_pos) · Σ_{i positive} TP(≤ end of g_i) / (end of g_i + 1),
+
+    with ``g_i`` the tie group of sample ``i`` and positions 0-based in decreasing score.
+    One sort of the ``[C, N]`` rows serves every class.
+
+    Args:
+        scores: ``[N, C]`` (or ``[N]``) scores; larger means more likely positive.
+        targets: Same shape, 0/1 (any dtype; non-zero is positive).
+
+    Returns:
+        ``[C]`` (or scalar) float64 AP; NaN for a class without positives (scikit-learn
+        warns and returns 0 there) or with a non-finite score.
+    """
+    if scores.shape[0] == 0:
+        return torch.full(scores.shape[1:], _NAN, dtype=torch.float64)
+    s_sorted, y, finite = _sorted_rows(scores, targets, descending=True)
+    tp = y.cumsum(dim=-1)
+    last = group_last(s_sorted)
+    precision_at_end = tp.gather(-1, last).to(torch.float64) / (last + 1)
+    n_pos = y.sum(dim=-1).to(torch.float64)
+    ap = (precision_at_end * y).sum(dim=-1) / n_pos
+    ap = torch.where((n_pos == 0) | ~finite, torch.full_like(ap, _NAN), ap)
+    return _shaped(ap, scores)
+
+
+def roc_auc(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Area under the ROC curve, as ``sklearn.metrics.roc_auc_score`` (per column for 2-D).
+
+    Computed as the Mann–Whitney statistic with average ranks for ties (Hanley & McNeil
+    1982, Eq. 2), which equals scikit-learn's trapezoidal area under the ROC curve built
+    at distinct thresholds (a tie between a positive and a negative counts ½):
+
+        AUC = (Σ_{i positive} rank_i − n_pos (n_pos + 1) / 2) / (n_pos · n_neg),
+
+    ranks 1-based in increasing score, tied scores given the mean of their ranks.
+
+    Args:
+        scores: ``[N]`` or ``[N, C]`` scores; larger means more likely positive.
+        targets: Same shape, 0/1 (non-zero is positive).
+
+    Returns:
+        Scalar (or ``[C]``) float64; NaN where only one class is present (scikit-learn
+        raises there) or a score is non-finite.
+    """
+    if scores.shape[0] == 0:
+        return torch.full(scores.shape[1:], _NAN, dtype=torch.float64)
+    s_sorted, y, finite = _sorted_rows(scores, targets, descending=False)
+    idx, differs = _positions(s_sorted), _changes(s_sorted)
+    if differs is None:  # no ties: rank = position + 1
+        rank = (idx + 1).to(torch.float64)
+    else:
+        rank = (_first(differs, idx) + _last(differs, idx)).to(torch.float64) / 2 + 1
+    n_pos = y.sum(dim=-1).to(torch.float64)
+    n_neg = scores.shape[0] - n_pos
+    u = (rank * y).sum(dim=-1) - n_pos * (n_pos + 1) / 2
+    auc = u / (n_pos * n_neg)
+    auc = torch.where((n_pos == 0) | (n_neg == 0) | ~finite, torch.full_like(auc, _NAN), auc)
+    return _shaped(auc, scores)
+
+
+def f1_from_counts(tp: torch.Tensor, fp: torch.Tensor, fn: torch.Tensor) -> torch.Tensor:
+    """F1 = 2·TP / (2·TP + FP + FN), elementwise, NaN where undefined.
+
+    The denominator is 0 only when a class has no positives and no predicted positives;
+    F1 is then NaN, as ``sklearn.metrics.f1_score(..., zero_division=np.nan)``.
+
+    Args:
+        tp: True-positive counts, any shape.
+        fp: False-positive counts, same shape.
+        fn: False-negative counts, same shape.
+
+    Returns:
+        float64 tensor of the input shape.
+    """
+    tp, fp, fn = (t.to(torch.float64) for t in (tp, fp, fn))
+    denom = 2 * tp + fp + fn
+    return torch.where(denom > 0, 2 * tp / denom.clamp_min(1.0), torch.full_like(denom, _NAN))
+
+
+def shifted_sum_of_squares(
+    sum_d: torch.Tensor, sum_d2: torch.Tensor, n: int, constant: torch.Tensor
+) -> torch.Tensor:
+    """Σ (d − d̄)² from running sums of shifted data d = (y − K) / s.
+
+    SS = Σd² − (Σd)² / n, the one-pass "shifted data" algorithm discussed by Chan, Golub &
+    LeVeque (1983, "Algorithms for computing the sample variance"): with the shift K close
+    to the data's mean (a training mean, for a validation or test split) both terms are of
+    the order of n·var and their difference keeps its precision; without the shift,
+    Σy² − (Σy)²/n cancels catastrophically for targets with a large offset. Rounding can
+    leave a tiny non-zero value for data that is exactly constant, so ``constant``
+    (known from the running min and max) forces SS = 0 there, which R²'s constant-target
+    rule needs.
+
+    Args:
+        sum_d: ``[T]`` float64 Σd.
+        sum_d2: ``[T]`` float64 Σd².
+        n: Samples summed.
+        constant: ``[T]`` bool, True where every d was equal.
+
+    Returns:
+        ``[T]`` float64 sum of squared deviations, in the units of d (multiply by s²).
+    """
+    ss = (sum_d2 - sum_d * sum_d / max(n, 1)).clamp_min(0.0)
+    return torch.where(constant, torch.zeros_like(ss), ss)
+
+
+def r2_from_sums(ss_res: torch.Tensor, ss_tot: torch.Tensor, n: int) -> torch.Tensor:
+    """Coefficient of determination per output, as ``sklearn.metrics.r2_score``.
+
+    R² = 1 − SS_res / SS_tot. For an output whose targets are constant (SS_tot = 0),
+    scikit-learn's ``force_finite=True`` rule: 1.0 if the predictions are perfect
+    (SS_res = 0), else 0.0. Fewer than two samples: NaN (scikit-learn warns and returns
+    NaN).
+
+    Args:
+        ss_res: ``[T]`` float64 residual sums of squares Σ (y − ŷ)².
+        ss_tot: ``[T]`` float64 Σ (y − ȳ)² over the same samples.
+        n: Number of samples.
+
+    Returns:
+        ``[T]`` float64 R² (average it for scikit-learn's ``multioutput="uniform_average"``).
+    """
+    if n < 2:
+        return torch.full_like(ss_res, _NAN, dtype=torch.float64)
+    r2 = 1 - ss_res / ss_tot.clamp_min(torch.finfo(torch.float64).tiny)
+    constant = torch.where(ss_res == 0, 1.0, 0.0).to(torch.float64)
+    return torch.where(ss_tot > 0, r2, constant)

@@ -1,0 +1,112 @@
+"""The binary task: one logit, positive weight, metrics against scikit-learn, bad targets."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
+from tests.tasks.helpers import assert_same_metrics
+
+from geofl.errors import ConfigError, RegistryError
+from geofl.tasks import TASKS
+from geofl.tasks.binary import BinaryTask, build_binary
+
+TRAIN = torch.tensor([0, 0, 1, 0])
+
+
+def _build(targets: torch.Tensor = TRAIN, **params: object) -> BinaryTask:
+    task = TASKS.build("binary", params, num_classes=2, train_targets=targets)
+    assert isinstance(task, BinaryTask)
+    return task
+
+
+def test_pos_weight_by_hand_and_weighted_loss() -> None:
+    assert _build(pos_weight="auto").pos_weight.tolist() == [3.0]
+    assert _build(pos_weight="auto", pos_weight_max=2).pos_weight.tolist() == [2.0]
+    assert _build(torch.tensor([1, 1]), pos_weight="auto").pos_weight.tolist() == [1.0]
+    task = _build(pos_weight=3.0)
+    out, y = torch.tensor([[0.0], [0.0]]), torch.tensor([1, 0])
+    # positive: −3·log ½; negative: −log ½; mean of the two
+    assert float(task.loss(out, y)) == pytest.approx(2 * math.log(2))
+    assert task.loss_sum(out[:, 0], y) == pytest.approx(4 * math.log(2))  # [B] output too
+
+
+def test_predict_and_label_summary() -> None:
+    task = _build(threshold=0.3)
+    out = torch.tensor([[math.log(0.3 / 0.7) - 1e-4], [math.log(0.3 / 0.7) + 1e-4], [4.0]])
+    assert task.predict(out).tolist() == [0, 1, 1]
+    assert task.predict(out).dtype == torch.int64
+    assert task.label_summary(TRAIN).tolist() == [3, 1]
+    assert task.num_outputs == 1
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_metrics_match_sklearn_over_batches(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4, 150))
+    y = (rng.random(n) < rng.uniform(0.1, 0.9)).astype(np.int64)
+    y[:2] = [0, 1]  # both classes present
+    logits = np.round(rng.normal(size=n) + y * rng.uniform(0, 2), int(rng.integers(0, 2)))
+    task = _build(torch.from_numpy(y), threshold=0.6)
+    out, target = torch.from_numpy(logits).float()[:, None], torch.from_numpy(y)
+
+    acc = task.accumulator()
+    for idx in torch.tensor_split(torch.arange(n), 5):
+        acc.update(out[idx], target[idx], task.loss_sum(out[idx], target[idx]))
+    got = acc.compute()
+    whole = task.accumulator()
+    whole.update(out, target, task.loss_sum(out, target))
+    assert_same_metrics(got, whole.compute())
+
+    pred = 1 / (1 + np.exp(-out[:, 0].numpy())) >= 0.6
+    assert got["roc_auc"] == pytest.approx(roc_auc_score(y, logits))
+    assert got["f1"] == pytest.approx(f1_score(y, pred, zero_division=np.nan), nan_ok=True)
+    assert got["accuracy"] == pytest.approx(accuracy_score(y, pred))
+    assert got["loss"] == pytest.approx(float(task.loss(out, target)), rel=1e-5)
+    assert got.notes == ()
+
+
+def test_one_class_split_perfect_and_inverted() -> None:
+    task = _build()
+    acc = task.accumulator()
+    acc.update(torch.tensor([1.0, -1.0]), torch.tensor([0, 0]), 0.0)
+    m = acc.compute()
+    assert math.isnan(m["roc_auc"]) and math.isnan(m["recall"])
+    assert m["f1"] == 0.0 and m["accuracy"] == 0.5  # one false alarm
+    assert m.notes == ("only class 0 in this split (2 samples): ROC-AUC undefined (NaN)",)
+    y = torch.tensor([0, 0, 1, 1])
+    for sign, auc in ((1.0, 1.0), (-1.0, 0.0)):
+        acc = task.accumulator()
+        acc.update(sign * torch.tensor([-2.0, -1.0, 1.0, 2.0]), y, 0.0)
+        assert acc.compute()["roc_auc"] == auc
+        assert acc.compute()["accuracy"] == auc
+    acc = task.accumulator()
+    acc.update(torch.zeros(4), y, 0.0)  # all scores equal
+    assert acc.compute()["roc_auc"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("targets", "message"),
+    [
+        (torch.tensor([0.0, 1.0]), "real-valued targets [N] float32 given to the binary task"),
+        (torch.zeros(3, 4, dtype=torch.int64), "targets [N, 4] int64 given to the binary task"),
+        (torch.tensor([0, 1, 4]), "labels outside {0, 1} (range 0..4)"),
+    ],
+)
+def test_bad_targets_are_refused_in_one_line(targets: torch.Tensor, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _build().check_targets(targets)
+    assert err.value.path == "task.name" and message in str(err.value)
+
+
+def test_builder_and_registry_checks() -> None:
+    with pytest.raises(ConfigError, match="needs 2 classes, the dataset has 10"):
+        TASKS.build("binary", {}, num_classes=10, train_targets=TRAIN)
+    with pytest.raises(ConfigError, match="pos_weight"):
+        TASKS.validate("binary", {"pos_weight": [1.0]})  # lists are for multilabel
+    with pytest.raises(RegistryError, match="already registered"):
+        TASKS.register("binary")(build_binary)
+    assert {"binary", "multilabel", "regression"} <= set(TASKS)

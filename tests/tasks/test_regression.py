@@ -1,0 +1,152 @@
+"""The regression task: train-only standardisation, metrics against scikit-learn, bins."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import mean_absolute_error, r2_score, root_mean_squared_error
+from tests.tasks.helpers import assert_same_metrics
+
+from geofl.errors import ConfigError
+from geofl.rng import torch_generator
+from geofl.tasks import TASKS
+from geofl.tasks.regression import RegressionTask
+
+
+def _build(targets: torch.Tensor, **params: object) -> RegressionTask:
+    task = TASKS.build("regression", params, num_classes=0, train_targets=targets)
+    assert isinstance(task, RegressionTask)
+    return task
+
+
+def test_standardisation_by_hand_and_round_trip() -> None:
+    task = _build(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert task.mean.tolist() == [2.5]
+    assert task.std.tolist() == [pytest.approx(math.sqrt(1.25))]  # population std
+    assert task.num_outputs == 1
+    y = torch.tensor([-3.0, 0.0, 2.5, 100.0])
+    z = task.standardise(y)
+    assert z[:, 0].tolist() == pytest.approx([(v - 2.5) / math.sqrt(1.25) for v in y.tolist()])
+    assert task.predict(z).shape == (4,)
+    torch.testing.assert_close(task.predict(z), y)
+    # the loss is the MSE in standardised units: output z + 1 everywhere → loss 1
+    assert float(task.loss(z + 1, y)) == pytest.approx(1.0)
+    assert task.loss_sum(z + 1, y) == pytest.approx(4.0)
+
+
+def test_two_outputs_use_train_statistics_only() -> None:
+    train = torch.tensor([[0.0, 10.0], [2.0, 30.0]])
+    task = _build(train)
+    assert task.mean.tolist() == [1.0, 20.0] and task.std.tolist() == [1.0, 10.0]
+    out = torch.tensor([[1.0, -1.0]])
+    assert task.predict(out).tolist() == [[2.0, 10.0]]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_metrics_match_sklearn_over_batches(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    t = int(rng.integers(1, 4))
+    offset, scale = rng.choice([0.0, 1e4]), rng.choice([1e-2, 1.0, 50.0])
+    train = offset + scale * rng.normal(size=(200, t))
+    y = offset + scale * rng.normal(size=(int(rng.integers(2, 90)), t))
+    flat = t == 1 and seed % 2 == 0
+    task = _build(torch.from_numpy(train[:, 0] if flat else train).float())
+    out = torch.from_numpy(rng.normal(size=(len(y), t))).float()
+    target = torch.from_numpy(y[:, 0] if flat else y)
+
+    acc = task.accumulator()
+    for idx in torch.tensor_split(torch.arange(len(y)), 3):
+        acc.update(out[idx], target[idx], task.loss_sum(out[idx], target[idx]))
+    got = acc.compute()
+    whole = task.accumulator()
+    whole.update(out, target, task.loss_sum(out, target))
+    assert_same_metrics(got, whole.compute())
+
+    y_hat = out.double().numpy() * task.std.numpy() + task.mean.numpy()
+    assert got["rmse"] == pytest.approx(root_mean_squared_error(y, y_hat))
+    assert got["mae"] == pytest.approx(mean_absolute_error(y, y_hat))
+    assert got["r2"] == pytest.approx(r2_score(y, y_hat), rel=1e-6)
+    z = (y - task.mean.numpy()) / task.std.numpy()
+    assert got["loss"] == pytest.approx(float(np.mean((out.double().numpy() - z) ** 2)), rel=1e-5)
+    np.testing.assert_allclose(
+        got.per_class["r2"], r2_score(y, y_hat, multioutput="raw_values"), rtol=1e-6
+    )
+    assert got.n == len(y) and got.notes == ()
+
+
+def test_perfect_predictions_and_constant_split() -> None:
+    task = _build(torch.tensor([-1.0, 1.0]))  # μ = 0, σ = 1: outputs are exact
+    y = torch.tensor([5.0, 5.0, 5.0])
+    acc = task.accumulator()
+    acc.update(task.standardise(y), y, 0.0)
+    m = acc.compute()
+    assert (m["rmse"], m["mae"], m["r2"]) == (0.0, 0.0, 1.0)
+    assert r2_score(y.numpy(), y.numpy()) == 1.0
+    assert "constant in this split" in m.notes[0]
+    single = task.accumulator()
+    single.update(torch.zeros(1), torch.tensor([1.0]), 0.0)
+    assert math.isnan(single.compute()["r2"]) and "fewer than 2" in single.compute().notes[0]
+
+
+def test_quantile_bins_by_hand() -> None:
+    task = _build(torch.arange(10.0), bins=5)
+    # numpy linear quantiles of 0..9 at 0.2, 0.4, 0.6, 0.8
+    assert task.edges.tolist() == pytest.approx([1.8, 3.6, 5.4, 7.2])
+    assert task.label_summary(torch.arange(10.0)).tolist() == [2, 2, 2, 2, 2]
+    # e_{k−1} ≤ y < e_k: an edge value falls in the upper bin; out-of-range values clip
+    e = task.edges
+    e3 = float(e[3])
+    y = torch.tensor([-50.0, float(e[0]), np.nextafter(e3, 0.0), e3, 1e9], dtype=torch.float64)
+    assert task.discrete_labels(y).tolist() == [0, 1, 3, 4, 4]
+    two = _build(
+        torch.tensor([[0.0, 5.0], [1.0, 6.0], [2.0, 7.0], [3.0, 9.0]]), bins=2, bin_output=1
+    )
+    assert two.edges.tolist() == [6.5]
+    assert two.label_summary(torch.tensor([[0.0, 5.0], [0.0, 6.9], [0.0, 8.0]])).tolist() == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("targets", "message"),
+    [
+        (torch.tensor([0, 1, 2]), "integer targets [N] int64 given to the regression task"),
+        (torch.zeros(3, 2), "targets [N, 2] float32 do not match the regression task's 1 output"),
+        (torch.tensor([1.0, float("nan")]), "1 regression targets are NaN or infinite"),
+    ],
+)
+def test_bad_targets_are_refused_in_one_line(targets: torch.Tensor, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _build(torch.tensor([1.0, 2.0])).check_targets(targets)
+    assert err.value.path == "task.name" and message in str(err.value)
+
+
+def test_builder_refuses_what_cannot_be_standardised() -> None:
+    with pytest.raises(ConfigError, match=r"output\(s\) 1 constant in the training split"):
+        _build(torch.tensor([[1.0, 3.0], [2.0, 3.0]]))
+    with pytest.raises(ConfigError, match="at least 2 training samples"):
+        _build(torch.tensor([1.0]))
+    with pytest.raises(ConfigError, match="integer targets"):
+        _build(torch.tensor([1, 2]))
+    with pytest.raises(ConfigError, match=r"choose 0\.\.0") as err:
+        _build(torch.tensor([1.0, 2.0]), bin_output=1)
+    assert err.value.path == "task.params.bin_output"
+    with pytest.raises(ConfigError, match="greater than or equal to 2"):
+        TASKS.validate("regression", {"bins": 1})
+
+
+def test_large_offset_and_shifted_split_keep_their_digits() -> None:
+    """Targets at 1e8 ± 1 whose test split sits 5 train-σ off the train mean."""
+    gen = torch_generator(0, "offset")
+    train = 1e8 + torch.randn(500, dtype=torch.float64, generator=gen)
+    task = _build(train)
+    y = 1e8 + 5 + torch.randn(300, dtype=torch.float64, generator=gen)
+    out = torch.randn(300, generator=gen)
+    acc = task.accumulator()
+    for idx in torch.tensor_split(torch.arange(300), 4):
+        acc.update(out[idx], y[idx], 0.0)
+    got = acc.compute()
+    y_hat = out.double().numpy() * float(task.std) + float(task.mean)
+    assert got["r2"] == pytest.approx(r2_score(y.numpy(), y_hat), rel=1e-9)
+    assert got["rmse"] == pytest.approx(root_mean_squared_error(y.numpy(), y_hat), rel=1e-9)
