@@ -40,6 +40,7 @@ from geofl.data.synthetic import SyntheticParams, generate_synthetic
 from geofl.engine.evaluate import evaluate
 from geofl.models.base import MODELS, FlatModel
 from geofl.rng import torch_generator
+from geofl.tasks import TASKS, Task
 from geofl.update import ClientDirectives
 
 TARGET_PATCHES_PER_S = 2000.0
@@ -138,6 +139,11 @@ def bench_training(args: argparse.Namespace) -> list[list[object]]:
     return rows
 
 
+def _task(labels: torch.Tensor) -> Task:
+    """The single-label classification task over ``NUM_CLASSES`` fitted on ``labels``."""
+    return TASKS.build("classification", {}, num_classes=NUM_CLASSES, train_targets=labels)
+
+
 def bench_trainer_ratio(args: argparse.Namespace) -> tuple[float, float]:
     """Images/s of the engine's LocalSGD (10 batches, 32×32×13) and of the bare loop."""
     gen = torch.Generator().manual_seed(1)
@@ -146,7 +152,7 @@ def bench_trainer_ratio(args: argparse.Namespace) -> tuple[float, float]:
     labels = torch.randint(0, NUM_CLASSES, (n,), generator=gen)
     data = ClientData(0, images, labels, np.bincount(labels.numpy(), minlength=NUM_CLASSES))
     workspace = FlatModel(build_model("small_cnn", 13))
-    trainer = LocalSGD(workspace, LocalTrainParams(batch_size=batch))
+    trainer = LocalSGD(workspace, LocalTrainParams(batch_size=batch), _task(labels))
     params = workspace.snapshot()
     directives = ClientDirectives(1, 0)
     t_trainer, _ = median_time(
@@ -171,7 +177,7 @@ def bench_eval(args: argparse.Namespace) -> list[list[object]]:
         x = torch.randn(n, 13, size, size, generator=gen)
         y = torch.randint(0, NUM_CLASSES, (n,), generator=gen)
         sec, _ = median_time(
-            lambda m=model, x=x, y=y: evaluate(m, x, y, NUM_CLASSES, 1024),
+            lambda m=model, x=x, y=y: evaluate(m, x, y, _task(y), 1024),
             repeats=args.repeats,
             warmup=1,
         )

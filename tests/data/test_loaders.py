@@ -291,3 +291,24 @@ def test_params_frozen(tmp_path: Path) -> None:
     params = ucmerced.UCMercedParams(root=tmp_path)
     with pytest.raises(ValidationError):
         params.size = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("key", "module", "params"), [("eurosat_ms", MS, {}), ("ucmerced", UCM, {"size": 16})]
+)
+def test_folder_loaders_store_round_trip(
+    tmp_path: Path, key: str, module: ModuleType, params: dict[str, Any]
+) -> None:
+    """``data.cache: mmap``: the same samples, labels and paths as the in-memory cache."""
+    root = module.make_fixture(tmp_path / "src")
+    mem = _build(key, root, tmp_path / "cache", **params)
+    stored = DATASETS.build(
+        key, {"root": root, **params}, cache_dir=tmp_path / "cache", cache_mode="mmap"
+    )
+    assert not isinstance(stored.inputs, torch.Tensor)
+    assert list((tmp_path / "cache").glob("*.store"))  # beside the npz, not instead
+    idx = torch.tensor([len(mem) - 1, 0, 5, 5, 2])
+    assert torch.equal(stored.inputs[idx], mem.inputs[idx])
+    assert torch.equal(stored.inputs[0 : len(mem)], mem.inputs)
+    assert torch.equal(stored.targets, mem.targets)
+    assert stored.metadata["path"].tolist() == mem.metadata["path"].tolist()

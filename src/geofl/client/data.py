@@ -1,4 +1,5 @@
-"""A client's local data as tensors, and the seeded mini-batch schedule over it."""
+"""A client's local data (tensors, or a view of the shared on-disk store), and the seeded
+mini-batch schedule over it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from geofl.data.base import Inputs
 
 __all__ = ["ClientData", "batch_indices"]
 
@@ -18,7 +21,9 @@ class ClientData:
     Attributes:
         client_id: The client's id.
         inputs: ``[n_k, C, H, W]`` float32 images or ``[n_k, F]`` float32 features
-            (already normalised).
+            (already normalised): a tensor, or with ``data.cache: mmap`` a
+            :class:`~geofl.data.lazy.StoredRows` index view of the shared image store;
+            ``inputs[idx]`` gives the batch either way.
         targets: Per target kind (:mod:`geofl.data.targets`): ``[n_k]`` int64 class ids or
             0/1 outcomes, ``[n_k, C]`` float32 multi-hot, ``[n_k]`` / ``[n_k, T]`` float32.
         label_histogram: ``[C]`` int64 counts of the discrete label attribute (samples per
@@ -29,7 +34,7 @@ class ClientData:
     """
 
     client_id: int
-    inputs: torch.Tensor
+    inputs: Inputs
     targets: torch.Tensor
     label_histogram: np.ndarray
     classes: tuple[str, ...] = ()

@@ -97,6 +97,11 @@ class DataConfig(_Strict):
         "standardize", description="per-band standardisation with train-split statistics"
     )
     cache_dir: Path | None = Field(None, description="decode cache; default $GEOFL_CACHE")
+    cache: Literal["memory", "mmap"] = Field(
+        "memory",
+        description="memory: decode cache loaded into RAM; mmap: an on-disk array store read "
+        "per mini-batch (larger-than-memory data, same metrics)",
+    )
 
 
 class ModelConfig(_Strict):

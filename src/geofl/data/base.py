@@ -1,8 +1,11 @@
-"""The in-memory dataset every geofl loader produces, and the dataset registry.
+"""The dataset every geofl loader produces, and the dataset registry.
 
 Datasets that fit in memory (EuroSAT-size data does) live as one input tensor: on 2 cores a
 tensor slice per batch beats a DataLoader by a wide margin. Loaders for real on-disk
-formats decode once into a cached array file (:mod:`geofl.data.cache`).
+formats decode once into a cached array file (:mod:`geofl.data.cache`). With
+``data.cache: mmap`` the decode cache is an on-disk array store (:mod:`geofl.data.store`)
+and ``inputs`` is a :class:`~geofl.data.lazy.StoredRows` view that reads only the rows a
+mini-batch needs; subsets and band selections of it are views too.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol, TypeAlias
 
 import numpy as np
 import torch
 
+from geofl.data.lazy import StoredRows
 from geofl.data.targets import DEFAULT_BINS, TargetKind, check_targets, label_codes, label_counts
 from geofl.errors import ConfigError, DataError
 from geofl.registry import Registry
@@ -24,8 +28,24 @@ __all__ = [
     "RGB_BANDS",
     "SENTINEL2_BANDS",
     "ArrayDataset",
+    "CacheMode",
     "DatasetBuilder",
+    "Inputs",
+    "standardized_view",
+    "take_rows",
 ]
+
+#: Samples as an in-memory float32 tensor or a lazily read view of an on-disk store; both
+#: have ``shape``, ``len`` and return a float32 tensor for ``inputs[index_tensor]`` / slices.
+Inputs: TypeAlias = torch.Tensor | StoredRows
+
+
+def take_rows(inputs: Inputs, index: torch.Tensor) -> Inputs:
+    """The rows at ``index`` (``[m]`` int64): a copy of a tensor, a view of stored rows."""
+    if isinstance(inputs, StoredRows):
+        return inputs.take(index.numpy())
+    return inputs[index]
+
 
 #: Sentinel-2 L1C band names in EuroSAT-MS order (13 bands).
 SENTINEL2_BANDS: tuple[str, ...] = (
@@ -57,7 +77,9 @@ class ArrayDataset:
 
     Attributes:
         inputs: ``[N, C, H, W]`` float32 images, reflectance-like scale (roughly 0..1; RGB
-            images are divided by 255), or ``[N, F]`` float32 tabular features.
+            images are divided by 255), or ``[N, F]`` float32 tabular features; a tensor,
+            or for images a :class:`StoredRows` view of an on-disk store (``data.cache:
+            mmap``) that yields such tensors per batch.
         targets: Per ``target_kind`` (:mod:`geofl.data.targets`): ``[N]`` int64 class ids
             (``class``), ``[N]`` int64 0/1 (``binary``), ``[N, C]`` float32 multi-hot
             (``multi_hot``), ``[N]`` or ``[N, T]`` float32 values (``real``).
@@ -77,7 +99,7 @@ class ArrayDataset:
         DataError: at construction when shapes, dtypes or values disagree with the kind.
     """
 
-    inputs: torch.Tensor
+    inputs: Inputs
     targets: torch.Tensor
     classes: tuple[str, ...]
     bands: tuple[str, ...]
@@ -116,10 +138,16 @@ class ArrayDataset:
         return self.inputs.ndim == 2
 
     def subset(self, index: np.ndarray | torch.Tensor) -> ArrayDataset:
-        """A new dataset holding the samples at ``index`` (copies the selected rows)."""
+        """A new dataset holding the samples at ``index``.
+
+        In-memory inputs are copied; stored inputs become a view holding only the indices
+        (clients and splits share the one store).
+        """
         idx = torch.as_tensor(np.asarray(index), dtype=torch.long)
         meta = {k: np.asarray(v)[idx.numpy()] for k, v in self.metadata.items()}
-        return replace(self, inputs=self.inputs[idx], targets=self.targets[idx], metadata=meta)
+        return replace(
+            self, inputs=take_rows(self.inputs, idx), targets=self.targets[idx], metadata=meta
+        )
 
     def select_bands(self, bands: Sequence[str] | str) -> ArrayDataset:
         """Keep only ``bands`` ("all", "rgb" or a list of band or feature names), in order.
@@ -143,15 +171,25 @@ class ArrayDataset:
                 f"bands {missing} not in dataset {self.name!r}; available: {list(self.bands)}",
             )
         chan = [self.bands.index(b) for b in wanted]
-        return replace(self, inputs=self.inputs[:, chan].contiguous(), bands=tuple(wanted))
+        inputs = (
+            self.inputs.select_channels(chan)
+            if isinstance(self.inputs, StoredRows)
+            else self.inputs[:, chan].contiguous()
+        )
+        return replace(self, inputs=inputs, bands=tuple(wanted))
 
     def input_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-band (per-feature) mean and standard deviation for standardisation.
+
+        Stored inputs are reduced in one pass
+        (:meth:`~geofl.data.lazy.StoredRows.channel_mean_std`).
 
         Returns:
             ``(mean, std)``, each ``[1, C, 1, 1]`` for images or ``[1, F]`` for features,
             float32; ``std`` is clamped to at least ``1e-6``.
         """
+        if isinstance(self.inputs, StoredRows):
+            return self.inputs.channel_mean_std()
         dims = (0,) if self.is_tabular else (0, 2, 3)
         mean = self.inputs.mean(dim=dims, keepdim=True)
         std = self.inputs.std(dim=dims, keepdim=True).clamp_min(1e-6)
@@ -186,10 +224,26 @@ class ArrayDataset:
         return label_counts(t, self.target_kind, self.num_classes)
 
 
+def standardized_view(ds: ArrayDataset, mean: torch.Tensor, std: torch.Tensor) -> ArrayDataset:
+    """``ds`` whose stored inputs yield ``(x − mean) / std`` (``[1, C, 1, 1]`` each).
+
+    Raises:
+        TypeError: if ``ds.inputs`` is an in-memory tensor (standardise it in place).
+    """
+    if not isinstance(ds.inputs, StoredRows):
+        raise TypeError("standardized_view is for stored inputs; standardise tensors in place")
+    return replace(ds, inputs=ds.inputs.standardized(mean, std))
+
+
 class DatasetBuilder(Protocol):
     """Factory registered in :data:`DATASETS`: validated params → :class:`ArrayDataset`."""
 
     def __call__(self, params: object, *, cache_dir: Path) -> ArrayDataset: ...
+
+
+#: Decode-cache modes: ``memory`` (arrays in RAM) or ``mmap`` (an on-disk store read per
+#: batch). Builders that support ``mmap`` take a ``cache_mode`` keyword argument.
+CacheMode: TypeAlias = Literal["memory", "mmap"]
 
 
 #: Dataset registry: ``synthetic``, ``eurosat_rgb``, ``eurosat_ms``, ``ucmerced``, ...

@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.data import imagefolder
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
 from geofl.data.formats import as_uint16, read_band_tiff, resize_bands
 from geofl.data.imagefolder import FolderSpec, ImageFormatError, decode_rgb
 
@@ -160,12 +160,15 @@ def decode_ms(data: bytes, size: int) -> np.ndarray:
 
 
 @DATASETS.register("eurosat_rgb", params=EuroSATRGBParams)
-def build_eurosat_rgb(params: EuroSATRGBParams, *, cache_dir: Path) -> ArrayDataset:
+def build_eurosat_rgb(
+    params: EuroSATRGBParams, *, cache_dir: Path, cache_mode: CacheMode = "memory"
+) -> ArrayDataset:
     """EuroSAT RGB JPEGs: 10 classes, bands R, G, B, images ``[N, 3, size, size]`` /255.
 
     Args:
         params: Validated parameters (``root``, ``size``).
         cache_dir: Directory of the decode-once cache.
+        cache_mode: ``memory`` or ``mmap`` (an on-disk store read per batch).
 
     Returns:
         Dataset with ``images [N, 3, size, size]`` float32 in 0..1, ``labels [N]`` int64,
@@ -179,17 +182,21 @@ def build_eurosat_rgb(params: EuroSATRGBParams, *, cache_dir: Path) -> ArrayData
         params.root,
         size=params.size,
         cache_dir=cache_dir,
+        cache_mode=cache_mode,
         decode=decode_rgb,
     )
 
 
 @DATASETS.register("eurosat_ms", params=EuroSATMSParams)
-def build_eurosat_ms(params: EuroSATMSParams, *, cache_dir: Path) -> ArrayDataset:
+def build_eurosat_ms(
+    params: EuroSATMSParams, *, cache_dir: Path, cache_mode: CacheMode = "memory"
+) -> ArrayDataset:
     """EuroSAT 13-band GeoTIFFs: 10 classes, Sentinel-2 bands, images uint16/10000.
 
     Args:
         params: Validated parameters (``root``, ``size``).
         cache_dir: Directory of the decode-once cache.
+        cache_mode: ``memory`` or ``mmap`` (an on-disk store read per batch).
 
     Returns:
         Dataset with ``images [N, 13, size, size]`` float32 (reflectance),
@@ -205,5 +212,6 @@ def build_eurosat_ms(params: EuroSATMSParams, *, cache_dir: Path) -> ArrayDatase
         params.root,
         size=params.size,
         cache_dir=cache_dir,
+        cache_mode=cache_mode,
         decode=decode_ms,
     )

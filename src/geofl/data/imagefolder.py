@@ -61,8 +61,10 @@ import tifffile
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from geofl.data.base import ArrayDataset
+from geofl.data.base import ArrayDataset, CacheMode, Inputs
 from geofl.data.cache import cache_key, cached_arrays
+from geofl.data.lazy import StoredRows
+from geofl.data.store import cached_store
 from geofl.errors import DataError
 
 __all__ = [
@@ -459,7 +461,13 @@ def decode_folder(
 
 
 def load_folder_dataset(
-    spec: FolderSpec, root: Path, *, size: int, cache_dir: Path, decode: Decoder
+    spec: FolderSpec,
+    root: Path,
+    *,
+    size: int,
+    cache_dir: Path,
+    decode: Decoder,
+    cache_mode: CacheMode = "memory",
 ) -> ArrayDataset:
     """Scan ``root``, decode it once into the cache, and return the in-memory dataset.
 
@@ -469,6 +477,8 @@ def load_folder_dataset(
         size: Output height and width in pixels.
         cache_dir: Directory of the decode-once cache.
         decode: Per-file decoder returning ``[C, size, size]`` of ``spec.dtype``.
+        cache_mode: ``memory`` (the cache loaded into RAM) or ``mmap`` (an on-disk store,
+            ``inputs`` a :class:`~geofl.data.lazy.StoredRows` view read per batch).
 
     Returns:
         A :class:`ArrayDataset` with ``images [N, C, size, size]`` float32 (stored values /
@@ -490,14 +500,24 @@ def load_folder_dataset(
             "paths": np.asarray(folder.paths, dtype=np.str_),
         }
 
-    arrays = cached_arrays(cache_dir, cache_key(spec.name, key_spec), build)
-    images = torch.from_numpy(arrays["images"]).to(torch.float32).div_(spec.scale)
+    key = cache_key(spec.name, key_spec)
+    images: Inputs
+    if cache_mode == "mmap":
+        meta = {"bands": spec.bands, "classes": spec.classes, "source": key_spec}
+        arrays, _ = cached_store(cache_dir, key, lambda w: w.put_all(build()), meta)
+        images = StoredRows(arrays["images"], scale=spec.scale)
+    else:
+        arrays = cached_arrays(cache_dir, key, build)
+        images = torch.from_numpy(arrays["images"]).to(torch.float32).div_(spec.scale)
     n = images.shape[0]
     return ArrayDataset(
         inputs=images,
-        targets=torch.from_numpy(arrays["labels"].astype(np.int64)),
+        targets=torch.from_numpy(np.array(arrays["labels"], dtype=np.int64)),
         classes=spec.classes,
         bands=spec.bands,
-        metadata={"gsd_m": np.full(n, spec.gsd_m, dtype=np.float32), "path": arrays["paths"]},
+        metadata={
+            "gsd_m": np.full(n, spec.gsd_m, dtype=np.float32),
+            "path": np.array(arrays["paths"]),
+        },
         name=spec.name,
     )

@@ -36,6 +36,8 @@ output depends only on the parameters, and the leading full chunks do not depend
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,8 +45,10 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
 from geofl.data.cache import cache_key, cached_arrays
+from geofl.data.lazy import StoredRows
+from geofl.data.store import StoreWriter, cached_store
 from geofl.data.synthetic_sensor import (
     RESOLUTION_GROUPS,
     SCALE,
@@ -327,11 +331,16 @@ def _generate_chunk(
     return ctx
 
 
-def generate_synthetic(params: SyntheticParams) -> dict[str, np.ndarray]:
+def generate_synthetic(
+    params: SyntheticParams, sink: Callable[[int, np.ndarray], None] | None = None
+) -> dict[str, np.ndarray]:
     """Generate the synthetic dataset.
 
     Args:
         params: Dataset parameters.
+        sink: If given, called with ``(first_row, images)`` for each generated chunk of
+            ``≤ CHUNK`` images (e.g. a store writer, so the images never sit in RAM at
+            once), and ``images`` is left out of the result.
 
     Returns:
         ``images`` uint16 ``[N, 13, H, W]`` (reflectance x 10000, bands in
@@ -342,30 +351,62 @@ def generate_synthetic(params: SyntheticParams) -> dict[str, np.ndarray]:
     """
     n, size = params.num_samples, params.size
     regions = draw_regions(params)
-    images = np.empty((n, 13, size, size), dtype=np.uint16)
+    rows = n if sink is None else min(n, CHUNK)  # the whole array, or one chunk's buffer
+    images = np.empty((rows, 13, size, size), dtype=np.uint16)
     parts: dict[str, list[np.ndarray]] = {}
     for lo in range(0, n, CHUNK):
-        ctx = _generate_chunk(params, regions, lo // CHUNK, images[lo : lo + CHUNK])
+        dest = images[lo : lo + CHUNK] if sink is None else images[: min(CHUNK, n - lo)]
+        ctx = _generate_chunk(params, regions, lo // CHUNK, dest)
+        if sink is not None:
+            sink(lo, dest)
         for key, val in ctx.items():
             parts.setdefault(key, []).append(val.numpy())
-    out: dict[str, np.ndarray] = {"images": images}
+    out: dict[str, np.ndarray] = {"images": images} if sink is None else {}
     for key, vals in parts.items():
         arr = np.concatenate(vals)
         out[key] = arr.astype(np.int64 if key in ("labels", "region", "season") else np.float32)
     return out
 
 
+def _stored_synthetic(params: SyntheticParams, cache_dir: Path) -> ArrayDataset:
+    """The synthetic dataset as an on-disk store, generated into it chunk by chunk."""
+    n, size = params.num_samples, params.size
+
+    def build(writer: StoreWriter) -> None:
+        writer.create("images", (n, 13, size, size), np.uint16)
+        sink = partial(writer.write_rows, "images")
+        writer.put_all(generate_synthetic(params, sink=sink))
+
+    meta = {"bands": SENTINEL2_BANDS, "classes": SYNTHETIC_CLASSES, "source": params.model_dump()}
+    key = cache_key("synthetic-v1", params.model_dump())
+    arrays, _ = cached_store(cache_dir, key, build, meta)
+    return ArrayDataset(
+        inputs=StoredRows(arrays["images"], scale=SCALE),
+        targets=torch.from_numpy(np.array(arrays["labels"], dtype=np.int64)),
+        classes=SYNTHETIC_CLASSES,
+        bands=SENTINEL2_BANDS,
+        metadata={k: np.array(arrays[k]) for k in METADATA_KEYS},
+        name="synthetic",
+    )
+
+
 @DATASETS.register("synthetic", params=SyntheticParams)
-def build_synthetic(params: SyntheticParams, *, cache_dir: Path) -> ArrayDataset:
+def build_synthetic(
+    params: SyntheticParams, *, cache_dir: Path, cache_mode: CacheMode = "memory"
+) -> ArrayDataset:
     """Synthetic Sentinel-2-like EuroSAT-class patches, generated once and cached.
 
     Args:
         params: Dataset parameters.
         cache_dir: Directory of the decode-once array cache.
+        cache_mode: ``memory`` (the cache loaded into RAM) or ``mmap`` (an on-disk store,
+            ``inputs`` a :class:`~geofl.data.lazy.StoredRows` view read per batch).
 
     Returns:
-        A :class:`ArrayDataset` with ``images`` ``[N, 13, H, W]`` float32 reflectance.
+        A :class:`ArrayDataset` with ``inputs`` ``[N, 13, H, W]`` float32 reflectance.
     """
+    if cache_mode == "mmap":
+        return _stored_synthetic(params, cache_dir)
     arrays = cached_arrays(
         cache_dir,
         cache_key("synthetic-v1", params.model_dump()),

@@ -41,8 +41,10 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode, Inputs
 from geofl.data.cache import cache_key, cached_arrays
+from geofl.data.lazy import StoredRows
+from geofl.data.store import cached_store
 from geofl.data.synthetic import CHUNK, Regions, SyntheticParams, draw_regions, material_spectra
 from geofl.data.synthetic_sensor import (
     RESOLUTION_GROUPS,
@@ -243,29 +245,39 @@ def generate_multilabel(params: MultiLabelParams) -> dict[str, np.ndarray]:
 
 
 @DATASETS.register("synthetic_multilabel", params=MultiLabelParams)
-def build_multilabel(params: MultiLabelParams, *, cache_dir: Path) -> ArrayDataset:
+def build_multilabel(
+    params: MultiLabelParams, *, cache_dir: Path, cache_mode: CacheMode = "memory"
+) -> ArrayDataset:
     """Multi-label 13-band land-cover mosaics, generated once and cached.
 
     Args:
         params: Dataset parameters.
         cache_dir: Directory of the decode-once array cache.
+        cache_mode: ``memory`` (the cache loaded into RAM) or ``mmap`` (an on-disk store,
+            ``inputs`` a :class:`~geofl.data.lazy.StoredRows` view read per batch).
 
     Returns:
         An :class:`ArrayDataset` with ``inputs`` ``[N, 13, S, S]`` float32 reflectance and
         ``multi_hot`` targets ``[N, 13]`` float32.
     """
-    arrays = cached_arrays(
-        cache_dir,
-        cache_key("synthetic-multilabel-v1", params.model_dump()),
-        lambda: generate_multilabel(params),
-    )
-    images = torch.from_numpy(arrays["images"].astype(np.float32)).div_(SCALE)
+    key = cache_key("synthetic-multilabel-v1", params.model_dump())
+    images: Inputs
+    if cache_mode == "mmap":
+        source = params.model_dump()
+        meta = {"bands": SENTINEL2_BANDS, "classes": MULTILABEL_CLASSES, "source": source}
+        arrays, _ = cached_store(
+            cache_dir, key, lambda w: w.put_all(generate_multilabel(params)), meta
+        )
+        images = StoredRows(arrays["images"], scale=SCALE)
+    else:
+        arrays = cached_arrays(cache_dir, key, lambda: generate_multilabel(params))
+        images = torch.from_numpy(arrays["images"].astype(np.float32)).div_(SCALE)
     return ArrayDataset(
         inputs=images,
-        targets=torch.from_numpy(arrays["labels"].astype(np.float32)),
+        targets=torch.from_numpy(np.array(arrays["labels"], dtype=np.float32)),
         classes=MULTILABEL_CLASSES,
         bands=SENTINEL2_BANDS,
-        metadata={k: arrays[k] for k in MULTILABEL_METADATA_KEYS},
+        metadata={k: np.array(arrays[k]) for k in MULTILABEL_METADATA_KEYS},
         name="synthetic_multilabel",
         target_kind="multi_hot",
     )

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.data import imagefolder
-from geofl.data.base import DATASETS, ArrayDataset
+from geofl.data.base import DATASETS, ArrayDataset, CacheMode
 from geofl.data.imagefolder import FolderSpec, decode_rgb
 
 __all__ = ["UCMERCED_CLASSES", "UCMERCED_SPEC", "UCMercedParams", "build_ucmerced"]
@@ -88,12 +88,15 @@ class UCMercedParams(BaseModel):
 
 
 @DATASETS.register("ucmerced", params=UCMercedParams)
-def build_ucmerced(params: UCMercedParams, *, cache_dir: Path) -> ArrayDataset:
+def build_ucmerced(
+    params: UCMercedParams, *, cache_dir: Path, cache_mode: CacheMode = "memory"
+) -> ArrayDataset:
     """UC Merced Land Use: 21 classes of aerial RGB images resized to ``size × size``.
 
     Args:
         params: Validated parameters (``root``, ``size``).
         cache_dir: Directory of the decode-once cache.
+        cache_mode: ``memory`` or ``mmap`` (an on-disk store read per batch).
 
     Returns:
         Dataset with ``images [N, 3, size, size]`` float32 in 0..1, ``labels [N]`` int64,
@@ -107,5 +110,6 @@ def build_ucmerced(params: UCMercedParams, *, cache_dir: Path) -> ArrayDataset:
         params.root,
         size=params.size,
         cache_dir=cache_dir,
+        cache_mode=cache_mode,
         decode=decode_rgb,
     )

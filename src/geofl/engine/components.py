@@ -21,7 +21,7 @@ from geofl.client.state import ClientStateStore
 from geofl.client.step import ClientProgram
 from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.data.base import ArrayDataset
+from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
 from geofl.errors import ConfigError
 from geofl.models.base import MODELS, FlatModel
@@ -140,7 +140,11 @@ def check_model_inputs(cfg: ExperimentConfig, ds: ArrayDataset) -> None:
 
 def client_datasets(data: PreparedData, partition: Partition, task: Task) -> list[ClientData]:
     """Each client's slice of the train split, with its label summary
-    (:meth:`~geofl.tasks.base.Task.label_summary`) and mean GSD."""
+    (:meth:`~geofl.tasks.base.Task.label_summary`) and mean GSD.
+
+    In-memory inputs are copied per client; stored inputs (``data.cache: mmap``) become an
+    index view of the one shared store, read per mini-batch.
+    """
     train = data.train
     gsd = partition.client_means(train.metadata.get("gsd_m"))
     out = []
@@ -149,7 +153,7 @@ def client_datasets(data: PreparedData, partition: Partition, task: Task) -> lis
         out.append(
             ClientData(
                 k,
-                train.inputs[idx],
+                take_rows(train.inputs, idx),
                 targets,
                 task.label_summary(targets),
                 classes=tuple(train.classes),

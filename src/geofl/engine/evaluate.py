@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from geofl.data.base import Inputs
 from geofl.tasks.base import SplitMetrics, Task
 
 __all__ = ["evaluate"]
@@ -14,7 +15,7 @@ __all__ = ["evaluate"]
 
 def evaluate(
     model: nn.Module,
-    inputs: torch.Tensor,
+    inputs: Inputs,
     targets: Any,
     task: Task,
     batch_size: int = 1024,
@@ -26,7 +27,8 @@ def evaluate(
 
     Args:
         model: The model; put in eval mode for the call and restored afterwards.
-        inputs: ``[N, C, H, W]`` images or ``[N, F]`` features, float32.
+        inputs: ``[N, C, H, W]`` images or ``[N, F]`` features, float32, in memory or
+            stored (read per batch).
         targets: The split's targets (``[N]`` class ids, ``[N, C]`` multi-hot, ...).
         task: The learning task.
         batch_size: Evaluation batch size.

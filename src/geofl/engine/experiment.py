@@ -6,6 +6,7 @@ before the run directory is created, so a failed start leaves nothing behind.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import shutil
@@ -20,8 +21,9 @@ import yaml
 
 from geofl import __version__, plugins
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.data.base import ArrayDataset
+from geofl.data.base import ArrayDataset, standardized_view
 from geofl.data.cache import check_cache_dir, default_cache_dir
+from geofl.data.lazy import StoredRows
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
 from geofl.data.targets import label_codes
@@ -29,7 +31,7 @@ from geofl.engine.components import PreparedData, build_task, check_model_inputs
 from geofl.engine.export import model_spec
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
-from geofl.errors import RunDirError
+from geofl.errors import ConfigError, RunDirError
 from geofl.events import Subscriber
 from geofl.io import write_json_atomic, write_text_atomic
 from geofl.models.spec import MODEL_SPEC_FILE, write_model_spec
@@ -52,7 +54,17 @@ def _build_dataset(cfg: ExperimentConfig) -> ArrayDataset:
     plugins.load_all()
     cache = Path(cfg.data.cache_dir or default_cache_dir()).expanduser()
     check_cache_dir(cache)  # before any decoding
-    return plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
+    if cfg.data.cache == "memory":  # builders from other packages need not know the mode
+        return plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
+    factory = plugins.DATASETS.entry(cfg.data.dataset).factory
+    if "cache_mode" not in inspect.signature(factory).parameters:
+        raise ConfigError(
+            "data.cache",
+            f"dataset {cfg.data.dataset!r} has no memory-mapped store; use data.cache: memory",
+        )
+    return plugins.DATASETS.build(
+        cfg.data.dataset, cfg.data.params, cache_dir=cache, cache_mode=cfg.data.cache
+    )
 
 
 def prepare_split(
@@ -60,18 +72,26 @@ def prepare_split(
 ) -> PreparedData:
     """Global train/val/test split for ``seed`` (stratified by the label attribute of
     :mod:`geofl.data.targets`), standardised per band (per feature for tabular inputs)
-    with train statistics."""
+    with train statistics.
+
+    In-memory inputs are standardised in place; stored inputs (``data.cache: mmap``) get
+    the same statistics (bit-identical up to ``EXACT_STATS_BYTES`` of train data, see
+    :meth:`~geofl.data.lazy.StoredRows.channel_mean_std`) applied per batch. Either way
+    ``mean``/``std`` travel in the result (for ``model.json``).
+    """
     if split is None:
         split = stratified_split(split_labels(ds), cfg.data.split, seed)
     train, val, test = ds.subset(split.train), ds.subset(split.val), ds.subset(split.test)
-    if cfg.data.normalize == "standardize":
-        dims = (0,) if train.is_tabular else (0, 2, 3)
-        mean = train.inputs.mean(dim=dims, keepdim=True)
-        std = train.inputs.std(dim=dims, keepdim=True).clamp_min(1e-6)
-        for part in (train, val, test):
-            part.inputs.sub_(mean).div_(std)
+    if cfg.data.normalize != "standardize":
+        return PreparedData(train, val, test)
+    mean, std = train.input_stats()  # one pass over a store; the views apply it per batch
+    if isinstance(train.inputs, StoredRows):
+        train, val, test = (standardized_view(p, mean, std) for p in (train, val, test))
         return PreparedData(train, val, test, mean, std)
-    return PreparedData(train, val, test)
+    for part in (train, val, test):
+        assert isinstance(part.inputs, torch.Tensor)
+        part.inputs.sub_(mean).div_(std)
+    return PreparedData(train, val, test, mean, std)
 
 
 def build_partition(
@@ -212,6 +232,14 @@ def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
     return TaskInfo(task.name, task.primary_metric, task.direction)
 
 
+def _resume_identity(cfg: Any) -> Any:
+    """What must match to resume: the config less ``data.cache`` (how the decode cache is
+    held changes no result; run directories from before the field lack it)."""
+    if isinstance(cfg, dict) and isinstance(cfg.get("data"), dict):
+        return {**cfg, "data": {k: v for k, v in cfg["data"].items() if k != "cache"}}
+    return cfg
+
+
 def _check_out_dir(out_dir: Path, resolved: dict[str, Any], resume: bool) -> None:
     """Refuse to overwrite a run, to resume nothing, or to resume another config."""
     content = [p for p in out_dir.iterdir() if p.name != LOCK_FILE] if out_dir.is_dir() else []
@@ -228,7 +256,9 @@ def _check_out_dir(out_dir: Path, resolved: dict[str, Any], resume: bool) -> Non
         )
     stored = out_dir / "config.yaml"
     try:
-        same = yaml.safe_load(stored.read_text(encoding="utf-8")) == resolved
+        same = _resume_identity(yaml.safe_load(stored.read_text(encoding="utf-8"))) == (
+            _resume_identity(resolved)
+        )
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise RunDirError(
             f"{stored} cannot be read ({type(err).__name__}); the run directory is damaged, "
