@@ -231,8 +231,16 @@ def _classes(run: RunData) -> list[str] | None:
     return next((p.get("classes") for p in parts if p and p.get("classes")), None)
 
 
+#: What the columns of a partition heatmap count, by task (default: classes).
+_PARTITION_COLUMNS = {
+    "multilabel": "label (columns; positives, a sample counts once per label it carries)",
+    "regression": "quantile bin of the target (columns)",
+}
+
+
 def _partition_figures(run: RunData, out: Path) -> list[str]:
-    """One client × class heatmap per federated method."""
+    """One client × class (label, target bin) heatmap per federated method."""
+    columns = _PARTITION_COLUMNS.get(run.task.name, "class (columns)")
     blocks: list[str] = []
     for i, (method, seeds) in enumerate(run.methods.items()):
         part = _first_partition(seeds)
@@ -246,7 +254,7 @@ def _partition_figures(run: RunData, out: Path) -> list[str]:
             figure_html(
                 name,
                 f"Client partition of <strong>{escape(method)}</strong> (seed {seed}): "
-                f"training samples per client (rows) and class (columns); "
+                f"training samples per client (rows) and {columns}; "
                 f"{escape(label)}.",
                 f"Client partition of {method}",
             )
