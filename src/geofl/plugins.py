@@ -69,6 +69,7 @@ _PLUGIN_MODULES = (
     "geofl.algorithms.scaffold",
     "geofl.algorithms.feddyn",
     "geofl.algorithms.fednova",
+    "geofl.algorithms.emaprox",
     "geofl.server.robust",
     "geofl.server.consistency",
     "geofl.privacy.mechanisms",

@@ -1,7 +1,8 @@
 """Federated algorithms: each a strategy (server half) plus a client algorithm (client half).
 
-``ALGORITHMS`` holds FedAvg, FedProx, FedAvgM, FedAdam/FedYogi/FedAdagrad, SCAFFOLD, FedDyn
-and FedNova; :func:`geofl.plugins.load_all` imports the modules that register them.
+``ALGORITHMS`` holds FedAvg, FedProx, FedAvgM, FedAdam/FedYogi/FedAdagrad, SCAFFOLD, FedDyn,
+FedNova and the EMA-proximal regulariser of paper 001 (``ema_prox``);
+:func:`geofl.plugins.load_all` imports the modules that register them.
 """
 
 from geofl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext
