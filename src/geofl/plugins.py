@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 from geofl.algorithms import ALGORITHMS
 from geofl.attacks.analyses import ANALYSES
 from geofl.attacks.client import ATTACKS
+from geofl.client.augment import AUGMENTATIONS
 from geofl.client.release import RELEASE_STEPS
 from geofl.client.trainer import LOCAL_TRAINERS
 from geofl.data.base import DATASETS
@@ -40,6 +41,7 @@ __all__ = [
     "ALGORITHMS",
     "ANALYSES",
     "ATTACKS",
+    "AUGMENTATIONS",
     "DATASETS",
     "DEFENSES",
     "LOCAL_TRAINERS",

@@ -175,9 +175,18 @@ def client_step(
     """
     alg = program.algorithm
     correction = alg.correction(global_params, state, directives)
-    update = program.trainer(
-        global_params, data, directives, streams.torch("train"), correction=correction
-    )
+    train_gen = streams.torch("train")
+    if program.train.augment:  # own stream: the batch schedule's draws stay as without
+        update = program.trainer(
+            global_params,
+            data,
+            directives,
+            train_gen,
+            correction=correction,
+            augment_generator=streams.torch("augment"),
+        )
+    else:
+        update = program.trainer(global_params, data, directives, train_gen, correction=correction)
     update, new_tensors = alg.finish(update, state, directives, program.train)
     attack = program.attack
     if attack is not None and data.client_id in attack.clients:

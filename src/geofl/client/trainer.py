@@ -12,12 +12,13 @@ before every optimiser step, ``g ← g + μ(w − w_anchor) + b`` — one vector
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import torch
 from torch import nn
 
+from geofl.client.augment import AugmentPipeline
 from geofl.client.data import ClientData, batch_indices
 from geofl.models.base import FlatModel
 from geofl.registry import NoParams, Registry
@@ -39,6 +40,7 @@ class LocalTrainParams:
         batch_size: B.
         local_epochs: Passes over the local data (when ``local_steps`` is None).
         local_steps: Exactly this many mini-batches, if given.
+        augment: Training-time augmentations of each batch (001 §6.1.2); empty: none.
     """
 
     optimizer: Literal["sgd", "adam"] = "sgd"
@@ -48,6 +50,7 @@ class LocalTrainParams:
     batch_size: int = 64
     local_epochs: int = 1
     local_steps: int | None = None
+    augment: AugmentPipeline = field(default_factory=AugmentPipeline)
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class LocalTrainer(Protocol):
         directives: ClientDirectives,
         generator: torch.Generator,
         correction: GradCorrection | None = None,
+        augment_generator: torch.Generator | None = None,
     ) -> ClientUpdate: ...
 
 
@@ -155,13 +159,20 @@ class LocalSGD:
         directives: ClientDirectives,
         generator: torch.Generator,
         correction: GradCorrection | None = None,
+        augment_generator: torch.Generator | None = None,
     ) -> ClientUpdate:
-        """Train from ``global_params`` (``[D]``) and return Δw = w_local − w_global."""
+        """Train from ``global_params`` (``[D]``) and return Δw = w_local − w_global.
+
+        ``generator`` draws the batch schedule; ``augment_generator`` (required when
+        ``train.augment`` is set) draws the augmentations, so they leave the schedule as is.
+        """
         model: nn.Module = self.workspace.module
         self.workspace.load(global_params)
         model.train()
         opt = self._optimizer()
         t, task = self.train_cfg, self.task
+        if t.augment and augment_generator is None:
+            raise ValueError("train.augment is set but no augment generator was given")
         flat_grad = self._bind_flat_grad() if correction is not None else None
         loss_sum, seen, steps = 0.0, 0, 0
         # Detection-style models return losses, not predictions, in training.
@@ -174,6 +185,8 @@ class LocalSGD:
             generator=generator,
         ):
             x, y = data.inputs[idx], task.collate(data.targets, idx)
+            if augment_generator is not None:
+                x = t.augment(x, augment_generator)
             opt.zero_grad(set_to_none=flat_grad is None)
             output = model(x, y) if task.model_takes_targets else model(x)
             loss = task.loss(output, y)

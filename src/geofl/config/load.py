@@ -329,6 +329,8 @@ def validate_config(cfg: ExperimentConfig) -> None:
     _component(plugins.TASKS, cfg.task, replace(top, path="task"))
     _component(plugins.SAMPLERS, cfg.federation.sampling, replace(top, path="federation.sampling"))
     _component(plugins.ACCOUNTANTS, cfg.privacy.accountant, replace(top, path="privacy.accountant"))
+    for j, aug in enumerate(cfg.train.augment):
+        _component(plugins.AUGMENTATIONS, aug, replace(top, path=f"train.augment.{j}"))
     for i, m in enumerate(cfg.methods):
         comps = _method_components(m, f"methods.{i}")
         traits: dict[str, frozenset[str]] = {}

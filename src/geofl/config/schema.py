@@ -125,6 +125,11 @@ class TrainConfig(_Strict):
         ge=1,
         description="if set, exactly this many mini-batches per round (overrides epochs)",
     )
+    augment: list[Component] = Field(
+        default_factory=list,
+        description="training-time augmentations in order (001 §6.1.2): band_jitter, "
+        "gaussian_noise, band_dropout, illumination_contrast; empty: none",
+    )
 
 
 class FederationConfig(_Strict):

@@ -15,6 +15,7 @@ import torch
 
 from geofl.algorithms import ALGORITHMS, AlgorithmContext
 from geofl.attacks.client import ATTACKS
+from geofl.client.augment import build_pipeline
 from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS
 from geofl.client.state import ClientStateStore
@@ -198,7 +199,10 @@ def build_components(
         generator=torch_generator(seed, "model_init"),
     )
     workspace = FlatModel(model)
-    train = LocalTrainParams(**cfg.train.model_dump())
+    augment = build_pipeline(
+        [(a.name, a.params) for a in cfg.train.augment], mean=data.mean, std=data.std
+    )
+    train = LocalTrainParams(**cfg.train.model_dump(exclude={"augment"}), augment=augment)
     fed = cfg.federation
     tier = FlatTier(
         WEIGHTINGS.build(method.weighting.name, method.weighting.params),
