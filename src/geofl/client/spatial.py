@@ -25,7 +25,12 @@ s = mean of the enabled terms, α = 0.5 + s (linear, s = 0 → 0.5, s = 1 → 1.
 whose input the dataset lacks (no ``elevation_mean`` or ``season`` metadata) is left out
 of the mean and named in the log; with no usable term s = ½ (α = 1, FedAvg). Entropies
 reward diverse (representative) clients; NDVI orders clients by vegetation. ``terms``
-selects the terms (the metadata ablation of 001 Table 5).
+selects the terms (the metadata ablation of 001 Table 5). Quantisation (``levels``) rounds
+s to L evenly spaced values, so α takes L values 0.5, 0.5 + 1/(L−1), …, 1.5.
+
+Smoothing across rounds (001 §4.2, "if desired") is not implemented: α_k is a deterministic
+function of the client's fixed local data, so an EMA of α over rounds is the identity;
+smoothing ω itself would need strategy state (checkpointed) and is left open.
 """
 
 from __future__ import annotations
