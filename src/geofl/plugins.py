@@ -75,6 +75,7 @@ _PLUGIN_MODULES = (
     "geofl.server.robust",
     "geofl.server.consistency",
     "geofl.privacy.mechanisms",
+    "geofl.client.spatial",
     "geofl.attacks.inference",
     "geofl.governance.subscriber",
 )

@@ -57,6 +57,9 @@ class UpdateMeta:
         bytes_sent: Payload size on the wire: Δw plus every extra uploaded tensor.
         scalars: Algorithm-specific scalars the server needs (e.g. FedNova's ``a_norm``,
             ‖a_k‖₁ of its local-step weights).
+        spatial_alpha: The client's spatial factor α_k ∈ [0.5, 1.5] (001 Eq. 10–11),
+            computed on the client from its own data by the ``spatial_alpha`` release step;
+            None when the method does not use spatial weighting.
     """
 
     client_id: int
@@ -68,6 +71,7 @@ class UpdateMeta:
     steps: int = 0
     bytes_sent: int = 0
     scalars: Mapping[str, float] = field(default_factory=dict)
+    spatial_alpha: float | None = None
 
     @property
     def train_accuracy(self) -> float:

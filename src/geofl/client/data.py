@@ -3,8 +3,8 @@ mini-batch schedule over it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -31,6 +31,12 @@ class ClientData:
         classes: Class names, index-aligned with ``label_histogram`` (empty if unknown).
         gsd_m: Mean ground sampling distance of the local images in metres, if the
             dataset records it (a resolution indicator for 000 Eq. 3).
+        bands: Band names index-aligned with ``inputs.shape[1]`` (empty if unknown).
+        band_mean: ``[1, C, 1, 1]`` per-band mean the inputs were standardised with, or
+            None (inputs are raw): ``raw = inputs · band_std + band_mean``.
+        band_std: ``[1, C, 1, 1]`` per-band std, or None.
+        metadata: The client's own per-sample metadata arrays ``[n_k]`` (e.g.
+            ``elevation_mean``, ``season``), as the dataset records them.
     """
 
     client_id: int
@@ -39,6 +45,10 @@ class ClientData:
     label_histogram: np.ndarray
     classes: tuple[str, ...] = ()
     gsd_m: float | None = None
+    bands: tuple[str, ...] = ()
+    band_mean: torch.Tensor | None = None
+    band_std: torch.Tensor | None = None
+    metadata: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.targets.shape[0])

@@ -133,4 +133,7 @@ def apply_release(
     meta = update.meta
     if any(step.name == "conceal_size" for step in steps):
         meta = replace(meta, num_samples=1)
+    spatial = report.get("spatial_alpha")
+    if isinstance(spatial, dict):  # α_k alone leaves the client (001 Eq. 10)
+        meta = replace(meta, spatial_alpha=float(spatial["alpha"]))
     return replace(update, delta=delta, meta=meta, local_log={**update.local_log, **report})

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from geofl.algorithms import ALGORITHMS, AlgorithmContext
@@ -18,6 +19,7 @@ from geofl.attacks.client import ATTACKS
 from geofl.client.augment import build_pipeline
 from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS
+from geofl.client.spatial import red_nir_indices
 from geofl.client.state import ClientStateStore
 from geofl.client.step import ClientProgram
 from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
@@ -42,6 +44,7 @@ __all__ = [
     "build_components",
     "build_task",
     "check_model_inputs",
+    "check_release_inputs",
     "client_datasets",
     "model_dims",
 ]
@@ -113,6 +116,25 @@ def build_task(cfg: ExperimentConfig, num_classes: int, train_targets: Any) -> T
 IMAGE_MODEL, TABULAR_MODEL = "images", "tabular"
 
 
+def check_release_inputs(cfg: ExperimentConfig, ds: ArrayDataset) -> None:
+    """Refuse a release step that needs red/NIR bands (trait ``needs_red_nir``, e.g.
+    ``spatial_alpha``, 001 Eq. 10) on a dataset without them.
+
+    Raises:
+        ConfigError: naming ``methods.<i>.release.<j>.name``.
+    """
+    if red_nir_indices(ds.bands) is not None:
+        return
+    for i, method in enumerate(cfg.methods):
+        for j, step in enumerate(method.release):
+            if "needs_red_nir" in RELEASE_STEPS.traits(step.name):
+                raise ConfigError(
+                    f"methods.{i}.release.{j}.name",
+                    f"{step.name} needs red (B04) and NIR (B08 or B8A) bands for NDVI, but "
+                    f"dataset {ds.name!r} has {list(ds.bands)}",
+                )
+
+
 def check_model_inputs(cfg: ExperimentConfig, ds: ArrayDataset) -> None:
     """Refuse a model family that cannot take the dataset's inputs.
 
@@ -139,6 +161,11 @@ def check_model_inputs(cfg: ExperimentConfig, ds: ArrayDataset) -> None:
         )
 
 
+#: Per-sample metadata a client keeps with its data (read on the client, e.g. by the
+#: ``spatial_alpha`` release step, 001 Eq. 10); it never leaves the client.
+CLIENT_METADATA = ("elevation_mean", "season")
+
+
 def client_datasets(data: PreparedData, partition: Partition, task: Task) -> list[ClientData]:
     """Each client's slice of the train split, with its label summary
     (:meth:`~geofl.tasks.base.Task.label_summary`) and mean GSD.
@@ -148,6 +175,7 @@ def client_datasets(data: PreparedData, partition: Partition, task: Task) -> lis
     """
     train = data.train
     gsd = partition.client_means(train.metadata.get("gsd_m"))
+    meta = {k: train.metadata[k] for k in CLIENT_METADATA if k in train.metadata}
     out = []
     for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices):
         targets = task.collate(train.targets, idx)
@@ -159,6 +187,10 @@ def client_datasets(data: PreparedData, partition: Partition, task: Task) -> lis
                 task.label_summary(targets),
                 classes=tuple(train.classes),
                 gsd_m=gsd[k],
+                bands=tuple(train.bands),
+                band_mean=data.mean,
+                band_std=data.std,
+                metadata={key: np.asarray(v)[idx.numpy()] for key, v in meta.items()},
             )
         )
     return out

@@ -27,7 +27,12 @@ from geofl.data.lazy import StoredRows
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, stratified_split
 from geofl.data.targets import label_codes
-from geofl.engine.components import PreparedData, build_task, check_model_inputs
+from geofl.engine.components import (
+    PreparedData,
+    build_task,
+    check_model_inputs,
+    check_release_inputs,
+)
 from geofl.engine.export import model_spec
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
@@ -228,6 +233,7 @@ def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
         ConfigError: naming ``task.name`` or ``model.name`` (one line, exit 2 in the CLI).
     """
     check_model_inputs(cfg, ds)
+    check_release_inputs(cfg, ds)
     task = build_task(cfg, ds.num_classes, ds.targets)
     return TaskInfo(task.name, task.primary_metric, task.direction)
 

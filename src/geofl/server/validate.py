@@ -49,7 +49,8 @@ def validate_update(
     (000 Eq. 9–10) is a vector of ``num_classes`` finite non-negative counts with a
     positive sum; ``client_id``, ``round``, ``steps`` and ``bytes_sent`` are non-negative
     int64 integers, ``train_loss`` is a number and ``train_metrics`` maps names to numbers
-    (NaN/Inf allowed there: a diverged client's metrics are reported, not refused). The
+    (NaN/Inf allowed there: a diverged client's metrics are reported, not refused); a
+    spatial factor α_k, when present, is finite and in [0.5, 1.5] (001 Eq. 11). The
     reason names the part the first failed check looked at.
 
     Args:
@@ -79,6 +80,7 @@ def validate_update(
         or _int_fields_reason(meta)
         or _float_fields_reason(meta)
         or _train_metrics_reason(meta.train_metrics)
+        or _spatial_alpha_reason(meta.spatial_alpha)
     )
 
 
@@ -224,6 +226,22 @@ def _train_metrics_reason(metrics: object) -> str | None:
             return f"metadata train_metrics has a non-string name {_brief(name)}"
         if _real(value) is None:
             return f"metadata train_metrics[{_short(repr(name))}]={_brief(value)} is not a number"
+    return None
+
+
+#: The range of the spatial factor α_k (001 §6.1.2: linearly scaled into [0.5, 1.5]).
+ALPHA_RANGE = (0.5, 1.5)
+
+
+def _spatial_alpha_reason(alpha: object) -> str | None:
+    """Why ``spatial_alpha`` is not None or a finite number in [0.5, 1.5], or None."""
+    if alpha is None:
+        return None
+    value = _real(alpha)
+    if value is None or not math.isfinite(value):
+        return f"metadata spatial_alpha={_brief(alpha)} is not a finite number"
+    if not ALPHA_RANGE[0] <= value <= ALPHA_RANGE[1]:
+        return f"metadata spatial_alpha={_brief(alpha)} is outside [0.5, 1.5]"
     return None
 
 

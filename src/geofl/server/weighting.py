@@ -15,7 +15,13 @@ import torch
 from geofl.registry import CheckContext, NoParams, Registry
 from geofl.update import UpdateMeta
 
-__all__ = ["WEIGHTINGS", "Weighting", "check_num_samples_shared", "data_size_weights"]
+__all__ = [
+    "WEIGHTINGS",
+    "Weighting",
+    "check_num_samples_shared",
+    "data_size_weights",
+    "spatial_weights",
+]
 
 
 class Weighting(Protocol):
@@ -59,3 +65,40 @@ def build_data_size(_: NoParams) -> Weighting:
 def build_uniform(_: NoParams) -> Weighting:
     """Equal weights."""
     return uniform_weights
+
+
+def spatial_weights(alpha: torch.Tensor, num_samples: torch.Tensor) -> torch.Tensor:
+    """ω_k = α_k·|D_k| / Σ_{j∈S_t} α_j·|D_j| over the round's participants (001 Eq. 11).
+
+    Args:
+        alpha: ``[K]`` spatial factors α_k ∈ [0.5, 1.5].
+        num_samples: ``[K]`` local sample counts |D_k|.
+
+    Returns:
+        ``[K]`` float64 weights on the probability simplex.
+    """
+    mass = alpha.double() * num_samples.double()
+    return mass / mass.sum()
+
+
+def _spatial_weights(metas: Sequence[UpdateMeta], round_idx: int) -> torch.Tensor:
+    alpha = torch.tensor([m.spatial_alpha for m in metas], dtype=torch.float64)
+    n = torch.tensor([m.num_samples for m in metas], dtype=torch.float64)
+    return spatial_weights(alpha, n)
+
+
+def check_spatial_alpha_released(params: object, ctx: CheckContext) -> None:
+    """Spatial weighting needs α_k from the ``spatial_alpha`` release step, and n_k."""
+    check_num_samples_shared(params, ctx)
+    if "spatial_alpha" not in ctx.traits.get("release", frozenset()):
+        ctx.fail(
+            "name",
+            "spatial weighting needs each client's α_k (001 Eq. 10); add the release step "
+            "{name: spatial_alpha} to this method",
+        )
+
+
+@WEIGHTINGS.register("spatial", check=check_spatial_alpha_released)
+def build_spatial(_: NoParams) -> Weighting:
+    """ω_k ∝ α_k·n_k with the client's spatial factor α_k (001 Eq. 11)."""
+    return _spatial_weights
