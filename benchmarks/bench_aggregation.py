@@ -31,7 +31,8 @@ import time
 import torch
 
 from _common import footer, header, interleaved_medians, print_table, set_threads
-from geofl.server.aggregators import weighted_mean
+from geofl.registry import NoParams
+from geofl.server.aggregators import build_mean, weighted_mean
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import data_size_weights
 from geofl.update import UpdateMeta
@@ -60,7 +61,7 @@ def main() -> None:
     ks, ds = sorted(args.ks), sorted(int(d) for d in args.ds)
     gen = torch.Generator().manual_seed(0)
     storage = torch.empty(max(ks) * max(ds), dtype=torch.float32).uniform_(-1, 1, generator=gen)
-    tier = FlatTier(data_size_weights, weighted_mean)
+    tier = FlatTier(data_size_weights, build_mean(NoParams()))
 
     rows = []
     for d in ds:

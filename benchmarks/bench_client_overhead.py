@@ -104,7 +104,7 @@ class NoopTrainer:
             round=directives.round,
             label_histogram=data.label_histogram,
             train_loss=0.0,
-            train_accuracy=0.0,
+            train_metrics={"accuracy": 0.0},
             steps=1,  # one "local step", so SCAFFOLD's option II divides by η_l ‖a‖₁ > 0
             bytes_sent=self.delta.numel() * self.delta.element_size(),
         )
@@ -114,7 +114,7 @@ class NoopTrainer:
 
 
 @LOCAL_TRAINERS.register(TRAINER_KEY)
-def build_noop(_: NoParams, *, workspace: FlatModel, train: LocalTrainParams) -> Any:
+def build_noop(_: NoParams, *, workspace: FlatModel, train: LocalTrainParams, task: Any) -> Any:
     """No-op trainer returning a fixed random update (benchmark only)."""
     return NoopTrainer(workspace.spec.numel)
 
@@ -231,7 +231,9 @@ def micro(runs: dict[str, FederatedRun], repeats: int) -> list[list[Any]]:
     sd = ClientDirectives(2, 0, {}, plan.payload)
     alg, store = scaf.comps.program.algorithm, scaf.comps.store
     state = store.get(0)
-    s_update, new_tensors = alg.finish(update, state, sd, scaf.comps.program.train)
+    s_update, new_tensors = alg.finish(
+        update, state, sd, scaf.comps.program.train, global_params=params
+    )
     correction = alg.correction(params, state, sd)
     assert correction is not None
     grad = torch.zeros(scaf.dim)
@@ -289,7 +291,7 @@ def micro(runs: dict[str, FederatedRun], repeats: int) -> list[list[Any]]:
         (
             "  ScaffoldClient.finish (c_k⁺, Δc_k)",
             "client",
-            lambda: alg.finish(update, state, sd, scaf.comps.program.train),
+            lambda: alg.finish(update, state, sd, scaf.comps.program.train, global_params=params),
         ),
         (
             "apply_release([l2_clip])",

@@ -81,9 +81,11 @@ class TimedTrainer:
 
 
 @LOCAL_TRAINERS.register(TRAINER_KEY)
-def build_timed_local_sgd(_: NoParams, *, workspace: FlatModel, train: LocalTrainParams) -> Any:
+def build_timed_local_sgd(
+    _: NoParams, *, workspace: FlatModel, train: LocalTrainParams, task: Any
+) -> Any:
     """The stock local SGD trainer, timed per call (benchmark only)."""
-    return TimedTrainer(LocalSGD(workspace, train))
+    return TimedTrainer(LocalSGD(workspace, train, task))
 
 
 def _timed(section: Callable[..., str], fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -60,7 +60,7 @@ def _round(
     corr = client.correction(w_global, state, directives)
     meta = UpdateMeta(client_id=0, num_samples=1, round=round_idx, steps=1)
     update = ClientUpdate(torch.zeros(D), meta)
-    out, new = client.finish(update, state, directives, TRAIN)
+    out, new = client.finish(update, state, directives, TRAIN, global_params=w_global)
     assert out is update
     return corr, new
 
@@ -124,13 +124,18 @@ def test_the_old_state_is_not_written_in_place() -> None:
     assert torch.equal(new[EMA], _t(2, 2)) and float(new[SEEN]) == 4.0
 
 
-def test_finish_without_correction_is_an_error() -> None:
-    client = EmaProxClient(EmaProxParams())
+def test_finish_alone_gives_the_same_new_average_as_after_correction() -> None:
+    # The client half keeps nothing between calls: finish folds w^t in by itself.
+    client = EmaProxClient(EmaProxParams(beta=0.5))
     meta = UpdateMeta(client_id=0, num_samples=1, round=1, steps=1)
-    with pytest.raises(RuntimeError, match="without correction"):
-        client.finish(
-            ClientUpdate(torch.zeros(D), meta), _state([0, 0], 0), ClientDirectives(1, 0), TRAIN
-        )
+    _, new = client.finish(
+        ClientUpdate(torch.zeros(D), meta),
+        _state([1, 1], 3),
+        ClientDirectives(1, 0),
+        TRAIN,
+        global_params=_t(3, 3),
+    )
+    assert torch.equal(new[EMA], _t(2, 2)) and float(new[SEEN]) == 4.0
 
 
 # ------------------------------------------------------------------ through the scheduler

@@ -174,7 +174,7 @@ def _scaffold_finish(
     state = ClientState({CONTROL: _t(*c_k)})
     directives = ClientDirectives(1, 0, payload={CONTROL: _t(*c)})
     update = ClientUpdate(_t(*delta), UpdateMeta(client_id=0, num_samples=5, round=1, steps=steps))
-    return client.finish(update, state, directives, train)
+    return client.finish(update, state, directives, train, global_params=torch.zeros(len(c)))
 
 
 def test_scaffold_client_option_two_by_hand() -> None:
@@ -254,7 +254,7 @@ def test_feddyn_client_gradient_state_and_correction() -> None:
     state = ClientState({GRADIENT: _t(1, -1)})
     directives = ClientDirectives(1, 0)
     update = ClientUpdate(_t(0.2, 0.4), UpdateMeta(client_id=0, num_samples=3, round=1, steps=2))
-    up, new = client.finish(update, state, directives, SGD0)
+    up, new = client.finish(update, state, directives, SGD0, global_params=torch.zeros(2))
     _close(new[GRADIENT], [0.9, -1.2])
     _close(up.delta, [0.2, 0.4])
     assert up.tensors == {}
@@ -320,7 +320,9 @@ def test_fednova_client_reports_a_norm() -> None:
     # τ = 2, ρ = 0.5 → ‖a‖₁ = 1.5 + 1 = 2.5
     train = LocalTrainParams(optimizer="sgd", lr=0.1, momentum=0.5, weight_decay=0.0)
     update = ClientUpdate(_t(1, 2), UpdateMeta(client_id=0, num_samples=3, round=1, steps=2))
-    up, new = FedNovaClient().finish(update, ClientState(), ClientDirectives(1, 0), train)
+    up, new = FedNovaClient().finish(
+        update, ClientState(), ClientDirectives(1, 0), train, global_params=torch.zeros(2)
+    )
     assert up.meta.scalars[A_NORM] == pytest.approx(2.5) and new == {}
     assert up.meta.steps == 2 and torch.equal(up.delta, update.delta)
 

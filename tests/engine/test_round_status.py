@@ -165,8 +165,10 @@ class _BadANorm(FedNovaClient):
         state: ClientState,
         directives: ClientDirectives,
         train: LocalTrainParams,
+        *,
+        global_params: torch.Tensor,
     ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
-        update, new = super().finish(update, state, directives, train)
+        update, new = super().finish(update, state, directives, train, global_params=global_params)
         if directives.client_id == 1:
             meta = replace(update.meta, scalars={**update.meta.scalars, A_NORM: float("nan")})
             update = replace(update, meta=meta)

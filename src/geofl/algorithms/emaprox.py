@@ -93,17 +93,25 @@ def ema_step(ema: torch.Tensor, model: torch.Tensor, beta: float) -> torch.Tenso
 class EmaProxClient:
     """Client half: the gradient correction 2λ(w − w̄_k) and the EMA update of w̄_k.
 
-    ``finish`` does not receive the broadcast model, so ``correction`` computes the round's
-    new w̄_k and hands it to ``finish`` of the same client step, keyed by (round, client);
-    :func:`geofl.client.step.client_step` always calls the two in that order.
+    ``correction`` and ``finish`` both fold this round's model into w̄_k with
+    :meth:`_updated` (pure: the client half holds no per-client state between the calls).
     """
 
     def __init__(self, params: EmaProxParams) -> None:
         self.params = params
-        self._pending: dict[tuple[int, int], torch.Tensor] = {}
 
     def state_specs(self, dim: int) -> Mapping[str, StateSpec]:
         return {EMA: StateSpec((dim,)), SEEN: StateSpec(())}
+
+    def _updated(
+        self, global_params: torch.Tensor, state: ClientState
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(w̄_k before, w̄_k after)`` folding ``global_params`` in (Eq. 12's EMA)."""
+        if self.params.init == "first" and float(state.tensors[SEEN]) == 0.0:
+            first = global_params.clone()  # the first model is w̄_k itself
+            return first, first
+        previous = state.tensors[EMA]
+        return previous, ema_step(previous, global_params, self.params.beta)
 
     def correction(
         self, global_params: torch.Tensor, state: ClientState, directives: ClientDirectives
@@ -113,16 +121,11 @@ class EmaProxClient:
         Args:
             global_params: ``[D]`` w^t, the model received this round.
             state: The client's w̄_k and the count of models folded into it.
-            directives: This round's directives (round and client key the new w̄_k).
+            directives: This round's directives (unused).
         """
-        if self.params.init == "first" and float(state.tensors[SEEN]) == 0.0:
-            previous = updated = global_params.clone()  # the first model is w̄_k itself
-        else:
-            previous = state.tensors[EMA]
-            updated = ema_step(previous, global_params, self.params.beta)
-        self._pending[(directives.round, directives.client_id)] = updated
         if self.params.lam == 0.0:
             return None  # plain local training, bit for bit (the EMA is still kept)
+        previous, updated = self._updated(global_params, state)
         anchor = updated if self.params.anchor == "after_update" else previous.clone()
         return GradCorrection(prox_mu=2.0 * self.params.lam, anchor=anchor)
 
@@ -132,11 +135,10 @@ class EmaProxClient:
         state: ClientState,
         directives: ClientDirectives,
         train: LocalTrainParams,
+        *,
+        global_params: torch.Tensor,
     ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
-        key = (directives.round, directives.client_id)
-        updated = self._pending.pop(key, None)
-        if updated is None:
-            raise RuntimeError(f"ema_prox: finish of round/client {key} without correction")
+        _, updated = self._updated(global_params, state)
         seen = state.tensors[SEEN] + 1.0
         return update, {EMA: updated, SEEN: seen}
 

@@ -96,6 +96,8 @@ class FedDynClient:
         state: ClientState,
         directives: ClientDirectives,
         train: LocalTrainParams,
+        *,
+        global_params: torch.Tensor,
     ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
         new = state.tensors[GRADIENT] - self.alpha * update.delta
         return replace(update), {GRADIENT: new}

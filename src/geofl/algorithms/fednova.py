@@ -74,6 +74,8 @@ class FedNovaClient(PlainClient):
         state: ClientState,
         directives: ClientDirectives,
         train: LocalTrainParams,
+        *,
+        global_params: torch.Tensor,
     ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
         a_norm = local_step_weight_sum(update.meta.steps, train.momentum)
         meta = replace(update.meta, scalars={**update.meta.scalars, A_NORM: a_norm})

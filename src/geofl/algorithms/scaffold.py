@@ -103,6 +103,8 @@ class ScaffoldClient:
         state: ClientState,
         directives: ClientDirectives,
         train: LocalTrainParams,
+        *,
+        global_params: torch.Tensor,
     ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
         momentum = train.momentum if train.optimizer == "sgd" else 0.0
         span = train.lr * local_step_weight_sum(update.meta.steps, momentum)

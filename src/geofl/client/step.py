@@ -82,9 +82,12 @@ class ClientAlgorithm(Protocol):
         state: ClientState,
         directives: ClientDirectives,
         train: LocalTrainParams,
+        *,
+        global_params: torch.Tensor,
     ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
         """After local training: the update to upload (extra tensors/scalars added) and
-        the client's new state tensors."""
+        the client's new state tensors; ``global_params`` (``[D]``) is the model this
+        round started from."""
         ...
 
 
@@ -105,6 +108,8 @@ class PlainClient:
         state: ClientState,
         directives: ClientDirectives,
         train: LocalTrainParams,
+        *,
+        global_params: torch.Tensor,
     ) -> tuple[ClientUpdate, dict[str, torch.Tensor]]:
         return update, {}
 
@@ -187,7 +192,9 @@ def client_step(
         )
     else:
         update = program.trainer(global_params, data, directives, train_gen, correction=correction)
-    update, new_tensors = alg.finish(update, state, directives, program.train)
+    update, new_tensors = alg.finish(
+        update, state, directives, program.train, global_params=global_params
+    )
     attack = program.attack
     if attack is not None and data.client_id in attack.clients:
         update = attack(update, directives, streams.torch("attack"))
