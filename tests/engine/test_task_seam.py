@@ -84,6 +84,9 @@ class _ClassIdRegression:
     def collate(self, targets: Any, index: torch.Tensor) -> Any:
         return targets[index]
 
+    def fitted_state(self) -> dict[str, Any]:
+        return {}
+
 
 if "test_regression" not in TASKS:
 

@@ -71,6 +71,7 @@ __all__ = [
     "draw_regions",
     "generate_synthetic",
     "material_spectra",
+    "reflectance",
 ]
 
 Tensor = torch.Tensor
@@ -390,6 +391,18 @@ def _stored_synthetic(params: SyntheticParams, cache_dir: Path) -> ArrayDataset:
     )
 
 
+def reflectance(raw: np.ndarray) -> torch.Tensor:
+    """``[N, C, H, W]`` uint16 digital numbers → float32 reflectance (÷ :data:`SCALE`).
+
+    Converted chunk by chunk into one preallocated tensor, so the peak holds the float32
+    result plus one chunk rather than a second full-size float32 copy.
+    """
+    images = torch.empty(raw.shape, dtype=torch.float32)
+    for lo in range(0, raw.shape[0], CHUNK):
+        images[lo : lo + CHUNK] = torch.from_numpy(raw[lo : lo + CHUNK].astype(np.float32))
+    return images.div_(SCALE)
+
+
 @DATASETS.register("synthetic", params=SyntheticParams)
 def build_synthetic(
     params: SyntheticParams, *, cache_dir: Path, cache_mode: CacheMode = "memory"
@@ -412,13 +425,8 @@ def build_synthetic(
         cache_key("synthetic-v1", params.model_dump()),
         lambda: generate_synthetic(params),
     )
-    raw = arrays["images"]
-    images = torch.empty(raw.shape, dtype=torch.float32)
-    for lo in range(0, raw.shape[0], CHUNK):
-        images[lo : lo + CHUNK] = torch.from_numpy(raw[lo : lo + CHUNK].astype(np.float32))
-    images.div_(SCALE)
     return ArrayDataset(
-        inputs=images,
+        inputs=reflectance(arrays["images"]),
         targets=torch.from_numpy(arrays["labels"].astype(np.int64)),
         classes=SYNTHETIC_CLASSES,
         bands=SENTINEL2_BANDS,

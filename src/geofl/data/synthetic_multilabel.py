@@ -45,7 +45,14 @@ from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode, 
 from geofl.data.cache import cache_key, cached_arrays
 from geofl.data.lazy import StoredRows
 from geofl.data.store import cached_store
-from geofl.data.synthetic import CHUNK, Regions, SyntheticParams, draw_regions, material_spectra
+from geofl.data.synthetic import (
+    CHUNK,
+    Regions,
+    SyntheticParams,
+    draw_regions,
+    material_spectra,
+    reflectance,
+)
 from geofl.data.synthetic_sensor import (
     RESOLUTION_GROUPS,
     SCALE,
@@ -271,7 +278,7 @@ def build_multilabel(
         images = StoredRows(arrays["images"], scale=SCALE)
     else:
         arrays = cached_arrays(cache_dir, key, lambda: generate_multilabel(params))
-        images = torch.from_numpy(arrays["images"].astype(np.float32)).div_(SCALE)
+        images = reflectance(arrays["images"])
     return ArrayDataset(
         inputs=images,
         targets=torch.from_numpy(np.array(arrays["labels"], dtype=np.float32)),

@@ -9,7 +9,6 @@ same content, when it resumes), so every model file the run writes in that direc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -19,7 +18,6 @@ from geofl.data.formats import FILE_FORMATS, file_format_of
 from geofl.engine.components import PreparedData, build_task, model_dims
 from geofl.models.spec import InputSpec, ModelPart, ModelSpec, NormalizationSpec, TaskSpec
 from geofl.tasks.base import Task
-from geofl.tasks.regression import RegressionTask
 
 __all__ = ["model_spec"]
 
@@ -30,15 +28,8 @@ def _floats(stat: torch.Tensor | None) -> tuple[float, ...] | None:
 
 
 def _task(cfg: ExperimentConfig, task: Task) -> TaskSpec:
-    """The config's task (name, parameters) and what it fitted on the train split.
-
-    Regression records its target standardisation (``target_mean``/``target_std``, one
-    value per output) so predictions can be returned in target units.
-    """
-    state: dict[str, Any] = {}
-    if isinstance(task, RegressionTask):
-        state = {"target_mean": task.mean.tolist(), "target_std": task.std.tolist()}
-    return TaskSpec(name=cfg.task.name, params=dict(cfg.task.params), state=state)
+    """The config's task (name, parameters) and what it fitted on the train split."""
+    return TaskSpec(name=cfg.task.name, params=dict(cfg.task.params), state=task.fitted_state())
 
 
 def model_spec(

@@ -138,6 +138,11 @@ class Task(Protocol):
         """The targets of the samples ``index`` (``targets[index]`` for tensor targets)."""
         ...
 
+    def fitted_state(self) -> dict[str, Any]:
+        """What the task fitted on the train split that inference needs (JSON values;
+        ``{}`` for tasks that fit nothing), recorded in ``model.json``."""
+        ...
+
 
 class TaskBuilder(Protocol):
     """``(params, *, num_classes, train_targets) -> Task`` as registered in :data:`TASKS`.

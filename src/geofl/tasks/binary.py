@@ -143,6 +143,10 @@ class BinaryTask:
         """``targets[index]``."""
         return targets[index]
 
+    def fitted_state(self) -> dict[str, Any]:
+        """Nothing is fitted on the train split."""
+        return {}
+
 
 class BinaryAccumulator:
     """Keeps a split's logits and labels (ROC-AUC ranks the whole split).

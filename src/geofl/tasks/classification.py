@@ -131,6 +131,10 @@ class ClassificationTask:
         """``targets[index]``."""
         return targets[index]
 
+    def fitted_state(self) -> dict[str, Any]:
+        """Nothing is fitted on the train split."""
+        return {}
+
 
 @TASKS.register("classification", params=NoParams)
 def build_classification(_: NoParams, *, num_classes: int, train_targets: Any) -> Task:

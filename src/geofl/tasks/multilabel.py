@@ -156,6 +156,10 @@ class MultilabelTask:
         """``targets[index]``."""
         return targets[index]
 
+    def fitted_state(self) -> dict[str, Any]:
+        """Nothing is fitted on the train split."""
+        return {}
+
 
 class MultilabelAccumulator:
     """Keeps a split's ``[N, C]`` logits and targets; AP needs the split's full ranking.

@@ -171,6 +171,11 @@ class RegressionTask:
         """``targets[index]``."""
         return targets[index]
 
+    def fitted_state(self) -> dict[str, Any]:
+        """The train-split standardisation, one value per output, so predictions can be
+        returned in target units."""
+        return {"target_mean": self.mean.tolist(), "target_std": self.std.tolist()}
+
 
 class RegressionAccumulator:
     """Running sums of a split, in units standardised by the training statistics.
