@@ -62,7 +62,7 @@ from geofl import plugins
 from geofl.algorithms.scaffold import CONTROL_DELTA
 from geofl.client.release import RELEASE_STEPS, apply_release
 from geofl.client.state import ClientState
-from geofl.client.trainer import LOCAL_TRAINERS, GradCorrection, LocalTrainParams
+from geofl.client.trainer import LOCAL_TRAINERS, GradCorrection, LocalTrainParams, StatelessTrainer
 from geofl.config.schema import ExperimentConfig
 from geofl.data.base import SENTINEL2_BANDS, ArrayDataset
 from geofl.engine.components import PreparedData
@@ -81,7 +81,7 @@ TRAINER_KEY = "bench_noop"
 NOOP_TIME = [0.0]
 
 
-class NoopTrainer:
+class NoopTrainer(StatelessTrainer):
     """Returns the same precomputed random Δw (``[D]`` float32) for every client."""
 
     def __init__(self, dim: int) -> None:

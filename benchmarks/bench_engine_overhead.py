@@ -49,7 +49,13 @@ import geofl.engine.run as run_mod
 import geofl.engine.scheduler as scheduler_mod
 from _common import footer, header, print_table, set_threads
 from geofl.client.state import ClientStateStore
-from geofl.client.trainer import LOCAL_TRAINERS, LocalSGD, LocalTrainer, LocalTrainParams
+from geofl.client.trainer import (
+    LOCAL_TRAINERS,
+    LocalSGD,
+    LocalTrainer,
+    LocalTrainParams,
+    StatelessTrainer,
+)
 from geofl.config.load import load_config
 from geofl.config.schema import Component, ExperimentConfig
 from geofl.engine.experiment import run_experiment
@@ -65,7 +71,7 @@ TRAINER_KEY = "bench_timed_local_sgd"
 SECTIONS: dict[str, float] = defaultdict(float)
 
 
-class TimedTrainer:
+class TimedTrainer(StatelessTrainer):
     """Wraps a trainer and adds the duration of each call to ``SECTIONS['trainer']``."""
 
     def __init__(self, inner: LocalTrainer) -> None:

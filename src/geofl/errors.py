@@ -123,3 +123,24 @@ class RunStoppedError(GeoflError):
 
 class RunDirLockedError(RunDirError):
     """Another live process holds the run directory."""
+
+
+class BudgetExhaustedError(GeoflError):
+    """A client declines a round whose release would take it past its privacy budget.
+
+    Not a user error: the scheduler records the client as declined and the run goes on.
+
+    Attributes:
+        client: The declining client.
+        epsilon: ε(δ) it would have after the round.
+        target: Its target ε.
+    """
+
+    def __init__(self, client: int, epsilon: float, target: float) -> None:
+        super().__init__(
+            f"client {client}: this round would take ε to {epsilon:.3g} > target {target:g}"
+        )
+        self.client, self.epsilon, self.target = client, epsilon, target
+
+
+__all__ += ["BudgetExhaustedError", "RunDirLockedError", "RunStoppedError"]

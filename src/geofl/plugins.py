@@ -76,6 +76,7 @@ _PLUGIN_MODULES = (
     "geofl.server.consistency",
     "geofl.privacy.mechanisms",
     "geofl.client.spatial",
+    "geofl.client.dpsgd",
     "geofl.attacks.inference",
     "geofl.governance.subscriber",
 )

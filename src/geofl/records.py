@@ -126,6 +126,8 @@ class RejectionReason(enum.StrEnum):
     LOST_IN_TRANSIT = "lost in transit"
     #: Validation refused it (shape, dtype, non-finite values, bad metadata).
     MALFORMED = "malformed"
+    #: The client declined: the round would have taken it past its target ε.
+    BUDGET_EXHAUSTED = "privacy budget exhausted"
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,8 @@ class RoundRecord:
         test: Test metrics, when the round was evaluated.
         strategy: Scalars the strategy reports (e.g. FedNova's τ_eff, the server
             control-variate norm).
+        epsilon: ε(δ) each client that released something private this round reports
+            after it, by client id (written only when non-empty).
     """
 
     round: int
@@ -202,6 +206,7 @@ class RoundRecord:
     val: SplitMetrics | None = None
     test: SplitMetrics | None = None
     strategy: dict[str, float] = field(default_factory=dict)
+    epsilon: dict[str, float] = field(default_factory=dict)
 
     @property
     def evaluated(self) -> bool:
@@ -236,6 +241,9 @@ class RoundRecord:
             if metrics is not None:
                 out[split] = metrics_to_json(metrics)
         out["strategy"] = out.pop("strategy")
+        eps = out.pop("epsilon")
+        if eps:
+            out["epsilon"] = eps
         return out
 
     @classmethod
@@ -283,6 +291,7 @@ class RoundRecord:
             val=_opt_metrics(data.get("val")),
             test=_opt_metrics(data.get("test")),
             strategy={str(k): float(v) for k, v in (data.get("strategy") or {}).items()},
+            epsilon={str(k): float(v) for k, v in (data.get("epsilon") or {}).items()},
         )
 
 

@@ -91,12 +91,16 @@ class ClientUpdate:
             analysis, the server tier never reads it.
         tensors: Further named ``[D]`` tensors uploaded with Δw (e.g.
             ``{"control_delta": Δc_k}`` for SCAFFOLD).
+        local_state: New values of the *trainer's* per-client state (e.g. DP-SGD's
+            adaptive clipping statistic), which the client step moves into the client's
+            state and never uploads.
     """
 
     delta: torch.Tensor
     meta: UpdateMeta
     local_log: dict[str, Any] = field(default_factory=dict)
     tensors: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    local_state: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def payload_bytes(delta: torch.Tensor, tensors: Mapping[str, torch.Tensor] = {}) -> int:

@@ -20,7 +20,7 @@ from geofl.algorithms.emaprox import EMA, SEEN, EmaProxClient, EmaProxParams
 from geofl.client.data import ClientData
 from geofl.client.state import ClientState, ClientStateStore, StateSpec
 from geofl.client.step import ClientProgram
-from geofl.client.trainer import GradCorrection, LocalTrainParams
+from geofl.client.trainer import GradCorrection, LocalTrainParams, StatelessTrainer
 from geofl.engine.components import RunComponents
 from geofl.engine.scheduler import SyncScheduler
 from geofl.models.base import FlatModel
@@ -139,7 +139,7 @@ def test_finish_alone_gives_the_same_new_average_as_after_correction() -> None:
 
 
 # ------------------------------------------------------------------ through the scheduler
-class _Step:
+class _Step(StatelessTrainer):
     """Every client moves the model by [1, 0] (no real training): w^{t+1} = w^t + [1, 0]."""
 
     def __call__(

@@ -28,7 +28,7 @@ from geofl.algorithms import ALGORITHMS, AlgorithmContext
 from geofl.client.data import ClientData
 from geofl.client.state import ClientStateStore
 from geofl.client.step import ClientProgram
-from geofl.client.trainer import GradCorrection, LocalTrainParams
+from geofl.client.trainer import GradCorrection, LocalTrainParams, StatelessTrainer
 from geofl.engine.components import RunComponents
 from geofl.engine.scheduler import SyncScheduler
 from geofl.models.base import FlatModel
@@ -66,7 +66,7 @@ def global_loss(w: torch.Tensor) -> float:
     )
 
 
-class QuadraticTrainer:
+class QuadraticTrainer(StatelessTrainer):
     """τ full-gradient steps on f_k, with the algorithm's gradient correction."""
 
     def __call__(

@@ -22,7 +22,7 @@ from geofl.algorithms.fednova import A_NORM, FedNovaClient
 from geofl.client.data import ClientData
 from geofl.client.state import ClientState, ClientStateStore
 from geofl.client.step import ClientAlgorithm, ClientProgram
-from geofl.client.trainer import GradCorrection, LocalTrainParams
+from geofl.client.trainer import GradCorrection, LocalTrainParams, StatelessTrainer
 from geofl.engine.components import RunComponents
 from geofl.engine.scheduler import SyncScheduler
 from geofl.errors import AggregationError
@@ -42,7 +42,7 @@ K, D = 4, 3
 TRAIN = LocalTrainParams(lr=0.1, momentum=0.0, weight_decay=0.0)
 
 
-class _FixedDelta:
+class _FixedDelta(StatelessTrainer):
     def __call__(
         self,
         global_params: torch.Tensor,

@@ -48,7 +48,7 @@ from geofl.attacks.client import ATTACKS, ScalingParams
 from geofl.client.data import ClientData
 from geofl.client.state import ClientStateStore
 from geofl.client.step import ClientProgram, ClientResult
-from geofl.client.trainer import GradCorrection, LocalTrainParams
+from geofl.client.trainer import GradCorrection, LocalTrainParams, StatelessTrainer
 from geofl.config.load import load_config
 from geofl.engine.components import RunComponents
 from geofl.engine.experiment import run_experiment
@@ -716,7 +716,7 @@ K = 5
 TRAIN = LocalTrainParams(lr=0.1, momentum=0.0, weight_decay=0.0)
 
 
-class _HonestTrainer:
+class _HonestTrainer(StatelessTrainer):
     """Client k uploads Δ_k = (k + 1)·[1, …, 1] with n_k = 10 + k and a label histogram."""
 
     def __call__(

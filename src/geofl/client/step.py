@@ -12,7 +12,7 @@ purpose), so a client's result does not depend on which process ran it or what r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -22,12 +22,14 @@ from geofl.client.data import ClientData
 from geofl.client.release import ReleaseStep, apply_release
 from geofl.client.state import ClientState, StateSpec
 from geofl.client.trainer import GradCorrection, LocalTrainer, LocalTrainParams
+from geofl.errors import BudgetExhaustedError
 from geofl.rng import Key, torch_generator
 from geofl.update import ClientDirectives, ClientUpdate, payload_bytes
 
 __all__ = [
     "ClientAlgorithm",
     "ClientBehaviour",
+    "ClientPrivacy",
     "ClientProgram",
     "ClientResult",
     "ClientStreams",
@@ -115,6 +117,21 @@ class PlainClient:
 
 
 @dataclass(frozen=True)
+class ClientPrivacy:
+    """How a client accounts for its own releases.
+
+    Attributes:
+        epsilon: ε(δ) of a ledger (a sequence of DpEvent specs), with the run's accountant
+            (:func:`geofl.privacy.budget.ledger_epsilon`).
+        target_epsilon: The client declines a round whose planned release would take its ε
+            past this; None: no limit.
+    """
+
+    epsilon: Callable[[Sequence[Mapping[str, Any]]], float]
+    target_epsilon: float | None = None
+
+
+@dataclass(frozen=True)
 class ClientProgram:
     """The fixed parts of a client step, built once per run from the method's config.
 
@@ -124,6 +141,8 @@ class ClientProgram:
         algorithm: The client half of the algorithm.
         release: Release steps applied to Δw before upload, in order.
         attack: Malicious behaviour, applied when the client is one of its attackers.
+        privacy: How the client accounts for its releases (ε after each round, and the
+            budget stop), or None when nothing is accounted on the client.
     """
 
     trainer: LocalTrainer
@@ -131,6 +150,19 @@ class ClientProgram:
     algorithm: ClientAlgorithm = field(default_factory=PlainClient)
     release: Sequence[ReleaseStep] = ()
     attack: ClientBehaviour | None = None
+    privacy: ClientPrivacy | None = None
+
+    def state_specs(self, dim: int) -> dict[str, StateSpec]:
+        """Every per-client state tensor: the algorithm's and the trainer's.
+
+        Raises:
+            ValueError: if both name the same tensor.
+        """
+        algo, trainer = self.algorithm.state_specs(dim), self.trainer.state_specs()
+        clash = set(algo) & set(trainer)
+        if clash:
+            raise ValueError(f"algorithm and trainer both keep client state {sorted(clash)}")
+        return {**algo, **trainer}
 
 
 @dataclass(frozen=True)
@@ -141,11 +173,14 @@ class ClientResult:
         update: What is uploaded: Δw, extra named tensors and metadata.
         state: The client's new state (tensors and privacy ledger), kept on the client.
         local_log: Client-local report of the release steps (never sent to the server).
+        epsilon: The client's ε(δ) after this round, when it accounts and released
+            something private this round; else None.
     """
 
     update: ClientUpdate
     state: ClientState
     local_log: Mapping[str, Any]
+    epsilon: float | None = None
 
 
 def dp_events_of(local_log: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -178,20 +213,18 @@ def client_step(
     Returns:
         The upload, the new client state and the client-local log.
     """
+    _check_budget(program, data, state)
     alg = program.algorithm
     correction = alg.correction(global_params, state, directives)
-    train_gen = streams.torch("train")
+    trainer_state = {k: state.tensors[k] for k in program.trainer.state_specs()}
+    kwargs: dict[str, Any] = {"correction": correction}
     if program.train.augment:  # own stream: the batch schedule's draws stay as without
-        update = program.trainer(
-            global_params,
-            data,
-            directives,
-            train_gen,
-            correction=correction,
-            augment_generator=streams.torch("augment"),
-        )
-    else:
-        update = program.trainer(global_params, data, directives, train_gen, correction=correction)
+        kwargs["augment_generator"] = streams.torch("augment")
+    if trainer_state:
+        kwargs["state"] = trainer_state
+    update = program.trainer(global_params, data, directives, streams.torch("train"), **kwargs)
+    kept = update.local_state
+    update = replace(update, local_state={})
     update, new_tensors = alg.finish(
         update, state, directives, program.train, global_params=global_params
     )
@@ -207,5 +240,25 @@ def client_step(
     )
     meta = replace(update.meta, bytes_sent=payload_bytes(update.delta, update.tensors))
     update = replace(update, meta=meta)
-    events = (*state.dp_events, *dp_events_of(update.local_log))
-    return ClientResult(update, ClientState(new_tensors, events), update.local_log)
+    released = dp_events_of(update.local_log)
+    events = (*state.dp_events, *released)
+    eps = program.privacy.epsilon(events) if program.privacy and released else None
+    new_state = ClientState({**trainer_state, **kept, **new_tensors}, events)
+    return ClientResult(update, new_state, update.local_log, eps)
+
+
+def _check_budget(program: ClientProgram, data: ClientData, state: ClientState) -> None:
+    """Decline the round if its planned release would exceed the client's target ε.
+
+    Raises:
+        BudgetExhaustedError: with the ε the round would reach.
+    """
+    privacy = program.privacy
+    if privacy is None or privacy.target_epsilon is None:
+        return
+    planned = program.trainer.planned_release(len(data))
+    if not planned:
+        return
+    eps = privacy.epsilon((*state.dp_events, *planned))
+    if eps > privacy.target_epsilon:
+        raise BudgetExhaustedError(data.client_id, eps, privacy.target_epsilon)

@@ -12,20 +12,29 @@ before every optimiser step, ``g ← g + μ(w − w_anchor) + b`` — one vector
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
 
 from geofl.client.augment import AugmentPipeline
 from geofl.client.data import ClientData, batch_indices
+from geofl.client.state import StateSpec
 from geofl.models.base import FlatModel
 from geofl.registry import NoParams, Registry
 from geofl.tasks.base import MetricAccumulator, Task
 from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta, payload_bytes
 
-__all__ = ["LOCAL_TRAINERS", "GradCorrection", "LocalSGD", "LocalTrainParams", "LocalTrainer"]
+__all__ = [
+    "LOCAL_TRAINERS",
+    "GradCorrection",
+    "LocalSGD",
+    "LocalTrainParams",
+    "LocalTrainer",
+    "StatelessTrainer",
+]
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,21 @@ class GradCorrection:
 
 
 class LocalTrainer(Protocol):
-    """Runs local optimisation for one client and returns its update."""
+    """Runs local optimisation for one client and returns its update.
+
+    A trainer may keep per-client state across rounds (DP-SGD's adaptive clipping
+    statistic): it names it in :meth:`state_specs`, reads it from ``state`` and returns new
+    values in :attr:`~geofl.update.ClientUpdate.local_state`.
+    """
+
+    def state_specs(self) -> Mapping[str, StateSpec]:
+        """Per-client state tensors this trainer keeps (name → spec); usually none."""
+        ...
+
+    def planned_release(self, n: int) -> list[dict[str, Any]]:
+        """The DpEvent specs a round on ``n`` local examples will release (budget checks);
+        empty for non-private training."""
+        ...
 
     def __call__(
         self,
@@ -94,6 +117,7 @@ class LocalTrainer(Protocol):
         generator: torch.Generator,
         correction: GradCorrection | None = None,
         augment_generator: torch.Generator | None = None,
+        state: Mapping[str, torch.Tensor] | None = None,
     ) -> ClientUpdate: ...
 
 
@@ -101,7 +125,19 @@ class LocalTrainer(Protocol):
 LOCAL_TRAINERS: Registry[LocalTrainer] = Registry("trainer")
 
 
-class LocalSGD:
+class StatelessTrainer:
+    """Mixin of a trainer that keeps no client state and releases nothing private."""
+
+    def state_specs(self) -> Mapping[str, StateSpec]:
+        """No per-client state between rounds."""
+        return {}
+
+    def planned_release(self, n: int) -> list[dict[str, Any]]:
+        """Nothing private is released."""
+        return []
+
+
+class LocalSGD(StatelessTrainer):
     """Mini-batch SGD (momentum, weight decay) or Adam on the task's loss.
 
     Optimiser state starts fresh every round (clients are stateless between rounds, as in
@@ -160,6 +196,7 @@ class LocalSGD:
         generator: torch.Generator,
         correction: GradCorrection | None = None,
         augment_generator: torch.Generator | None = None,
+        state: Mapping[str, torch.Tensor] | None = None,
     ) -> ClientUpdate:
         """Train from ``global_params`` (``[D]``) and return Δw = w_local − w_global.
 

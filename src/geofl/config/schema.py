@@ -167,6 +167,12 @@ class PrivacyConfig(_Strict):
 
     accountant: Component = Field(default_factory=lambda: Component(name="rdp"))
     delta: float = Field(1e-5, gt=0.0, lt=1.0, description="δ of the reported (ε, δ)")
+    target_epsilon: float | None = Field(
+        None,
+        gt=0.0,
+        description="a client declines any round that would take its ε(δ) past this "
+        "(logged; the run continues with the others); None: no limit",
+    )
 
 
 class MethodConfig(_Strict):

@@ -8,6 +8,7 @@ client program (trainer, algorithm client half, release steps, attack), the stra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS
 from geofl.client.spatial import red_nir_indices
 from geofl.client.state import ClientStateStore
-from geofl.client.step import ClientProgram
+from geofl.client.step import ClientPrivacy, ClientProgram
 from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import ArrayDataset, take_rows
@@ -29,6 +30,7 @@ from geofl.data.partition import Partition
 from geofl.errors import ConfigError
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
+from geofl.privacy.budget import ledger_epsilon
 from geofl.rng import torch_generator
 from geofl.server.aggregators import AGGREGATORS
 from geofl.server.defenses import DEFENSES
@@ -255,10 +257,19 @@ def build_components(
         algorithm=algorithm.client,
         release=[RELEASE_STEPS.build(s.name, s.params) for s in method.release],
         attack=ATTACKS.build(method.attack.name, method.attack.params) if method.attack else None,
+        privacy=ClientPrivacy(
+            partial(
+                ledger_epsilon,
+                accountant=cfg.privacy.accountant.name,
+                params=cfg.privacy.accountant.params,
+                delta=cfg.privacy.delta,
+            ),
+            cfg.privacy.target_epsilon,
+        ),
     )
     store = ClientStateStore(
         fed.num_clients,
-        algorithm.client.state_specs(workspace.spec.numel),
+        program.state_specs(workspace.spec.numel),
         path=state_dir if fed.client_state == "mmap" else None,
     )
     return RunComponents(

@@ -39,7 +39,13 @@ from geofl.io import (
     write_json_atomic,
     write_text_atomic,
 )
-from geofl.privacy.accounting import ACCOUNTANTS, dp_event_from_log, epsilon_summary
+from geofl.privacy.accounting import (
+    ACCOUNTANTS,
+    DP_EVENTS_FILE,
+    dp_event_from_log,
+    dp_events_json,
+    epsilon_summary,
+)
 from geofl.records import RoundRecord, metrics_to_json, read_rounds
 from geofl.tasks.base import SplitMetrics
 
@@ -282,23 +288,32 @@ class FederatedRun:
         return final
 
     def _privacy(self) -> dict[str, Any] | None:
-        """ε per client from each client's own ledger (what clients would report)."""
+        """ε per client from each client's own ledger (what clients would report); each
+        client's event list also goes to ``dp_events.json`` for offline recomputation."""
         acc_cfg = self.cfg.privacy.accountant
         accountant = ACCOUNTANTS.build(acc_cfg.name, acc_cfg.params)
         zs: set[float] = set()
+        ledgers: dict[str, list[dict[str, Any]]] = {}
+        mechanisms: set[str] = set()
         for k in range(len(self.clients)):
-            for spec in self.comps.store.events(k):
+            specs = [dict(spec) for spec in self.comps.store.events(k)]
+            for spec in specs:
                 event = dp_event_from_log({"dp_event": spec})
                 if event is not None:
                     accountant.record(k, event)
                     zs.add(float(spec["noise_multiplier"]))
+                    mechanisms.add(str(spec.get("mechanism")))
+            if specs:
+                ledgers[str(k)] = specs
         if not zs:
             return None
+        write_json_atomic(self.out_dir / DP_EVENTS_FILE, dp_events_json(ledgers, self.cfg.privacy))
         return epsilon_summary(
             accountant,
             delta=self.cfg.privacy.delta,
             noise_multipliers=sorted(zs),
             kind=acc_cfg.name,
+            record_level=mechanisms == {"poisson_gaussian"},
         )
 
 

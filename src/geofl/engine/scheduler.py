@@ -27,7 +27,7 @@ from geofl.client.data import ClientData
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
 from geofl.engine.components import RunComponents
-from geofl.errors import AggregationError
+from geofl.errors import AggregationError, BudgetExhaustedError
 from geofl.hashing import params_sha256, update_set_sha256
 from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
 from geofl.rng import numpy_generator
@@ -63,6 +63,7 @@ class _Collected:
     accepted: list[ClientUpdate] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
     client_log: dict[str, Any] = field(default_factory=dict)
+    epsilon: dict[str, float] = field(default_factory=dict)
     train_time: float = 0.0
     payload_bytes: int = 0
 
@@ -166,10 +167,17 @@ class SyncScheduler:
         for k in trained:
             t0 = time.perf_counter()
             directives = ClientDirectives(round_idx, k, plan.extra.get(k, {}), plan.payload)
-            res = self.run_client(global_params, k, directives)
+            try:
+                res = self.run_client(global_params, k, directives)
+            except BudgetExhaustedError as err:
+                log.warning("round %d: %s; it declines the round", round_idx, err)
+                out.rejected.append(Rejection(k, RejectionReason.BUDGET_EXHAUSTED, str(err)))
+                continue
             out.train_time += time.perf_counter() - t0
             if res.local_log:
                 out.client_log[str(k)] = dict(res.local_log)
+            if res.epsilon is not None:
+                out.epsilon[str(k)] = res.epsilon
             update = res.update
             rejection = self._admit(update, k, round_idx)
             if rejection is not None:
@@ -260,14 +268,15 @@ class SyncScheduler:
             excluded=excluded,
             cohort=list(cohort.clients),
             sampling={"scheme": cohort.scheme, "rate": cohort.rate},
-            train_loss=float(n @ losses / n.sum()) if metas else None,
-            train_metrics={primary: float(n @ train / n.sum()) if metas else None},
+            train_loss=_reported_mean(n, losses),
+            train_metrics={primary: _reported_mean(n, train)},
             bytes_up=int(sum(m.bytes_sent for m in metas)),
             bytes_down=trained * (self.dim * 4 + got.payload_bytes),
             aggregation_error=error,
             update_norms=torch.linalg.vector_norm(batch.deltas, dim=1).tolist() if metas else [],
             client_log=got.client_log,
             strategy=dict(result.info) if result is not None else {},
+            epsilon=got.epsilon,
         )
 
     def _observe(
@@ -287,6 +296,15 @@ class SyncScheduler:
         self.previous_aggregate = result.aggregate.clone()
         clients = [m.client_id for m in batch.metas]
         return {"round": round_idx, "clients": clients, "features": feats.tolist()}
+
+
+def _reported_mean(n: np.ndarray, values: np.ndarray) -> float | None:
+    """Sample-weighted mean over the clients that reported a value (NaN: not released, as
+    DP-SGD's training loss); None when none did."""
+    reported = ~np.isnan(values)
+    if not reported.any():
+        return None
+    return float(n[reported] @ values[reported] / n[reported].sum())
 
 
 def _class_count(clients: Sequence[ClientData]) -> int | None:
