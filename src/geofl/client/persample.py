@@ -17,6 +17,7 @@ one-example-at-a-time reference the tests compare both engines with.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
@@ -104,12 +105,16 @@ class _OpacusEngine:
             p.grad = None
         # The hooks scale by the reduction they are told about: the summed loss.
         total = self.loss(self.gsm(x), y) * x.shape[0]
-        total.backward()  # type: ignore[no-untyped-call]
+        with warnings.catch_warnings():  # inputs need no grad; Opacus's hooks still fire
+            warnings.filterwarnings("ignore", "Full backward hook is firing")
+            total.backward()  # type: ignore[no-untyped-call]
         grads = {n: getattr(p, "grad_sample", None) for n, p in self.params}
         for _, p in self.params:
             p.grad = None
             setattr(p, "grad_sample", None)  # noqa: B010
-        return {n: g for n, g in grads.items() if isinstance(g, torch.Tensor)}, float(total)
+        return {n: g for n, g in grads.items() if isinstance(g, torch.Tensor)}, float(
+            total.detach()
+        )
 
 
 def make_engine(name: EngineName, model: nn.Module, loss: LossFn) -> PerSampleEngine:

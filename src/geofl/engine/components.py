@@ -284,3 +284,40 @@ def build_components(
         network=NETWORK_MODELS.build(method.network.name, method.network.params),
         clients=client_datasets(data, partition, task),
     )
+
+
+def check_first_round_budget(cfg: ExperimentConfig, method: MethodConfig, sizes: list[int]) -> None:
+    """Refuse a target ε that some client exceeds in its very first round.
+
+    A trainer whose parameters can say what a round releases (DP-SGD's
+    ``planned_release``) is asked for each distinct local-data size.
+
+    Args:
+        cfg: The experiment.
+        method: The method to check.
+        sizes: Local training-set size of each client.
+
+    Raises:
+        ConfigError: naming ``privacy.target_epsilon``, with the ε one round gives.
+    """
+    target = cfg.privacy.target_epsilon
+    params = LOCAL_TRAINERS.validate(method.trainer.name, method.trainer.params)
+    plan = getattr(params, "planned_release", None)
+    if target is None or plan is None:
+        return
+    train = LocalTrainParams(**cfg.train.model_dump(exclude={"augment"}))
+    epsilon = partial(
+        ledger_epsilon,
+        accountant=cfg.privacy.accountant.name,
+        params=cfg.privacy.accountant.params,
+        delta=cfg.privacy.delta,
+    )
+    for n in sorted(set(sizes)):
+        eps = epsilon(plan(n, train))
+        if eps > target:
+            raise ConfigError(
+                "privacy.target_epsilon",
+                f"{target:g} is exceeded by one round of {method.name} on a client with "
+                f"{n} examples (ε = {eps:.3g}); raise it, the noise multiplier or "
+                "batch_size/steps trade-off, or give clients more data",
+            )

@@ -30,6 +30,7 @@ from geofl.data.targets import label_codes
 from geofl.engine.components import (
     PreparedData,
     build_task,
+    check_first_round_budget,
     check_model_inputs,
     check_release_inputs,
 )
@@ -185,6 +186,10 @@ def run_experiment(
         seed: {m.name: build_partition(cfg, m, ds, splits[seed].train, seed) for m in cfg.methods}
         for seed in cfg.seeds
     }
+    for seed_parts in partitions.values():
+        for m in cfg.methods:
+            sizes = [len(ix) for ix in seed_parts[m.name].indices]
+            check_first_round_budget(cfg, m, sizes)
     if cfg.governance is not None:
         governance = plugins.SUBSCRIBERS.build("governance", cfg.governance, experiment=resolved)
         subscribers = [*subscribers, governance]

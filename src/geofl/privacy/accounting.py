@@ -37,6 +37,19 @@ from geofl.registry import Registry
 
 log = logging.getLogger("geofl")
 
+
+class _QuietUnconvergedOrders(logging.Filter):
+    """dp_accounting logs a warning per RDP order whose series does not converge (large q
+    with fractional orders) and excludes that order, which is correct and harmless: ε is
+    the minimum over the remaining orders. One line per order per (q, σ) floods the run's
+    output, so those lines are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "failed to converge" not in record.getMessage()
+
+
+logging.getLogger("absl").addFilter(_QuietUnconvergedOrders())
+
 __all__ = [
     "ACCOUNTANTS",
     "DP_EVENTS_FILE",
