@@ -63,6 +63,8 @@ _PLUGIN_MODULES = (
     "geofl.data.synthetic",
     "geofl.data.synthetic_tabular",
     "geofl.data.synthetic_multilabel",
+    "geofl.data.synthetic_sen12ms",
+    "geofl.data.synthetic_bigearthnet",
     "geofl.data.eurosat",
     "geofl.data.ucmerced",
     "geofl.models.cnn",

@@ -129,6 +129,10 @@ MATERIAL_SPECTRA: dict[str, tuple[float, ...]] = {
     "conifer":      (0.020, 0.020, 0.040, 0.020, 0.060, 0.150, 0.190, 0.200, 0.210, 0.070, 0.001, 0.100, 0.045),  # noqa: E501
     # fresh burn scar (char and ash): dark and flat, SWIR above NIR (negative NBR)
     "charred":      (0.040, 0.040, 0.045, 0.050, 0.055, 0.060, 0.065, 0.070, 0.075, 0.030, 0.001, 0.120, 0.110),  # noqa: E501
+    # snow and firn: very bright visible, falling NIR, ice absorbs SWIR (high NDSI)
+    "snow":         (0.900, 0.900, 0.880, 0.850, 0.830, 0.800, 0.780, 0.750, 0.720, 0.250, 0.001, 0.060, 0.040),  # noqa: E501
+    # bare rock and scree: grey, gently rising to the SWIR
+    "rock":         (0.100, 0.110, 0.130, 0.150, 0.170, 0.180, 0.190, 0.200, 0.210, 0.075, 0.001, 0.260, 0.220),  # noqa: E501
 }
 # fmt: on
 

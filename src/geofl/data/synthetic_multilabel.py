@@ -44,22 +44,19 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode, Inputs
-from geofl.data.cache import cache_key, cached_arrays
-from geofl.data.lazy import StoredRows
-from geofl.data.store import cached_store
-from geofl.data.synthetic import Regions, SyntheticParams, draw_regions, reflectance
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
+from geofl.data.synthetic import Regions, SyntheticParams, draw_regions
 from geofl.data.synthetic_mosaic import (
     MosaicClasses,
     affinity_label_sets,
     affinity_matrix,
     cover_fractions,
+    generated_dataset,
     layout,
     paint,
     patch_metadata,
     run_chunks,
 )
-from geofl.data.synthetic_sensor import SCALE
 from geofl.data.synthetic_textures import CLASS_MATERIALS
 from geofl.rng import torch_generator
 
@@ -187,24 +184,15 @@ def build_multilabel(
         An :class:`ArrayDataset` with ``inputs`` ``[N, 13, S, S]`` float32 reflectance and
         ``multi_hot`` targets ``[N, 13]`` float32.
     """
-    key = cache_key("synthetic-multilabel-v1", params.model_dump())
-    images: Inputs
-    if cache_mode == "mmap":
-        source = params.model_dump()
-        meta = {"bands": SENTINEL2_BANDS, "classes": MULTILABEL_CLASSES, "source": source}
-        arrays, _ = cached_store(
-            cache_dir, key, lambda w: w.put_all(generate_multilabel(params)), meta
-        )
-        images = StoredRows(arrays["images"], scale=SCALE)
-    else:
-        arrays = cached_arrays(cache_dir, key, lambda: generate_multilabel(params))
-        images = reflectance(arrays["images"])
-    return ArrayDataset(
-        inputs=images,
-        targets=torch.from_numpy(np.array(arrays["labels"], dtype=np.float32)),
+    return generated_dataset(
+        "synthetic_multilabel",
+        "synthetic-multilabel-v1",
+        params,
+        lambda: generate_multilabel(params),
         classes=MULTILABEL_CLASSES,
         bands=SENTINEL2_BANDS,
-        metadata={k: np.array(arrays[k]) for k in MULTILABEL_METADATA_KEYS},
-        name="synthetic_multilabel",
+        metadata_keys=MULTILABEL_METADATA_KEYS,
         target_kind="multi_hot",
+        cache_dir=cache_dir,
+        cache_mode=cache_mode,
     )
