@@ -67,6 +67,8 @@ _PLUGIN_MODULES = (
     "geofl.data.synthetic_bigearthnet",
     "geofl.data.eurosat",
     "geofl.data.ucmerced",
+    "geofl.data.sen12ms",
+    "geofl.data.bigearthnet",
     "geofl.models.cnn",
     "geofl.models.resnet",
     "geofl.algorithms.fedavg",

@@ -210,6 +210,7 @@ DATASET_FILE_FORMATS: dict[str, str] = {
     "eurosat_ms": "uint16_bands",
     "synthetic": "uint16_bands",
     "synthetic_sen12ms": "uint16_bands",
+    "sen12ms": "uint16_bands",
     "synthetic_bigearthnet": "uint16_bands",
 }
 

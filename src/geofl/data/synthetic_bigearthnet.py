@@ -53,10 +53,10 @@ import torch
 from pydantic import Field
 
 from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
+from geofl.data.cached import cached_dataset
 from geofl.data.synthetic import Regions, SyntheticParams
 from geofl.data.synthetic_mosaic import (
     MosaicClasses,
-    generated_dataset,
     layout,
     paint,
     patch_metadata,
@@ -335,10 +335,10 @@ def build_synthetic_bigearthnet(
         ``multi_hot`` targets ``[N, L]`` float32 and the metadata of
         :func:`generate_bigearthnet` (``by: country`` / ``by: region`` partitions).
     """
-    return generated_dataset(
+    return cached_dataset(
         "synthetic_bigearthnet",
         "synthetic-bigearthnet-v1",
-        params,
+        params.model_dump(),
         lambda: generate_bigearthnet(params),
         classes=nomenclature_classes(params.nomenclature),
         bands=BIGEARTHNET_BANDS,

@@ -25,17 +25,12 @@ generator's output depends only on its parameters.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from geofl.data.base import ArrayDataset, CacheMode, Inputs
-from geofl.data.cache import cache_key, cached_arrays
-from geofl.data.lazy import StoredRows
-from geofl.data.store import cached_store
-from geofl.data.synthetic import CHUNK, Regions, SyntheticParams, material_spectra, reflectance
+from geofl.data.synthetic import CHUNK, Regions, SyntheticParams, material_spectra
 from geofl.data.synthetic_sensor import (
     RESOLUTION_GROUPS,
     SCALE,
@@ -45,7 +40,6 @@ from geofl.data.synthetic_sensor import (
     sensor_state,
 )
 from geofl.data.synthetic_textures import TEXTURES, smooth_noise
-from geofl.data.targets import TargetKind
 
 __all__ = [
     "MosaicClasses",
@@ -53,7 +47,6 @@ __all__ = [
     "affinity_matrix",
     "balanced_priors",
     "cover_fractions",
-    "generated_dataset",
     "layout",
     "paint",
     "patch_metadata",
@@ -290,54 +283,3 @@ def run_chunks(
     for key, vals in parts.items():
         out[key] = np.concatenate(vals).astype(kinds.get(key, np.float32))
     return out
-
-
-def generated_dataset(
-    name: str,
-    version: str,
-    params: SyntheticParams,
-    generate: Callable[[], dict[str, np.ndarray]],
-    *,
-    classes: tuple[str, ...],
-    bands: tuple[str, ...],
-    metadata_keys: tuple[str, ...],
-    target_kind: TargetKind,
-    cache_dir: Path,
-    cache_mode: CacheMode,
-) -> ArrayDataset:
-    """A generator's output as an :class:`ArrayDataset`, generated once and cached.
-
-    Args:
-        name: Registry key (dataset name).
-        version: Cache-key prefix; bump it when the generator's output changes.
-        params: The generator's parameters (part of the cache key).
-        generate: Produces ``images`` (uint16 ``[N, C, S, S]``), ``labels`` and metadata.
-        classes: Class names.
-        bands: Band names of the image channels.
-        metadata_keys: Per-patch arrays exposed as metadata.
-        target_kind: ``class`` (``labels`` int64 ``[N]``) or ``multi_hot`` (``[N, L]``).
-        cache_dir: Directory of the decode-once cache.
-        cache_mode: ``memory`` (arrays in RAM) or ``mmap`` (an on-disk store read per batch).
-
-    Returns:
-        Dataset with ``inputs`` ``[N, C, S, S]`` float32 reflectance (stored / 10000).
-    """
-    key = cache_key(version, params.model_dump())
-    images: Inputs
-    if cache_mode == "mmap":
-        meta = {"bands": bands, "classes": classes, "source": params.model_dump()}
-        arrays, _ = cached_store(cache_dir, key, lambda w: w.put_all(generate()), meta)
-        images = StoredRows(arrays["images"], scale=SCALE)
-    else:
-        arrays = cached_arrays(cache_dir, key, generate)
-        images = reflectance(arrays["images"])
-    dtype = np.float32 if target_kind == "multi_hot" else np.int64
-    return ArrayDataset(
-        inputs=images,
-        targets=torch.from_numpy(np.array(arrays["labels"], dtype=dtype)),
-        classes=classes,
-        bands=bands,
-        metadata={k: np.array(arrays[k]) for k in metadata_keys},
-        name=name,
-        target_kind=target_kind,
-    )

@@ -45,13 +45,13 @@ import torch
 from pydantic import Field
 
 from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
+from geofl.data.cached import cached_dataset
 from geofl.data.synthetic import Regions, SyntheticParams, draw_regions
 from geofl.data.synthetic_mosaic import (
     MosaicClasses,
     affinity_label_sets,
     affinity_matrix,
     cover_fractions,
-    generated_dataset,
     layout,
     paint,
     patch_metadata,
@@ -184,10 +184,10 @@ def build_multilabel(
         An :class:`ArrayDataset` with ``inputs`` ``[N, 13, S, S]`` float32 reflectance and
         ``multi_hot`` targets ``[N, 13]`` float32.
     """
-    return generated_dataset(
+    return cached_dataset(
         "synthetic_multilabel",
         "synthetic-multilabel-v1",
-        params,
+        params.model_dump(),
         lambda: generate_multilabel(params),
         classes=MULTILABEL_CLASSES,
         bands=SENTINEL2_BANDS,

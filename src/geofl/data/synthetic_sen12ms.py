@@ -48,6 +48,7 @@ import torch
 from pydantic import Field
 
 from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
+from geofl.data.cached import cached_dataset
 from geofl.data.synthetic import Regions, SyntheticParams
 from geofl.data.synthetic_mosaic import (
     MosaicClasses,
@@ -55,7 +56,6 @@ from geofl.data.synthetic_mosaic import (
     affinity_matrix,
     balanced_priors,
     cover_fractions,
-    generated_dataset,
     layout,
     paint,
     patch_metadata,
@@ -231,10 +231,10 @@ def build_synthetic_sen12ms(
         ``class`` targets ``[N]`` int64 over :data:`SEN12MS_CLASSES` and the metadata of
         :func:`generate_sen12ms` (``by: region`` / ``by: season`` partitions).
     """
-    return generated_dataset(
+    return cached_dataset(
         "synthetic_sen12ms",
         "synthetic-sen12ms-v1",
-        params,
+        params.model_dump(),
         lambda: generate_sen12ms(params),
         classes=SEN12MS_CLASSES,
         bands=SENTINEL2_BANDS,
