@@ -28,10 +28,11 @@ Generative model (generators ``(seed, "synthetic_bigearthnet", ...)``):
    with complex cultivation, burnt areas with sclerophyllous scrub). ``f[c, l]`` is the
    target frequency :data:`BIGEARTHNET19_TARGET_FREQUENCIES` tilted per country (no marine
    classes in landlocked countries, peat bogs in Ireland and Finland, agro-forestry and
-   burnt areas in Portugal, snow in the Alps) and rescaled so that the share-weighted mean
+   burnt areas in Portugal, glaciers only in the Alps) and rescaled so that the share-weighted mean
    over countries is the target. A patch with no class gets the one closest to its
    threshold; at most ``max_labels`` are kept (largest margins first); the first ``L``
-   patches of each chunk hold class ``l`` each, so every label occurs.
+   patches of each chunk hold class ``l`` each (in a country drawn by ``share · f[c, l]``,
+   with latent factors shifted towards ``l``'s landscape), so every label occurs.
 3. **Mosaic and sensor.** The class with the largest margin dominates the layout, and
    each of the ``k`` present classes also fills 0.1/k of every pixel as sub-pixel mixture
    (so each label is visible: CORINE's 25 ha mapping unit is 17 % of a 1.2 km patch); every
@@ -167,23 +168,23 @@ BIGEARTHNET_COUNTRIES: tuple[
     ("Austria", 0.10, 47.5, 14.5, 900.0, 60.0, 0.010,
      {9: 1.6, 10: 1.2, 4: 1.4, 11: 2.5, 20: 6.0, 2: 0.7, 14: 0, 16: 0, 18: 0}),
     ("Belgium", 0.05, 50.6, 4.6, 150.0, 8.0, 0.030,
-     {0: 2.5, 1: 2.5, 2: 1.6, 4: 1.6, 5: 1.5, 9: 0.4, 13: 0.3, 18: 0.5, 14: 1.5}),
+     {20: 0, 0: 2.5, 1: 2.5, 2: 1.6, 4: 1.6, 5: 1.5, 9: 0.4, 13: 0.3, 18: 0.5, 14: 1.5}),
     ("Finland", 0.25, 63.0, 26.0, 150.0, 10.0, 0.010,
-     {9: 1.8, 10: 1.6, 13: 2.0, 15: 2.5, 17: 2.5, 18: 1.2, 2: 0.6, 0: 0.4, 4: 0.2, 5: 0.1,
+     {20: 0, 9: 1.8, 10: 1.6, 13: 2.0, 15: 2.5, 17: 2.5, 18: 1.2, 2: 0.6, 0: 0.4, 4: 0.2, 5: 0.1,
       3: 0, 7: 0, 12: 0.2, 8: 0.3, 19: 0.2}),
     ("Ireland", 0.07, 53.2, -8.0, 100.0, 10.0, 0.020,
-     {4: 3.5, 15: 3.0, 12: 3.0, 18: 1.8, 9: 0.6, 2: 0.4, 7: 0, 3: 0, 10: 0.3}),
+     {20: 0, 4: 3.5, 15: 3.0, 12: 3.0, 18: 1.8, 9: 0.6, 2: 0.4, 7: 0, 3: 0, 10: 0.3}),
     ("Kosovo", 0.02, 42.6, 20.9, 700.0, 40.0, 0.025,
-     {8: 2.5, 2: 1.4, 5: 2.0, 6: 1.5, 11: 2.0, 9: 0.5, 14: 0, 16: 0, 18: 0}),
+     {20: 0, 8: 2.5, 2: 1.4, 5: 2.0, 6: 1.5, 11: 2.0, 9: 0.5, 14: 0, 16: 0, 18: 0}),
     ("Lithuania", 0.13, 55.3, 23.9, 100.0, 5.0, 0.015,
-     {2: 1.6, 10: 1.5, 4: 1.3, 13: 1.5, 15: 1.5, 18: 0.6, 14: 1.5, 3: 0.2, 7: 0}),
+     {20: 0, 2: 1.6, 10: 1.5, 4: 1.3, 13: 1.5, 15: 1.5, 18: 0.6, 14: 1.5, 3: 0.2, 7: 0}),
     ("Luxembourg", 0.01, 49.8, 6.1, 350.0, 15.0, 0.025,
-     {2: 1.4, 4: 1.8, 8: 2.0, 0: 1.8, 1: 1.5, 14: 0, 16: 0, 18: 0}),
+     {20: 0, 2: 1.4, 4: 1.8, 8: 2.0, 0: 1.8, 1: 1.5, 14: 0, 16: 0, 18: 0}),
     ("Portugal", 0.18, 39.6, -8.0, 350.0, 25.0, 0.025,
      {7: 6.0, 3: 3.5, 12: 4.0, 8: 1.6, 13: 1.3, 5: 1.8, 6: 1.8, 19: 8.0, 18: 1.6, 14: 3.0,
       16: 3.0, 9: 0.5, 10: 0.6, 15: 0.2, 4: 0.3, 20: 0}),
     ("Serbia", 0.12, 44.0, 20.9, 300.0, 25.0, 0.030,
-     {2: 2.0, 5: 1.8, 6: 1.6, 8: 2.2, 3: 1.3, 4: 0.7, 9: 0.3, 14: 0, 16: 0, 18: 0}),
+     {20: 0, 2: 2.0, 5: 1.8, 6: 1.6, 8: 2.2, 3: 1.3, 4: 0.7, 9: 0.3, 14: 0, 16: 0, 18: 0}),
     ("Switzerland", 0.07, 46.8, 8.2, 1300.0, 80.0, 0.010,
      {9: 1.5, 10: 1.4, 4: 2.0, 11: 4.0, 20: 12.0, 17: 1.5, 0: 1.3, 2: 0.6, 14: 0, 16: 0,
       18: 0}),
@@ -253,13 +254,16 @@ def _label_sets(
     num = freq.shape[1]
     share = torch.tensor([c[1] for c in BIGEARTHNET_COUNTRIES])
     country = torch.multinomial(share, n, replacement=True, generator=gen)
+    forced = min(n, num)  # patch l holds class l, in a country where l occurs
+    country[:forced] = torch.multinomial((share[:, None] * freq[:, :forced]).T, 1, generator=gen)[
+        :, 0
+    ]
     load = torch.zeros(num, 7)
     for label, row in _LOADINGS.items():
         if label < num:
             load[label] = torch.tensor(row)
     resid = (1 - load.pow(2).sum(1)).sqrt()
-    factors = torch.randn(n, 7, generator=gen)
-    forced = min(n, num)  # patch l holds class l; its factors lean towards l's landscape
+    factors = torch.randn(n, 7, generator=gen)  # forced patches lean to l's landscape
     factors[:forced] -= 2.0 * load[:forced] / load[:forced].norm(dim=1, keepdim=True)
     u = factors @ load.T + resid * torch.randn(n, num, generator=gen)
     threshold = torch.special.ndtri(freq[country])
