@@ -71,6 +71,7 @@ __all__ = [
     "draw_regions",
     "generate_synthetic",
     "material_spectra",
+    "patch_metadata",
     "reflectance",
 ]
 
@@ -284,12 +285,29 @@ def _draw_context(regions: Regions, n: int, gen: torch.Generator) -> dict[str, T
     region[:forced] = torch.multinomial(regions.prior[:, :forced].T, 1, generator=gen)[:, 0]
     order = torch.randperm(n, generator=gen)
     label, region = label[order], region[order]
-    rough = torch.tensor(_CLASS_ROUGHNESS)[label] * regions.roughness[region]
-    spread = regions.roughness[region] * 6 + 10
     return {
         "labels": label,
         "region": region,
         "season": torch.randint(0, 4, (n,), generator=gen),
+        **patch_metadata(regions, torch.tensor(_CLASS_ROUGHNESS)[label], region, gen),
+    }
+
+
+def patch_metadata(
+    regions: Regions, roughness: Tensor, region: Tensor, gen: torch.Generator
+) -> dict[str, Tensor]:
+    """Per-patch ``elevation_mean``, ``elevation_std``, ``gsd_m``, ``lat``, ``lon`` ``[n]``.
+
+    Args:
+        regions: Per-region geography.
+        roughness: ``[n]`` terrain-roughness factor of each patch's dominant class.
+        region: ``[n]`` int64 region of each patch.
+        gen: The chunk's random generator.
+    """
+    n = region.shape[0]
+    rough = roughness * regions.roughness[region]
+    spread = regions.roughness[region] * 6 + 10
+    return {
         "elevation_mean": (
             regions.elevation[region] + spread * torch.randn(n, generator=gen)
         ).clamp(min=0.0),

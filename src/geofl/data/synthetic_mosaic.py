@@ -30,7 +30,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from geofl.data.synthetic import CHUNK, Regions, SyntheticParams, material_spectra
+from geofl.data.synthetic import (
+    CHUNK,
+    Regions,
+    SyntheticParams,
+    material_spectra,
+    patch_metadata,
+)
 from geofl.data.synthetic_sensor import (
     RESOLUTION_GROUPS,
     SCALE,
@@ -218,31 +224,6 @@ def paint(
         for dest, refl in zip(groups, mix_materials(weights, spec, None), strict=True):
             dest[idx] += refl
     finish_bands(params.noise_std, groups, out, gen)
-
-
-def patch_metadata(
-    regions: Regions, roughness: Tensor, region: Tensor, gen: torch.Generator
-) -> dict[str, Tensor]:
-    """Per-patch ``elevation_mean``, ``elevation_std``, ``gsd_m``, ``lat``, ``lon`` ``[n]``.
-
-    Args:
-        regions: Per-region geography.
-        roughness: ``[n]`` terrain-roughness factor of each patch's dominant class.
-        region: ``[n]`` int64 region of each patch.
-        gen: The chunk's random generator.
-    """
-    n = region.shape[0]
-    rough = roughness * regions.roughness[region]
-    spread = regions.roughness[region] * 6 + 10
-    return {
-        "elevation_mean": (
-            regions.elevation[region] + spread * torch.randn(n, generator=gen)
-        ).clamp(min=0.0),
-        "elevation_std": rough * torch.exp(0.4 * torch.randn(n, generator=gen)),
-        "gsd_m": regions.gsd[region],
-        "lat": regions.lat[region] + 0.25 * torch.randn(n, generator=gen),
-        "lon": regions.lon[region] + 0.25 * torch.randn(n, generator=gen),
-    }
 
 
 def run_chunks(
