@@ -209,6 +209,9 @@ DATASET_FILE_FORMATS: dict[str, str] = {
     "ucmerced": "rgb8",
     "eurosat_ms": "uint16_bands",
     "synthetic": "uint16_bands",
+    "synthetic_sen12ms": "uint16_bands",
+    "sen12ms": "uint16_bands",
+    "synthetic_bigearthnet": "uint16_bands",
 }
 
 

@@ -74,6 +74,7 @@ __all__ = [
     "decode_folder",
     "decode_rgb",
     "load_folder_dataset",
+    "run_parallel",
     "scan_folder",
 ]
 
@@ -430,7 +431,6 @@ def decode_folder(
         DataError: naming the file, when one cannot be read or decoded.
     """
     out = np.empty((len(folder.paths), len(spec.bands), size, size), dtype=spec.dtype)
-    workers = workers or min(8, os.cpu_count() or 1)
     with folder.reader() as read:
 
         def work(i: int) -> None:
@@ -449,15 +449,25 @@ def decode_folder(
                 ) from err
             out[i] = arr
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(work, i) for i in range(len(folder.paths))]
-            try:
-                for fut in futures:
-                    fut.result()
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        run_parallel(len(folder.paths), work, workers)
     return out
+
+
+def run_parallel(count: int, work: Callable[[int], None], workers: int = 0) -> None:
+    """Run ``work(i)`` for ``i < count`` in a thread pool (0: up to 8 threads).
+
+    The first exception (e.g. a :class:`DataError` naming a file) is raised once the pool
+    has stopped.
+    """
+    workers = workers or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(work, i) for i in range(count)]
+        try:
+            for fut in futures:
+                fut.result()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def load_folder_dataset(

@@ -71,6 +71,7 @@ __all__ = [
     "draw_regions",
     "generate_synthetic",
     "material_spectra",
+    "patch_metadata",
     "reflectance",
 ]
 
@@ -129,6 +130,10 @@ MATERIAL_SPECTRA: dict[str, tuple[float, ...]] = {
     "conifer":      (0.020, 0.020, 0.040, 0.020, 0.060, 0.150, 0.190, 0.200, 0.210, 0.070, 0.001, 0.100, 0.045),  # noqa: E501
     # fresh burn scar (char and ash): dark and flat, SWIR above NIR (negative NBR)
     "charred":      (0.040, 0.040, 0.045, 0.050, 0.055, 0.060, 0.065, 0.070, 0.075, 0.030, 0.001, 0.120, 0.110),  # noqa: E501
+    # snow and firn: very bright visible, falling NIR, ice absorbs SWIR (high NDSI)
+    "snow":         (0.900, 0.900, 0.880, 0.850, 0.830, 0.800, 0.780, 0.750, 0.720, 0.250, 0.001, 0.060, 0.040),  # noqa: E501
+    # bare rock and scree: grey, gently rising to the SWIR
+    "rock":         (0.100, 0.110, 0.130, 0.150, 0.170, 0.180, 0.190, 0.200, 0.210, 0.075, 0.001, 0.260, 0.220),  # noqa: E501
 }
 # fmt: on
 
@@ -280,12 +285,29 @@ def _draw_context(regions: Regions, n: int, gen: torch.Generator) -> dict[str, T
     region[:forced] = torch.multinomial(regions.prior[:, :forced].T, 1, generator=gen)[:, 0]
     order = torch.randperm(n, generator=gen)
     label, region = label[order], region[order]
-    rough = torch.tensor(_CLASS_ROUGHNESS)[label] * regions.roughness[region]
-    spread = regions.roughness[region] * 6 + 10
     return {
         "labels": label,
         "region": region,
         "season": torch.randint(0, 4, (n,), generator=gen),
+        **patch_metadata(regions, torch.tensor(_CLASS_ROUGHNESS)[label], region, gen),
+    }
+
+
+def patch_metadata(
+    regions: Regions, roughness: Tensor, region: Tensor, gen: torch.Generator
+) -> dict[str, Tensor]:
+    """Per-patch ``elevation_mean``, ``elevation_std``, ``gsd_m``, ``lat``, ``lon`` ``[n]``.
+
+    Args:
+        regions: Per-region geography.
+        roughness: ``[n]`` terrain-roughness factor of each patch's dominant class.
+        region: ``[n]`` int64 region of each patch.
+        gen: The chunk's random generator.
+    """
+    n = region.shape[0]
+    rough = roughness * regions.roughness[region]
+    spread = regions.roughness[region] * 6 + 10
+    return {
         "elevation_mean": (
             regions.elevation[region] + spread * torch.randn(n, generator=gen)
         ).clamp(min=0.0),

@@ -31,6 +31,9 @@ Generative model, per patch ``i`` (generators ``(seed, "synthetic_multilabel", .
    minimum mapping unit, as CORINE's 25 ha); the class with the largest cover always is.
    Every chunk of :data:`~geofl.data.synthetic.CHUNK` patches has each class dominant at
    least once, so every label is present whenever ``num_samples >= 13``.
+
+Steps 3-4 and the metadata are :mod:`geofl.data.synthetic_mosaic`'s, shared with the
+BigEarthNet- and SEN12MS-like generators.
 """
 
 from __future__ import annotations
@@ -41,27 +44,20 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode, Inputs
-from geofl.data.cache import cache_key, cached_arrays
-from geofl.data.lazy import StoredRows
-from geofl.data.store import cached_store
-from geofl.data.synthetic import (
-    CHUNK,
-    Regions,
-    SyntheticParams,
-    draw_regions,
-    material_spectra,
-    reflectance,
+from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
+from geofl.data.cached import cached_dataset
+from geofl.data.synthetic import Regions, SyntheticParams, draw_regions
+from geofl.data.synthetic_mosaic import (
+    MosaicClasses,
+    affinity_label_sets,
+    affinity_matrix,
+    cover_fractions,
+    layout,
+    paint,
+    patch_metadata,
+    run_chunks,
 )
-from geofl.data.synthetic_sensor import (
-    RESOLUTION_GROUPS,
-    SCALE,
-    band_grid_sides,
-    finish_bands,
-    mix_materials,
-    sensor_state,
-)
-from geofl.data.synthetic_textures import CLASS_MATERIALS, TEXTURES, smooth_noise
+from geofl.data.synthetic_textures import CLASS_MATERIALS
 from geofl.rng import torch_generator
 
 __all__ = [
@@ -111,17 +107,7 @@ _PRIORS = (
 )
 _GROUPS = ((0, 1), (2, 3, 4), (5, 6, 7, 12), (8, 9, 10, 11))  # built, farm, wild, water
 _EXTRA_AFFINITY = {(0, 2): 1.5, (11, 8): 4.0, (11, 0): 1.5, (6, 12): 3.0, (10, 9): 3.0}
-
-
-def _affinity() -> Tensor:
-    """``[L, L]`` co-occurrence multiplier ``A[dominant, other]`` (symmetric)."""
-    a = torch.ones(len(MULTILABEL_CLASSES), len(MULTILABEL_CLASSES))
-    for group in _GROUPS:
-        for i in group:
-            a[i, list(group)] = 2.5
-    for (i, j), v in _EXTRA_AFFINITY.items():
-        a[i, j] = a[j, i] = v
-    return a
+_CLASSES = MosaicClasses(MULTILABEL_CLASSES, _TEXTURE, _MATERIALS, _ROUGHNESS)
 
 
 class MultiLabelParams(SyntheticParams):
@@ -135,90 +121,28 @@ class MultiLabelParams(SyntheticParams):
     max_labels: int = Field(5, ge=1, le=13, description="Most classes drawn per patch.")
 
 
-def _label_sets(
-    prior: Tensor, n: int, max_labels: int, gen: torch.Generator
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Regions ``[n]``, dominant classes ``[n]`` and label sets ``[n, L]`` bool (step 2)."""
-    num = prior.shape[1]
-    region = torch.randint(0, prior.shape[0], (n,), generator=gen)
-    dominant = torch.multinomial(prior[region], 1, generator=gen)[:, 0]
-    forced = min(n, num)  # every class dominant at least once per chunk
-    dominant[:forced] = torch.arange(forced)
-    region[:forced] = torch.multinomial(prior[:, :forced].T + 1e-3, 1, generator=gen)[:, 0]
-    p = (1.2 * prior[region] * _affinity()[dominant]).clamp(max=0.8)
-    present = torch.rand(n, num, generator=gen) < p
-    present[torch.arange(n), dominant] = True
-    # keep the dominant class and a random subset of the others, max_labels in all
-    priority = torch.rand(n, num, generator=gen) + present.float()
-    priority[torch.arange(n), dominant] = 3.0
-    keep = priority.argsort(dim=1, descending=True)[:, :max_labels]
-    capped = torch.zeros_like(present).scatter_(1, keep, True)
-    return region, dominant, present & capped
-
-
-def _cover(present: Tensor, dominant: Tensor, size: int, gen: torch.Generator) -> Tensor:
-    """``[n, L, S, S]`` per-pixel cover fractions of the present classes (step 3)."""
-    n, num = present.shape
-    field = smooth_noise(n * num, size, size / 3, gen).view(n, num, size, size)
-    bias = torch.rand(n, num, generator=gen) - 0.5
-    bias[torch.arange(n), dominant] = 1.0
-    score = 4.0 * (field + bias[:, :, None, None])
-    score = score.masked_fill(~present[:, :, None, None], float("-inf"))
-    return torch.softmax(score, dim=1)
-
-
 def _generate_chunk(
     params: MultiLabelParams, regions: Regions, prior: Tensor, k: int, out: np.ndarray
 ) -> dict[str, Tensor]:
     """Fill ``out`` (uint16 ``[n, 13, S, S]``) with chunk ``k``; return targets and metadata."""
     gen = torch_generator(params.seed, "synthetic_multilabel", "chunk", k)
-    n, size = out.shape[0], params.size
-    region, dominant, present = _label_sets(prior, n, params.max_labels, gen)
+    n = out.shape[0]
+    affinity = affinity_matrix(len(MULTILABEL_CLASSES), _GROUPS, _EXTRA_AFFINITY)
+    region, dominant, present = affinity_label_sets(prior, affinity, n, params.max_labels, gen)
     order = torch.randperm(n, generator=gen)
     region, dominant, present = region[order], dominant[order], present[order]
     season = torch.randint(0, 4, (n,), generator=gen)
-    cover = _cover(present, dominant, size, gen)
-    wobble = smooth_noise(n, size, 12.0, gen).mul_(params.brightness_texture).add_(1.0)
-    cover = cover * wobble.unsqueeze(1)
-    gain, vapour, offset = sensor_state(
-        params.illumination_jitter, params.haze, regions.haze[region], season, gen
-    )
-    groups = [
-        offset[:, list(bands), None, None].expand(n, len(bands), side, side).clone()
-        for (_, bands, _), side in zip(RESOLUTION_GROUPS, band_grid_sides(size), strict=True)
-    ]
-    scale = 10.0 / regions.gsd[region]
-    for label, (tex, mats) in enumerate(zip(_TEXTURE, _MATERIALS, strict=True)):
-        idx = present[:, label].nonzero()[:, 0]
-        b = idx.numel()
-        if b == 0:
-            continue
-        weights = TEXTURES[tex](b, size, scale[idx], gen) * cover[idx, label].unsqueeze(1)
-        spec = material_spectra(
-            mats, season[idx], regions.tint[region[idx]], params.spectral_jitter, gen
-        )
-        spec = spec * (gain[idx] * SCALE).view(b, 1, 1)
-        spec[:, :, 9] *= vapour[idx].view(b, 1)
-        spec[:, :, 10] = 0.0
-        for dest, refl in zip(groups, mix_materials(weights, spec, None), strict=True):
-            dest[idx] += refl
-    finish_bands(params.noise_std, groups, out, gen)
-    frac = cover.mean(dim=(2, 3)) / cover.mean(dim=(2, 3)).sum(1, keepdim=True)
+    cover = layout(present, dominant, params.size, params.brightness_texture, gen)
+    paint(params, regions, _CLASSES, (region, season, present), cover, out, gen)
+    frac = cover_fractions(cover)
     targets = frac >= params.min_cover
     targets[torch.arange(n), frac.argmax(dim=1)] = True
-    rough = torch.tensor(_ROUGHNESS)[dominant] * regions.roughness[region]
-    spread = regions.roughness[region] * 6 + 10
+    rough = torch.tensor(_ROUGHNESS)[dominant]
     return {
         "labels": targets,
         "region": region,
         "season": season,
-        "elevation_mean": (
-            regions.elevation[region] + spread * torch.randn(n, generator=gen)
-        ).clamp(min=0.0),
-        "elevation_std": rough * torch.exp(0.4 * torch.randn(n, generator=gen)),
-        "gsd_m": regions.gsd[region],
-        "lat": regions.lat[region] + 0.25 * torch.randn(n, generator=gen),
-        "lon": regions.lon[region] + 0.25 * torch.randn(n, generator=gen),
+        **patch_metadata(regions, rough, region, gen),
     }
 
 
@@ -231,24 +155,17 @@ def generate_multilabel(params: MultiLabelParams) -> dict[str, np.ndarray]:
         metadata ``[N]``: ``region``, ``season`` (int64), ``elevation_mean``,
         ``elevation_std`` (metres), ``gsd_m``, ``lat``, ``lon`` (float32).
     """
-    n, size = params.num_samples, params.size
     regions = draw_regions(params)
     jitter = torch_generator(params.seed, "synthetic_multilabel", "priors")
     base = torch.tensor([_PRIORS[r % len(_PRIORS)] for r in range(params.num_regions)])
     prior = (base + 2e-3) * torch.exp(0.3 * torch.randn(base.shape, generator=jitter))
     prior = prior / prior.sum(1, keepdim=True)
-    images = np.empty((n, 13, size, size), dtype=np.uint16)
-    parts: dict[str, list[np.ndarray]] = {}
-    for lo in range(0, n, CHUNK):
-        ctx = _generate_chunk(params, regions, prior, lo // CHUNK, images[lo : lo + CHUNK])
-        for key, val in ctx.items():
-            parts.setdefault(key, []).append(val.numpy())
-    out: dict[str, np.ndarray] = {"images": images}
-    for key, vals in parts.items():
-        arr = np.concatenate(vals)
-        kind = {"labels": np.uint8, "region": np.int64, "season": np.int64}
-        out[key] = arr.astype(kind.get(key, np.float32))
-    return out
+    return run_chunks(
+        params.num_samples,
+        params.size,
+        lambda k, out: _generate_chunk(params, regions, prior, k, out),
+        dtypes={"labels": np.uint8},
+    )
 
 
 @DATASETS.register("synthetic_multilabel", params=MultiLabelParams)
@@ -267,24 +184,15 @@ def build_multilabel(
         An :class:`ArrayDataset` with ``inputs`` ``[N, 13, S, S]`` float32 reflectance and
         ``multi_hot`` targets ``[N, 13]`` float32.
     """
-    key = cache_key("synthetic-multilabel-v1", params.model_dump())
-    images: Inputs
-    if cache_mode == "mmap":
-        source = params.model_dump()
-        meta = {"bands": SENTINEL2_BANDS, "classes": MULTILABEL_CLASSES, "source": source}
-        arrays, _ = cached_store(
-            cache_dir, key, lambda w: w.put_all(generate_multilabel(params)), meta
-        )
-        images = StoredRows(arrays["images"], scale=SCALE)
-    else:
-        arrays = cached_arrays(cache_dir, key, lambda: generate_multilabel(params))
-        images = reflectance(arrays["images"])
-    return ArrayDataset(
-        inputs=images,
-        targets=torch.from_numpy(np.array(arrays["labels"], dtype=np.float32)),
+    return cached_dataset(
+        "synthetic_multilabel",
+        "synthetic-multilabel-v1",
+        params.model_dump(),
+        lambda: generate_multilabel(params),
         classes=MULTILABEL_CLASSES,
         bands=SENTINEL2_BANDS,
-        metadata={k: np.array(arrays[k]) for k in MULTILABEL_METADATA_KEYS},
-        name="synthetic_multilabel",
+        metadata_keys=MULTILABEL_METADATA_KEYS,
         target_kind="multi_hot",
+        cache_dir=cache_dir,
+        cache_mode=cache_mode,
     )
