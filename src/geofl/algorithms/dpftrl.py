@@ -15,7 +15,7 @@ m the expected number of participants (a fixed, data-independent divisor), η th
 learning rate, θ_0 the initial model. (The paper writes gradients, θ = θ_0 − η v; geofl
 uploads Δw = −(the descent direction), hence the sign.)
 
-Tree restarts (Kairouz et al. App. D.2, "tree restart"): every R rounds (``tree_rounds``;
+Tree restarts (Kairouz et al. App. D, "tree restart"): every R rounds (``tree_rounds``;
 default one epoch, ⌈N/m⌉ rounds) a new tree starts; the released final prefix of each
 closed tree is carried, so S̃_t = Σ_{closed trees} S̃(tree) + S̃_current(t) and the FTRL
 form continues across restarts.
@@ -241,7 +241,7 @@ class DpFtrlStrategy:
             "expected_clients": s.expected_clients,
             "tree_rounds": s.tree_rounds,
             "sq_sensitivity_max": max(sq, default=0),
-            "estimator": "plain binary-tree prefix sums (Kairouz et al. 2021, Alg. 2)",
+            "estimator": "plain binary-tree prefix sums (Kairouz et al. 2021)",
             "neighbouring": (
                 "add/remove one client's whole data (client-level DP); participation drawn "
                 "independently of the data; no amplification by sampling"

@@ -60,7 +60,8 @@ def prefix_nodes(leaf: int) -> list[tuple[int, int]]:
     """The nodes ``(level h, index j)`` whose sums add up to the prefix ``[1, leaf]``.
 
     One node per set bit h of ``leaf``: j = (leaf >> h) − 1 covers leaves
-    ``j·2^h + 1 … (j+1)·2^h`` (Kairouz et al. 2021, Alg. 2 ``GetSum``). Highest level first.
+    ``j·2^h + 1 … (j+1)·2^h`` (the ``GetSum`` of Kairouz et al. 2021's tree aggregation).
+    Highest level first.
 
     Example:
         >>> prefix_nodes(5)
