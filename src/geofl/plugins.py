@@ -76,6 +76,7 @@ _PLUGIN_MODULES = (
     "geofl.algorithms.feddyn",
     "geofl.algorithms.fednova",
     "geofl.algorithms.emaprox",
+    "geofl.algorithms.dpftrl",
     "geofl.server.robust",
     "geofl.server.consistency",
     "geofl.privacy.mechanisms",

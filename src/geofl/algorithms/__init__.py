@@ -1,7 +1,7 @@
 """Federated algorithms: each a strategy (server half) plus a client algorithm (client half).
 
 ``ALGORITHMS`` holds FedAvg, FedProx, FedAvgM, FedAdam/FedYogi/FedAdagrad, SCAFFOLD, FedDyn,
-FedNova and the EMA-proximal regulariser of paper 001 (``ema_prox``);
+FedNova, the EMA-proximal regulariser of paper 001 (``ema_prox``) and DP-FTRL (``dp_ftrl``);
 :func:`geofl.plugins.load_all` imports the modules that register them.
 """
 

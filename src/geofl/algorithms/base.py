@@ -37,6 +37,9 @@ class AlgorithmContext:
         num_clients: N, the federation size.
         dim: D, the flat model size.
         train: The local-optimisation settings.
+        seed: The run's seed (keys of server-side generators, e.g. DP-FTRL's tree noise).
+        clients_per_round: Clients trained per round when the sampler fixes it, else None.
+        delta: ``privacy.delta``, the δ of the ε a private strategy reports.
     """
 
     tier: FlatTier
@@ -44,6 +47,9 @@ class AlgorithmContext:
     num_clients: int
     dim: int
     train: LocalTrainParams
+    seed: int = 0
+    clients_per_round: int | None = None
+    delta: float = 1e-5
 
 
 @dataclass(frozen=True)

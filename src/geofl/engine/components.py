@@ -24,6 +24,7 @@ from geofl.client.spatial import red_nir_indices
 from geofl.client.state import ClientStateStore
 from geofl.client.step import ClientPrivacy, ClientProgram
 from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
+from geofl.config.load import clients_per_round
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
@@ -243,7 +244,16 @@ def build_components(
         AGGREGATORS.build(method.aggregator.name, method.aggregator.params),
         [DEFENSES.build(d.name, d.params) for d in method.defenses],
     )
-    ctx = AlgorithmContext(tier, fed.server_lr, fed.num_clients, workspace.spec.numel, train)
+    ctx = AlgorithmContext(
+        tier,
+        fed.server_lr,
+        fed.num_clients,
+        workspace.spec.numel,
+        train,
+        seed=seed,
+        clients_per_round=clients_per_round(cfg),
+        delta=cfg.privacy.delta,
+    )
     algorithm = ALGORITHMS.build(method.algorithm.name, method.algorithm.params, ctx=ctx)
     program = ClientProgram(
         trainer=LOCAL_TRAINERS.build(

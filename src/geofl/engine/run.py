@@ -285,6 +285,9 @@ class FederatedRun:
         privacy = self._privacy()
         if privacy is not None:
             final["privacy"] = privacy
+        server_privacy = getattr(self.comps.strategy, "privacy_summary", None)
+        if callable(server_privacy):  # central DP of what the server releases (dp_ftrl)
+            final["server_privacy"] = server_privacy()
         return final
 
     def _privacy(self) -> dict[str, Any] | None:
