@@ -179,6 +179,8 @@ class RoundRecord:
         test: Test metrics, when the round was evaluated.
         strategy: Scalars the strategy reports (e.g. FedNova's τ_eff, the server
             control-variate norm).
+        lr: The client learning rate η_l sent for this round when the run schedules it
+            (``train.lr_schedule``, 001 §6.1.2); None (and absent from the JSON) otherwise.
     """
 
     round: int
@@ -202,6 +204,7 @@ class RoundRecord:
     val: SplitMetrics | None = None
     test: SplitMetrics | None = None
     strategy: dict[str, float] = field(default_factory=dict)
+    lr: float | None = None
 
     @property
     def evaluated(self) -> bool:
@@ -236,6 +239,9 @@ class RoundRecord:
             if metrics is not None:
                 out[split] = metrics_to_json(metrics)
         out["strategy"] = out.pop("strategy")
+        lr = out.pop("lr")
+        if lr is not None:  # only runs with a schedule: other records stay as they were
+            out["lr"] = lr
         return out
 
     @classmethod
@@ -283,6 +289,7 @@ class RoundRecord:
             val=_opt_metrics(data.get("val")),
             test=_opt_metrics(data.get("test")),
             strategy={str(k): float(v) for k, v in (data.get("strategy") or {}).items()},
+            lr=_opt_float(data.get("lr")),
         )
 
 
