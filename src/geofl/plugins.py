@@ -30,6 +30,7 @@ from geofl.network.links import NETWORK_MODELS
 from geofl.privacy.accounting import ACCOUNTANTS
 from geofl.server.aggregators import AGGREGATORS
 from geofl.server.defenses import DEFENSES
+from geofl.server.lr_schedule import LR_SCHEDULES
 from geofl.server.sampling import SAMPLERS
 from geofl.server.tier import TIERS
 from geofl.server.weighting import WEIGHTINGS
@@ -45,6 +46,7 @@ __all__ = [
     "DATASETS",
     "DEFENSES",
     "LOCAL_TRAINERS",
+    "LR_SCHEDULES",
     "MODELS",
     "NETWORK_MODELS",
     "PARTITIONERS",

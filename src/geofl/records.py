@@ -183,6 +183,8 @@ class RoundRecord:
             control-variate norm).
         epsilon: ε(δ) each client that released something private this round reports
             after it, by client id (written only when non-empty).
+        lr: The client learning rate η_l sent for this round when the run schedules it
+            (``train.lr_schedule``, 001 §6.1.2); None (and absent from the JSON) otherwise.
     """
 
     round: int
@@ -207,6 +209,7 @@ class RoundRecord:
     test: SplitMetrics | None = None
     strategy: dict[str, float] = field(default_factory=dict)
     epsilon: dict[str, float] = field(default_factory=dict)
+    lr: float | None = None
 
     @property
     def evaluated(self) -> bool:
@@ -244,6 +247,9 @@ class RoundRecord:
         eps = out.pop("epsilon")
         if eps:
             out["epsilon"] = eps
+        lr = out.pop("lr")
+        if lr is not None:  # only runs with a schedule: other records stay as they were
+            out["lr"] = lr
         return out
 
     @classmethod
@@ -292,6 +298,7 @@ class RoundRecord:
             test=_opt_metrics(data.get("test")),
             strategy={str(k): float(v) for k, v in (data.get("strategy") or {}).items()},
             epsilon={str(k): float(v) for k, v in (data.get("epsilon") or {}).items()},
+            lr=_opt_float(data.get("lr")),
         )
 
 

@@ -17,7 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ClientDirectives", "ClientUpdate", "UpdateMeta", "payload_bytes"]
+__all__ = ["LR_DIRECTIVE", "ClientDirectives", "ClientUpdate", "UpdateMeta", "payload_bytes"]
+
+#: Key of the round's client learning rate η_l in :attr:`ClientDirectives.extra`, sent when
+#: the run schedules η_l over rounds (``train.lr_schedule``, 001 §6.1.2).
+LR_DIRECTIVE = "lr"
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,13 @@ from torch import nn
 from geofl.client.data import ClientData
 from geofl.client.persample import EngineName, clip_and_sum, make_engine, trainable_views
 from geofl.client.state import StateSpec
-from geofl.client.trainer import LOCAL_TRAINERS, GradCorrection, LocalSGD, LocalTrainParams
+from geofl.client.trainer import (
+    LOCAL_TRAINERS,
+    GradCorrection,
+    LocalSGD,
+    LocalTrainParams,
+    train_for_round,
+)
 from geofl.errors import ConfigError
 from geofl.models.base import FlatModel
 from geofl.registry import CheckContext
@@ -177,7 +183,7 @@ class DpSgd(LocalSGD):
         state: Mapping[str, torch.Tensor] | None = None,
     ) -> ClientUpdate:
         """Train from ``global_params`` (``[D]``) with DP-SGD; Δw and the round's DpEvent."""
-        t, p = self.train_cfg, self.params
+        t, p = train_for_round(self.train_cfg, directives), self.params  # the round's η_l
         if t.augment and augment_generator is None:
             raise ValueError("train.augment is set but no augment generator was given")
         self.workspace.load(global_params)
@@ -188,7 +194,7 @@ class DpSgd(LocalSGD):
         clip = self.round_clip(state)
         flat_grad = self._bind_flat_grad()
         views = trainable_views(self.workspace, flat_grad)
-        opt = self._optimizer()
+        opt = self._optimizer(t)
         noisy_norms, loss_sum, seen = [], 0.0, 0
         for _ in range(steps):
             idx = (torch.rand(n, generator=generator) < q).nonzero().flatten()

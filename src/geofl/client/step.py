@@ -21,7 +21,12 @@ import torch
 from geofl.client.data import ClientData
 from geofl.client.release import ReleaseStep, apply_release
 from geofl.client.state import ClientState, StateSpec
-from geofl.client.trainer import GradCorrection, LocalTrainer, LocalTrainParams
+from geofl.client.trainer import (
+    GradCorrection,
+    LocalTrainer,
+    LocalTrainParams,
+    train_for_round,
+)
 from geofl.errors import BudgetExhaustedError
 from geofl.rng import Key, torch_generator
 from geofl.update import ClientDirectives, ClientUpdate, payload_bytes
@@ -225,9 +230,8 @@ def client_step(
     update = program.trainer(global_params, data, directives, streams.torch("train"), **kwargs)
     kept = update.local_state
     update = replace(update, local_state={})
-    update, new_tensors = alg.finish(
-        update, state, directives, program.train, global_params=global_params
-    )
+    train = train_for_round(program.train, directives)  # the round's η_l, if scheduled
+    update, new_tensors = alg.finish(update, state, directives, train, global_params=global_params)
     attack = program.attack
     if attack is not None and data.client_id in attack.clients:
         update = attack(update, directives, streams.torch("attack"))

@@ -13,7 +13,7 @@ before every optimiser step, ``g ← g + μ(w − w_anchor) + b`` — one vector
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import torch
@@ -25,7 +25,13 @@ from geofl.client.state import StateSpec
 from geofl.models.base import FlatModel
 from geofl.registry import NoParams, Registry
 from geofl.tasks.base import MetricAccumulator, Task
-from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta, payload_bytes
+from geofl.update import (
+    LR_DIRECTIVE,
+    ClientDirectives,
+    ClientUpdate,
+    UpdateMeta,
+    payload_bytes,
+)
 
 __all__ = [
     "LOCAL_TRAINERS",
@@ -34,6 +40,7 @@ __all__ = [
     "LocalTrainParams",
     "LocalTrainer",
     "StatelessTrainer",
+    "train_for_round",
 ]
 
 
@@ -60,6 +67,13 @@ class LocalTrainParams:
     local_epochs: int = 1
     local_steps: int | None = None
     augment: AugmentPipeline = field(default_factory=AugmentPipeline)
+
+
+def train_for_round(train: LocalTrainParams, directives: ClientDirectives) -> LocalTrainParams:
+    """``train`` with the round's η_l when the server sent one (a learning-rate schedule over
+    rounds, 001 §6.1.2: ``directives.extra["lr"]``); else ``train`` itself, unchanged."""
+    lr = directives.extra.get(LR_DIRECTIVE)
+    return train if lr is None else replace(train, lr=float(lr))
 
 
 @dataclass(frozen=True)
@@ -180,8 +194,7 @@ class LocalSGD(StatelessTrainer):
                 p.grad = views[name]
         return flat
 
-    def _optimizer(self) -> torch.optim.Optimizer:
-        t = self.train_cfg
+    def _optimizer(self, t: LocalTrainParams) -> torch.optim.Optimizer:
         if t.optimizer == "adam":
             return torch.optim.Adam(self._params, lr=t.lr, weight_decay=t.weight_decay)
         return torch.optim.SGD(
@@ -206,8 +219,8 @@ class LocalSGD(StatelessTrainer):
         model: nn.Module = self.workspace.module
         self.workspace.load(global_params)
         model.train()
-        opt = self._optimizer()
-        t, task = self.train_cfg, self.task
+        t, task = train_for_round(self.train_cfg, directives), self.task
+        opt = self._optimizer(t)
         if t.augment and augment_generator is None:
             raise ValueError("train.augment is set but no augment generator was given")
         flat_grad = self._bind_flat_grad() if correction is not None else None

@@ -331,6 +331,10 @@ def validate_config(cfg: ExperimentConfig) -> None:
     _component(plugins.ACCOUNTANTS, cfg.privacy.accountant, replace(top, path="privacy.accountant"))
     for j, aug in enumerate(cfg.train.augment):
         _component(plugins.AUGMENTATIONS, aug, replace(top, path=f"train.augment.{j}"))
+    if cfg.train.lr_schedule is not None:
+        path = "train.lr_schedule"
+        _component(plugins.LR_SCHEDULES, cfg.train.lr_schedule, replace(top, path=path))
+    _check_eval_metrics(cfg)
     for i, m in enumerate(cfg.methods):
         comps = _method_components(m, f"methods.{i}")
         traits: dict[str, frozenset[str]] = {}
@@ -345,6 +349,32 @@ def validate_config(cfg: ExperimentConfig) -> None:
     if cfg.governance is not None:
         plugins.SUBSCRIBERS.check("governance", cfg.governance, replace(top, path="governance"))
     _check_sample_count(cfg)
+
+
+def _check_eval_metrics(cfg: ExperimentConfig) -> None:
+    """Refuse a metric name in ``eval`` that the task does not report (one line).
+
+    Tasks state their metrics with :func:`~geofl.tasks.base.declare_metrics`; for a task
+    that states none (a third-party plug-in) the run checks the names when it starts.
+    """
+    from geofl.tasks.base import TASK_METRICS
+
+    declared = TASK_METRICS.get(cfg.task.name)
+    if declared is None:
+        return
+    ev = cfg.eval
+    named = [
+        ("eval.select_by", ev.select_by),
+        ("eval.early_stopping.metric", ev.early_stopping.metric if ev.early_stopping else None),
+        ("eval.target.metric", ev.target.metric if ev.target else None),
+    ]
+    for path, metric in named:
+        if metric is not None and metric not in declared:
+            raise ConfigError(
+                path,
+                f"task {cfg.task.name} reports no metric {printable(metric)!r}; "
+                f"choose one of: {', '.join(declared)}",
+            )
 
 
 def _check_sample_count(cfg: ExperimentConfig) -> None:

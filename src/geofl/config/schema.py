@@ -13,7 +13,7 @@ Unknown keys, wrong types and impossible values fail at load time with the field
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -33,6 +33,7 @@ __all__ = [
     "MAX_COUNT",
     "Component",
     "DataConfig",
+    "EarlyStoppingConfig",
     "EvalConfig",
     "ExperimentConfig",
     "FederationConfig",
@@ -42,6 +43,7 @@ __all__ = [
     "PaperValue",
     "PrivacyConfig",
     "SplitConfig",
+    "TargetConfig",
     "TrainConfig",
 ]
 
@@ -56,6 +58,25 @@ MAX_COUNT = 10**9
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _OmitUnset(_Strict):
+    """A section whose optional fields in ``_OPTIONAL`` are left out of the dump while None.
+
+    Fields added after run directories were first written stay out of their resolved
+    config (``config.yaml``, governance's committed rule) until a config sets them, so
+    those directories resume against today's configs and hash the same.
+    """
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for key in self._OPTIONAL:
+            if out.get(key, 0) is None:
+                del out[key]
+        return out
 
 
 class Component(BaseModel):
@@ -111,8 +132,10 @@ class ModelConfig(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class TrainConfig(_Strict):
+class TrainConfig(_OmitUnset):
     """Local optimisation (000 §4.1.3: SGD lr 0.01, momentum 0.9, wd 1e-4, batch 64)."""
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("lr_schedule",)
 
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = Field(0.01, gt=0.0)
@@ -129,6 +152,11 @@ class TrainConfig(_Strict):
         default_factory=list,
         description="training-time augmentations in order (001 §6.1.2): band_jitter, "
         "gaussian_noise, band_dropout, illumination_contrast; empty: none",
+    )
+    lr_schedule: Component | None = Field(
+        None,
+        description="η_l per round from train.lr (001 §6.1.2: {name: step, every: 30, "
+        "factor: 0.5}); constant, step or cosine; absent: train.lr in every round",
     )
 
 
@@ -149,8 +177,29 @@ class FederationConfig(_Strict):
     )
 
 
-class EvalConfig(_Strict):
-    """When and how to evaluate."""
+class EarlyStoppingConfig(_Strict):
+    """Stop when a validation metric has not improved for ``patience`` rounds (001 §6.1.2:
+    validation loss, 10 rounds)."""
+
+    metric: str = Field("loss", min_length=1, description="validation metric watched")
+    patience: int = Field(10, ge=1, le=MAX_COUNT, description="rounds without improvement")
+    min_delta: float = Field(0.0, ge=0.0, description="smallest change counted as improvement")
+
+
+class TargetConfig(_Strict):
+    """A target performance whose first round and communication the run reports (001 §6.1.4)."""
+
+    metric: str = Field(..., min_length=1, description="metric name, e.g. accuracy")
+    value: float = Field(
+        ..., description="reached when the metric is at least (max) / at most (min) this"
+    )
+    split: Literal["val", "test"] = Field("test", description="split the metric is read on")
+
+
+class EvalConfig(_OmitUnset):
+    """When and how to evaluate, which model is best, when to stop early."""
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("early_stopping", "select_by", "target")
 
     every: int = Field(1, ge=1, description="evaluate val and test every N rounds (and last)")
     batch_size: int = Field(256, ge=1)
@@ -159,6 +208,17 @@ class EvalConfig(_Strict):
         False,
         description="record what an honest-but-curious server sees of each update "
         "(per-client statistics, observations.jsonl) for the passive attacks",
+    )
+    select_by: str | None = Field(
+        None,
+        description="validation metric that picks the best model (001 §6.1.2: macro_f1); "
+        "absent: the task's primary metric",
+    )
+    early_stopping: EarlyStoppingConfig | None = Field(
+        None, description="stop after rounds without validation gain; absent: never"
+    )
+    target: TargetConfig | None = Field(
+        None, description="report the first round (and bytes) reaching a metric value"
     )
 
 

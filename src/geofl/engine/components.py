@@ -35,6 +35,7 @@ from geofl.privacy.budget import ledger_epsilon
 from geofl.rng import torch_generator
 from geofl.server.aggregators import AGGREGATORS
 from geofl.server.defenses import DEFENSES
+from geofl.server.lr_schedule import LR_SCHEDULES, LrSchedule
 from geofl.server.sampling import SAMPLERS, ClientSampler
 from geofl.server.strategy import Strategy
 from geofl.server.tier import FlatTier
@@ -86,6 +87,8 @@ class RunComponents:
         sampler: Who trains each round.
         network: Delivery of uploads.
         clients: Local data of every client, indexed by id.
+        lr_schedule: η_l of each round (``train.lr_schedule``), or None: ``train.lr`` in
+            every round and no η sent with the directives.
     """
 
     task: Task
@@ -96,6 +99,7 @@ class RunComponents:
     sampler: ClientSampler
     network: NetworkModel
     clients: list[ClientData]
+    lr_schedule: LrSchedule | None = None
 
 
 def build_task(cfg: ExperimentConfig, num_classes: int, train_targets: Any) -> Task:
@@ -237,7 +241,9 @@ def build_components(
     augment = build_pipeline(
         [(a.name, a.params) for a in cfg.train.augment], mean=data.mean, std=data.std
     )
-    train = LocalTrainParams(**cfg.train.model_dump(exclude={"augment"}), augment=augment)
+    train = LocalTrainParams(
+        **cfg.train.model_dump(exclude={"augment", "lr_schedule"}), augment=augment
+    )
     fed = cfg.federation
     tier = FlatTier(
         WEIGHTINGS.build(method.weighting.name, method.weighting.params),
@@ -293,6 +299,17 @@ def build_components(
         ),
         network=NETWORK_MODELS.build(method.network.name, method.network.params),
         clients=client_datasets(data, partition, task),
+        lr_schedule=_lr_schedule(cfg),
+    )
+
+
+def _lr_schedule(cfg: ExperimentConfig) -> LrSchedule | None:
+    """The configured schedule of η_l over rounds from ``train.lr`` (001 §6.1.2), or None."""
+    sched = cfg.train.lr_schedule
+    if sched is None:
+        return None
+    return LR_SCHEDULES.build(
+        sched.name, sched.params, base_lr=cfg.train.lr, rounds=cfg.federation.rounds
     )
 
 

@@ -8,6 +8,7 @@ ledgers, wall time); a run resumed from it continues exactly as if it had never 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -25,6 +26,7 @@ from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.partition import Partition
 from geofl.engine.checkpoint import load_checkpoint, restore_round_log, save_checkpoint
 from geofl.engine.components import PreparedData, build_components
+from geofl.engine.convergence import EarlyStopper, communication, rounds_to_target, watch
 from geofl.engine.evaluate import evaluate
 from geofl.engine.scheduler import SyncScheduler
 from geofl.engine.stop import StopRequest
@@ -90,6 +92,17 @@ class FederatedRun:
         self.dim = self.workspace.spec.numel
         self.init_params = self.workspace.snapshot()
         self._layers = layer_bounds(self.workspace.spec)
+        ev, task = cfg.eval, self.comps.task
+        self._select = watch(task, ev.select_by, "eval.select_by")
+        es = ev.early_stopping
+        self._stopper = (
+            None
+            if es is None
+            else EarlyStopper(es, watch(task, es.metric, "eval.early_stopping.metric").direction)
+        )
+        self._target_direction = (
+            None if ev.target is None else watch(task, ev.target.metric, "eval.target.metric")
+        )
         self._lines: list[str] = []  # JSON lines of this run's round records so far
         self.scheduler = SyncScheduler(
             self.comps,
@@ -155,7 +168,10 @@ class FederatedRun:
         for sub in self.subscribers:
             sub.on_run_start(info)
         t_run = time.perf_counter()
+        stopped = self._replay_stopper()  # a resumed run that had already stopped early
         for r in range(start, rounds + 1):
+            if stopped:
+                break
             outcome = self.scheduler.round(params, r)
             params, record = outcome.params, outcome.record
             record, best = self._evaluate_round(record, params, best, r == rounds)
@@ -168,7 +184,8 @@ class FederatedRun:
             self.comps.store.commit()  # after the checkpoint that carries the staged rows
             for sub in self.subscribers:
                 sub.on_round_end(info, record)
-            if stop is not None and stop.signum is not None and r < rounds:
+            stopped = self._stopper is not None and self._stopper.observe(record)
+            if stop is not None and stop.signum is not None and r < rounds and not stopped:
                 raise RunStoppedError(self.method.name, self.seed, r, stop.signum)
         final = self._final(best, wall_before + time.perf_counter() - t_run)
         if final["diverged"]:
@@ -190,11 +207,11 @@ class FederatedRun:
         record = replace(record, val=metrics["val"], test=metrics["test"])
         record.time_s["eval"] = time.perf_counter() - t_eval
         val, test = metrics["val"], metrics["test"]
-        task = self.comps.task
-        key = f"val_{task.primary_metric}"
+        select = self._select  # eval.select_by, by default the task's primary metric
+        key = f"val_{select.metric}"
         # Without a validation split (eval on val of size 0), select on test.
-        score = (val if val.n else test).values[task.primary_metric]
-        if best is None or _better(score, best[key], task.direction):
+        score = (val if val.n else test).values[select.metric]
+        if best is None or _better(score, best[key], select.direction):
             best = {
                 "round": r,
                 key: score,
@@ -203,6 +220,16 @@ class FederatedRun:
             }
             _torch_save_atomic(self.out_dir / "best.pt", {"round": r, "params": params})
         return record, best
+
+    def _replay_stopper(self) -> bool:
+        """Feed the early stopper the records kept so far (a resumed run); whether the run
+        had already stopped early."""
+        if self._stopper is None:
+            return False
+        stopped = False
+        for line in self._lines:
+            stopped = self._stopper.observe(RoundRecord.from_json(json.loads(line)))
+        return stopped
 
     def _checkpoint(
         self, r: int, params: torch.Tensor, best: dict[str, Any] | None, wall_s: float
@@ -288,6 +315,12 @@ class FederatedRun:
         server_privacy = getattr(self.comps.strategy, "privacy_summary", None)
         if callable(server_privacy):  # central DP of what the server releases (dp_ftrl)
             final["server_privacy"] = server_privacy()
+        final["communication"] = communication(records)  # 001 §6.1.4
+        if self._stopper is not None:
+            final["early_stopping"] = self._stopper.to_json()
+        target = self.cfg.eval.target
+        if target is not None and self._target_direction is not None:
+            final["target"] = rounds_to_target(records, target, self._target_direction.direction)
         return final
 
     def _privacy(self) -> dict[str, Any] | None:

@@ -34,7 +34,7 @@ from geofl.rng import numpy_generator
 from geofl.server.sampling import Cohort
 from geofl.server.strategy import StrategyResult, UpdateBatch
 from geofl.server.validate import validate_header, validate_update
-from geofl.update import ClientDirectives, ClientUpdate
+from geofl.update import LR_DIRECTIVE, ClientDirectives, ClientUpdate
 
 __all__ = ["RoundOutcome", "Scheduler", "SyncScheduler"]
 
@@ -101,6 +101,11 @@ class SyncScheduler:
             buf = self._buffers[name] = torch.empty(rows, self.dim)
         return buf
 
+    def lr(self, round_idx: int) -> float | None:
+        """η_l of round ``round_idx`` when the run schedules it, else None."""
+        schedule = self.c.lr_schedule
+        return None if schedule is None else float(schedule(round_idx))
+
     def cohort(self, round_idx: int) -> Cohort:
         """The sampler's draw for ``round_idx`` (generator (seed, round, "participation"))."""
         rng = numpy_generator(self.seed, "round", round_idx, "participation")
@@ -164,9 +169,13 @@ class SyncScheduler:
         names = self.c.strategy.uploads
         out = _Collected()
         out.payload_bytes = sum(t.numel() * t.element_size() for t in plan.payload.values())
+        lr = self.lr(round_idx)
         for k in trained:
             t0 = time.perf_counter()
-            directives = ClientDirectives(round_idx, k, plan.extra.get(k, {}), plan.payload)
+            extra = plan.extra.get(k, {})
+            if lr is not None:  # the round's η_l (train.lr_schedule, 001 §6.1.2)
+                extra = {**extra, LR_DIRECTIVE: lr}
+            directives = ClientDirectives(round_idx, k, extra, plan.payload)
             try:
                 res = self.run_client(global_params, k, directives)
             except BudgetExhaustedError as err:
@@ -277,6 +286,7 @@ class SyncScheduler:
             client_log=got.client_log,
             strategy=dict(result.info) if result is not None else {},
             epsilon=got.epsilon,
+            lr=self.lr(round_idx),
         )
 
     def _observe(

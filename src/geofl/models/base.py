@@ -16,13 +16,27 @@ from torch import nn
 
 from geofl.registry import Registry
 
-__all__ = ["MODELS", "FlatModel", "ModelFactory", "ParamSpec"]
+__all__ = ["MODELS", "FlatModel", "ModelFactory", "ParamSpec", "channels_last"]
 
 #: ``(params, *, in_channels, num_classes, generator) -> nn.Module``
 ModelFactory = Callable[..., nn.Module]
 
 #: Model registry: ``small_cnn``, ``resnet18``, ...
 MODELS: Registry[nn.Module] = Registry("model")
+
+
+def channels_last(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (``[B, C, H, W]``) in channels-last memory layout, where that is possible.
+
+    On CPU, convolutions and pooling run 20–50 % faster in channels-last layout; the values
+    are the same tensor's. Inside a ``torch.func`` transform (``vmap``, ``grad``: the
+    per-sample gradients of DP-SGD) ``x`` is a functorch wrapper, on which ``vmap`` does not
+    implement that layout, so it is returned as it is — a layout choice made from how the
+    model is called, never from the data.
+    """
+    if torch._C._functorch.is_functorch_wrapped_tensor(x):
+        return x
+    return x.contiguous(memory_format=torch.channels_last)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from geofl.models.base import MODELS
+from geofl.models.base import MODELS, channels_last
 from geofl.models.init import init_parameters
 from geofl.models.norm import Norm, make_norm
 
@@ -64,8 +64,8 @@ class SmallCNN(nn.Module):
         :mod:`torch.func` transforms (per-sample gradients of DP-SGD), which cannot
         re-layout a batched tensor, the input keeps its layout.
         """
-        if self.channels_last and not torch._C._functorch.is_functorch_wrapped_tensor(x):
-            x = x.contiguous(memory_format=torch.channels_last)
+        if self.channels_last:
+            x = channels_last(x)
         out: torch.Tensor = self.head(self.features(x).mean(dim=(2, 3)))
         return out
 

@@ -16,6 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from geofl.report.communication import communication_html
 from geofl.report.fragments import BADGE_INCOMPLETE, figure_html, slug
 from geofl.report.governance import governance_html
 from geofl.report.paper import TABLE1_COLUMNS, has_table1, paper_figures, table1_html
@@ -378,6 +379,7 @@ def write_report(run_dir: Path) -> Path:
 {_incomplete_notice(run, summary["methods"])}
 <h2>Results</h2>
 {_results_html(run, summary["methods"])}
+{communication_html(run, summary["methods"])}
 {_privacy_html(run, out)}
 {paper}
 <h2>Figures</h2>

@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
 import yaml
@@ -98,6 +98,12 @@ class MethodSummary(TypedDict):
     each of its scalar metrics and ``best_val_test_<primary>`` in their place (a summary
     of such a run is built as a plain dict with those keys).
 
+    ``bytes_total`` is each seed's communication over its rounds, up plus down (001
+    §6.1.4: Comm_total). ``target`` is present when the runs report rounds to a target
+    (``eval.target``): its metric, value and split, per seed the first round reaching it
+    or ``"not reached"``, and Stats of those rounds and of the bytes moved until then over
+    the seeds that reached it.
+
     ``epsilon_max`` is the per-seed ``final.json["privacy"]["epsilon_max"]`` (ε of the worst
     client at the run's δ) over finished seeds, None for a method whose release adds no
     noise. An infinite ε (``null`` in ``final.json``) is left out of the Stat like any
@@ -113,6 +119,8 @@ class MethodSummary(TypedDict):
     best_val_round: Stat
     final_rolling_std: Stat
     bytes_up_per_round: Stat
+    bytes_total: Stat
+    target: NotRequired[dict[str, Any]]
     diverged: dict[str, str]
     paper: dict[str, Any] | None
     epsilon_max: Stat | None
@@ -414,10 +422,49 @@ def _summarize_method(
         bytes_up_per_round=make_stat(
             [float(np.mean([rec.bytes_up for rec in r.rounds])) for r in done if r.rounds]
         ),
+        bytes_total=make_stat(
+            [
+                float(sum(rec.bytes_up + rec.bytes_down for rec in r.rounds))
+                for r in done
+                if r.rounds
+            ]
+        ),
         paper=dict(paper) if isinstance(paper, dict) else None,
         epsilon_max=_epsilon_max(finals),
     )
+    target = _target_summary(done)
+    if target is not None:
+        out["target"] = target
     return cast(MethodSummary, out)
+
+
+#: What a seed's target entry says when no round reached the target.
+NOT_REACHED = "not reached"
+
+
+def _target_summary(done: Sequence[SeedRun]) -> dict[str, Any] | None:
+    """Rounds to the target over seeds (``final.json["target"]``), or None without one."""
+    entries = {
+        r.seed: r.final["target"]
+        for r in done
+        if r.final is not None and isinstance(r.final.get("target"), dict)
+    }
+    if not entries:
+        return None
+    first = next(iter(entries.values()))
+    reached = [e for e in entries.values() if e.get("round") is not None]
+    return {
+        "metric": first.get("metric"),
+        "value": first.get("value"),
+        "split": first.get("split"),
+        "direction": first.get("direction", "max"),
+        "per_seed": {
+            str(seed): NOT_REACHED if e.get("round") is None else int(e["round"])
+            for seed, e in entries.items()
+        },
+        "rounds": make_stat([num(e["round"]) for e in reached]),
+        "bytes_total": make_stat([num(e.get("bytes_total")) for e in reached]),
+    }
 
 
 def summarize_run(run_dir: Path) -> RunSummary:

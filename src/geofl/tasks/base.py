@@ -47,14 +47,18 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 
+from geofl.errors import RegistryError
 from geofl.registry import Registry
 
 __all__ = [
     "TASKS",
+    "TASK_METRICS",
     "MetricAccumulator",
     "SplitMetrics",
     "Task",
     "TaskBuilder",
+    "declare_metrics",
+    "metric_direction",
 ]
 
 Direction = Literal["max", "min"]
@@ -156,3 +160,34 @@ class TaskBuilder(Protocol):
 
 #: Learning tasks by name (``config: task: {name: multilabel, ...}``).
 TASKS: Registry[Task] = Registry("task")
+
+
+#: Scalar metrics each task reports (keys of :attr:`SplitMetrics.values`) and the direction in
+#: which each improves, by task name: what config loading checks ``eval.select_by``,
+#: ``eval.early_stopping.metric`` and ``eval.target.metric`` against.
+TASK_METRICS: dict[str, Mapping[str, Direction]] = {}
+
+
+def declare_metrics(task: str, metrics: Mapping[str, Direction]) -> None:
+    """State the scalar metrics ``task`` reports (next to its registration).
+
+    Raises:
+        RegistryError: if ``task`` already declared its metrics.
+    """
+    if task in TASK_METRICS:
+        raise RegistryError(f"task {task!r} already declared its metrics")
+    TASK_METRICS[task] = dict(metrics)
+
+
+def metric_direction(task: Task, metric: str) -> Direction | None:
+    """Which way ``metric`` of ``task`` improves, or None if the task does not report it.
+
+    The primary metric has the task's direction and ``loss`` (every task reports it) is
+    ``min``; other metrics need the task's :func:`declare_metrics`.
+    """
+    if metric == task.primary_metric:
+        return task.direction
+    declared = TASK_METRICS.get(task.name)
+    if declared is not None:
+        return declared.get(metric)
+    return "min" if metric == "loss" else None

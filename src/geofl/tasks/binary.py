@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from geofl.errors import ConfigError
-from geofl.tasks.base import TASKS, Direction, SplitMetrics
+from geofl.tasks.base import TASKS, Direction, SplitMetrics, declare_metrics
 from geofl.tasks.common import (
     TARGETS_FIELD,
     BatchStore,
@@ -191,6 +191,19 @@ class BinaryAccumulator:
                 "ROC-AUC undefined (NaN)",
             )
         return SplitMetrics(values, {}, n, notes)
+
+
+declare_metrics(
+    "binary",
+    {
+        "roc_auc": "max",
+        "f1": "max",
+        "precision": "max",
+        "recall": "max",
+        "accuracy": "max",
+        "loss": "min",
+    },
+)
 
 
 @TASKS.register("binary", params=BinaryParams)

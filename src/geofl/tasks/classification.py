@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from geofl.errors import ConfigError
 from geofl.registry import NoParams
-from geofl.tasks.base import TASKS, Direction, SplitMetrics, Task
+from geofl.tasks.base import TASKS, Direction, SplitMetrics, Task, declare_metrics
 from geofl.tasks.metrics import confusion_matrix, metrics_from_confusion
 
 __all__ = ["ClassificationTask", "ConfusionAccumulator", "check_class_targets"]
@@ -134,6 +134,9 @@ class ClassificationTask:
     def fitted_state(self) -> dict[str, Any]:
         """Nothing is fitted on the train split."""
         return {}
+
+
+declare_metrics("classification", {"accuracy": "max", "macro_f1": "max", "loss": "min"})
 
 
 @TASKS.register("classification", params=NoParams)

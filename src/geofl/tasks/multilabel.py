@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from geofl.errors import ConfigError
-from geofl.tasks.base import TASKS, Direction, SplitMetrics
+from geofl.tasks.base import TASKS, Direction, SplitMetrics, declare_metrics
 from geofl.tasks.common import (
     TARGETS_FIELD,
     BatchStore,
@@ -219,6 +219,9 @@ def _absent_note(absent: torch.Tensor, shown: int = 20) -> tuple[str, ...]:
         f"(class {listed}): AP undefined, excluded from map and macro_f1; "
         "their false positives count in micro_f1",
     )
+
+
+declare_metrics("multilabel", {"map": "max", "micro_f1": "max", "macro_f1": "max", "loss": "min"})
 
 
 @TASKS.register("multilabel", params=MultilabelParams)

@@ -34,7 +34,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.errors import ConfigError
-from geofl.tasks.base import TASKS, Direction, SplitMetrics
+from geofl.tasks.base import TASKS, Direction, SplitMetrics, declare_metrics
 from geofl.tasks.common import TARGETS_FIELD, describe, require_tensor
 from geofl.tasks.scoring import r2_from_sums, shifted_sum_of_squares
 
@@ -248,6 +248,9 @@ class RegressionAccumulator:
                 "else 0 (scikit-learn's force_finite convention)",
             )
         return SplitMetrics(values, per_output, n, notes)
+
+
+declare_metrics("regression", {"rmse": "min", "mae": "min", "r2": "max", "loss": "min"})
 
 
 @TASKS.register("regression", params=RegressionParams)
