@@ -14,7 +14,17 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize(
-    "args", [[], ["run"], ["report"], ["presets"], ["predict"], ["data"], ["data", "describe"]]
+    "args",
+    [
+        [],
+        ["run"],
+        ["report"],
+        ["presets"],
+        ["predict"],
+        ["epsilon"],
+        ["data"],
+        ["data", "describe"],
+    ],
 )
 def test_every_command_has_help(args: list[str]) -> None:
     result = runner.invoke(app, [*args, "--help"])
@@ -119,3 +129,39 @@ def test_describe_tabular_and_multilabel_presets(
     for needle in needles:
         assert needle in text, needle
     assert len(list(tmp_path.glob("partition_*.png"))) == 2
+
+
+def test_epsilon_command_matches_the_accountant_and_refuses_bad_input() -> None:
+    from geofl.privacy.budget import ledger_epsilon
+
+    result = runner.invoke(
+        app,
+        [
+            "epsilon",
+            "--sigma",
+            "1",
+            "--dataset-size",
+            "640",
+            "--local-epochs",
+            "2",
+            "--rounds",
+            "3",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    spec = {
+        "mechanism": "poisson_gaussian",
+        "noise_multiplier": 1.0,
+        "sampling_probability": 0.1,
+        "count": 60,
+    }
+    eps = ledger_epsilon([spec], accountant="rdp", params={}, delta=1e-5)
+    assert f"{eps:.4g}" in result.output and "60 steps" not in result.output
+    for bad, needle in (
+        (["--sigma", "0", "--q", "0.1", "--steps", "5"], "--sigma"),
+        (["--sigma", "1", "--q", "1.5", "--steps", "5"], "--q"),
+        (["--sigma", "1", "--q", "0.1"], "--dataset-size"),
+        (["--sigma", "1", "--q", "0.1", "--steps", "5", "--accountant", "x"], "--accountant"),
+    ):
+        res = runner.invoke(app, ["epsilon", *bad])
+        assert res.exit_code == 2 and needle in res.output, res.output

@@ -24,7 +24,7 @@ import sys
 
 import typer
 
-from geofl.cli import data, ledger, predict, run
+from geofl.cli import data, epsilon, ledger, predict, run
 from geofl.cli.common import error_line
 
 __all__ = ["app", "main"]
@@ -39,6 +39,7 @@ app.command("run")(run.run_cmd)
 app.command("report")(run.report_cmd)
 app.command("presets")(run.presets_cmd)
 app.command("predict")(predict.predict_cmd)
+app.command("epsilon")(epsilon.epsilon_cmd)
 app.add_typer(ledger.ledger_app, name="ledger")
 
 
