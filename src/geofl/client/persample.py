@@ -144,8 +144,8 @@ def clip_and_sum(
     """
     b = next(iter(grads.values())).shape[0]
     sq = torch.zeros(b, dtype=torch.float64)
-    for g in grads.values():
-        sq += g.reshape(b, -1).double().pow(2).sum(dim=1)
+    for g in grads.values():  # per-tensor norms in float32, their squares summed in float64
+        sq += torch.linalg.vector_norm(g.reshape(b, -1), dim=1).double().square()
     norms = sq.sqrt()
     factors = (clip / norms.clamp_min(_TINY)).clamp(max=1.0).to(torch.float32)
     for name, g in grads.items():
