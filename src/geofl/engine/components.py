@@ -7,6 +7,7 @@ client program (trainer, algorithm client half, release steps, attack), the stra
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 
 from geofl.algorithms import ALGORITHMS, AlgorithmContext
 from geofl.attacks.client import ATTACKS
-from geofl.client.augment import build_pipeline
+from geofl.client.augment import AugmentPipeline, build_pipeline
 from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS
 from geofl.client.spatial import red_nir_indices
@@ -241,9 +242,7 @@ def build_components(
     augment = build_pipeline(
         [(a.name, a.params) for a in cfg.train.augment], mean=data.mean, std=data.std
     )
-    train = LocalTrainParams(
-        **cfg.train.model_dump(exclude={"augment", "lr_schedule"}), augment=augment
-    )
+    train = local_train_params(cfg, augment)
     fed = cfg.federation
     tier = FlatTier(
         WEIGHTINGS.build(method.weighting.name, method.weighting.params),
@@ -273,15 +272,7 @@ def build_components(
         algorithm=algorithm.client,
         release=[RELEASE_STEPS.build(s.name, s.params) for s in method.release],
         attack=ATTACKS.build(method.attack.name, method.attack.params) if method.attack else None,
-        privacy=ClientPrivacy(
-            partial(
-                ledger_epsilon,
-                accountant=cfg.privacy.accountant.name,
-                params=cfg.privacy.accountant.params,
-                delta=cfg.privacy.delta,
-            ),
-            cfg.privacy.target_epsilon,
-        ),
+        privacy=ClientPrivacy(_ledger_epsilon(cfg), cfg.privacy.target_epsilon),
     )
     store = ClientStateStore(
         fed.num_clients,
@@ -300,6 +291,26 @@ def build_components(
         network=NETWORK_MODELS.build(method.network.name, method.network.params),
         clients=client_datasets(data, partition, task),
         lr_schedule=_lr_schedule(cfg),
+    )
+
+
+def local_train_params(
+    cfg: ExperimentConfig, augment: AugmentPipeline | None = None
+) -> LocalTrainParams:
+    """The client's plain optimisation settings from ``cfg.train`` (the learning-rate
+    schedule is the server's; augmentations are built by the caller, they need data
+    statistics)."""
+    plain = cfg.train.model_dump(exclude={"augment", "lr_schedule"})
+    return LocalTrainParams(**plain, augment=augment or AugmentPipeline())
+
+
+def _ledger_epsilon(cfg: ExperimentConfig) -> Callable[[Sequence[Mapping[str, Any]]], float]:
+    """ε(δ) of a client's ledger with the run's accountant (``cfg.privacy``)."""
+    return partial(
+        ledger_epsilon,
+        accountant=cfg.privacy.accountant.name,
+        params=cfg.privacy.accountant.params,
+        delta=cfg.privacy.delta,
     )
 
 
@@ -332,13 +343,8 @@ def check_first_round_budget(cfg: ExperimentConfig, method: MethodConfig, sizes:
     plan = getattr(params, "planned_release", None)
     if target is None or plan is None:
         return
-    train = LocalTrainParams(**cfg.train.model_dump(exclude={"augment"}))
-    epsilon = partial(
-        ledger_epsilon,
-        accountant=cfg.privacy.accountant.name,
-        params=cfg.privacy.accountant.params,
-        delta=cfg.privacy.delta,
-    )
+    train = local_train_params(cfg)
+    epsilon = _ledger_epsilon(cfg)
     for n in sorted(set(sizes)):
         eps = epsilon(plan(n, train))
         if eps > target:
