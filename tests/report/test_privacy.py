@@ -111,3 +111,21 @@ def test_rolling_std_skips_rounds_without_evaluation(make_run_dir: MakeRunDir) -
     evaluated = [r["test"]["accuracy"] for r in records if "test" in r]
     assert len(evaluated) == 12
     assert stat["values"] == pytest.approx([float(rolling_std(evaluated, 10)[-1])])
+
+
+def test_dp_sgd_epsilon_sentence_names_sigma_not_the_update_noise_ratio() -> None:
+    from geofl.report.privacy import epsilon_sentence
+
+    p = {
+        "epsilon_max": 3.41,
+        "epsilon_per_client": {"0": 3.41},
+        "delta": 1e-5,
+        "accountant": "rdp",
+        "noise_multiplier_min": 1.0,
+        "noise_multiplier_max": 1.0,
+        "record_level": True,
+    }
+    text = epsilon_sentence("FL-SPDP", [p])
+    assert text is not None
+    assert "ε = 3.41" in text and "DP-SGD noise multiplier σ = 1" in text
+    assert "σ/(2C)" not in text and "heuristic" not in text

@@ -292,7 +292,7 @@ def _check(params: DpSgdParams, ctx: CheckContext) -> None:
             "BatchNorm mixes the samples of a batch, which breaks per-sample DP (dp_sgd); "
             "use norm: group",
         )
-    task = ctx.experiment.get("task", {}).get("name")
+    task = (ctx.experiment.get("task") or {}).get("name")
     if task == "detection":
         ctx.fail("name", "dp_sgd does not support the detection task")
 

@@ -358,6 +358,7 @@ def epsilon_summary(
         "epsilon_min": min(finite) if finite else None,
         "noise_multiplier_min": min(zs) if zs else None,
         "noise_multiplier_max": max(zs) if zs else None,
+        "record_level": record_level,
         "neighbouring": neighbouring,
     }
 

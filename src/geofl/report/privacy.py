@@ -78,10 +78,14 @@ def epsilon_sentence(label: str, privacies: list[dict[str, Any]]) -> str | None:
     details = ["max over clients and seeds", "/".join(accountants)]
     if z_lo and z_hi:
         lo, hi = min(z_lo), max(z_hi)
+        # DP-SGD (001): σ of Poisson-sampled steps; 000's update noise: z = σ/(2C)
+        what = (
+            "DP-SGD noise multiplier σ"
+            if all(p.get("record_level") for p in privacies)
+            else "noise multiplier z = σ/(2C)"
+        )
         details.append(
-            f"noise multiplier z = σ/(2C) = {fmt_e(lo)}"
-            if lo == hi
-            else f"noise multiplier z = σ/(2C) between {fmt_e(lo)} and {fmt_e(hi)}"
+            f"{what} = {fmt_e(lo)}" if lo == hi else f"{what} between {fmt_e(lo)} and {fmt_e(hi)}"
         )
     digits = 2 if epsilon > MEANINGFUL_EPSILON else 3
     sentence = f"{label}: ε = {fmt_number(epsilon, digits)} at δ = {at} ({'; '.join(details)})."
