@@ -9,6 +9,7 @@ import yaml
 from tests.conftest import tiny_raw
 
 from geofl.config.load import apply_override, list_presets, load_config
+from geofl.config.schema import ExperimentConfig
 from geofl.errors import ConfigError
 
 
@@ -187,3 +188,20 @@ def test_noise_with_batch_norm_and_too_many_krum_selections_are_refused(tmp_path
     raw["methods"][1]["aggregator"] = {"name": "krum", "num_byzantine": 1, "num_selected": 6}
     with pytest.raises(ConfigError, match=r"aggregator\.num_selected: Multi-Krum"):
         load_config(_write(tmp_path, raw))
+
+
+def test_a_method_can_replace_the_experiments_augmentations(tmp_path: Path) -> None:
+    def load_config_dict(raw: dict[str, object]) -> ExperimentConfig:
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        return load_config(path)
+
+    raw = tiny_raw(train={"batch_size": 32, "augment": [{"name": "band_dropout"}]})
+    raw["methods"][1]["augment"] = []
+    cfg = load_config_dict(raw)
+    assert cfg.methods[1].augment == [] and cfg.methods[0].augment is None
+    dumped = cfg.model_dump(mode="json")["methods"]
+    assert "augment" not in dumped[0] and dumped[1]["augment"] == []
+    raw["methods"][1]["augment"] = [{"name": "nope"}]
+    with pytest.raises(ConfigError, match=r"methods\.1\.augment\.0"):
+        load_config_dict(raw)

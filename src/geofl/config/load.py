@@ -344,6 +344,8 @@ def validate_config(cfg: ExperimentConfig) -> None:
         ctx = replace(top, method=exp["methods"][i], traits=traits)
         for _role, reg, comp, path in comps:
             _component(reg, comp, replace(ctx, path=path))
+        for j, aug in enumerate(m.augment or []):
+            _component(plugins.AUGMENTATIONS, aug, replace(top, path=f"methods.{i}.augment.{j}"))
     for i, a in enumerate(cfg.analyses):
         _component(plugins.ANALYSES, a, replace(top, path=f"analyses.{i}"))
     if cfg.governance is not None:

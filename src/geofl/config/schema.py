@@ -235,9 +235,11 @@ class PrivacyConfig(_Strict):
     )
 
 
-class MethodConfig(_Strict):
+class MethodConfig(_OmitUnset):
     """One compared method: partition, algorithm, local trainer, release steps, weighting,
     defenses and aggregator (the last three compose inside the algorithm's strategy)."""
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment",)
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
     label: str | None = Field(None, description="display name in reports")
@@ -253,6 +255,12 @@ class MethodConfig(_Strict):
     aggregator: Component = Field(default_factory=lambda: Component(name="mean"))
     attack: Component | None = Field(None, description="malicious-client behaviour")
     network: Component = Field(default_factory=lambda: Component(name="ideal"))
+    augment: list[Component] | None = Field(
+        None,
+        description="this method's training augmentations, replacing train.augment (e.g. "
+        "FL-SPDP's spectral augmentation against baselines without it, 001 Table 4); "
+        "None: train.augment",
+    )
 
 
 class PaperValue(_Strict):

@@ -239,9 +239,8 @@ def build_components(
         generator=torch_generator(seed, "model_init"),
     )
     workspace = FlatModel(model)
-    augment = build_pipeline(
-        [(a.name, a.params) for a in cfg.train.augment], mean=data.mean, std=data.std
-    )
+    augments = cfg.train.augment if method.augment is None else method.augment
+    augment = build_pipeline([(a.name, a.params) for a in augments], mean=data.mean, std=data.std)
     train = local_train_params(cfg, augment)
     fed = cfg.federation
     tier = FlatTier(
