@@ -194,14 +194,16 @@ def _shared_npz() -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
-def test_real_slums_file(tmp_path: Path) -> None:
+def test_real_slums_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = _shared_npz()
     if path is None:
         pytest.skip(
             "real Sentinel-2 slums file absent (../shared/data/sentinel2_slums_ar/"
             "slums_s2_32px.npz; set GEOFL_SHARED_DATA to the shared data dir)"
         )
-    ds = _build(path, tmp_path / "cache")
+    with caplog.at_level("WARNING", logger="geofl"):
+        ds = _build(path, tmp_path / "cache")
+    assert "B02 in 13" in caplog.text and "B8A in 1124" in caplog.text
     assert ds.inputs.shape == (2000, 4, 32, 32)
     assert ds.bands == ("B02", "B03", "B04", "B8A") and red_nir_indices(ds.bands) == (2, 3)
     assert ds.label_histogram().tolist() == [536, 1464]

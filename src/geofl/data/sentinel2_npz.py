@@ -17,6 +17,11 @@ B8A otherwise.
 
 With two ``classes`` the targets are ``binary`` (0/1, negative first), otherwise ``class``.
 
+**No data.** Zeros are kept as they are (Sentinel-2's no-data value; nothing is filled in).
+The loader logs, per band, how many patches are 0 in every pixel. In ``slums_s2_32px.npz``
+B8A is 0 throughout 1,124 of the 2,000 patches (their NDVI is −1) and 13 patches are 0 in
+every band (all labelled 1).
+
 **Regions.** The slums file has no coordinates and its ``ids`` are 0..N−1, so they encode no
 place. Every patch gets ``metadata["region"]`` from :func:`geofl.data.regions.kmeans_regions`:
 seeded k-means (``num_regions``, ``region_seed``) on per-patch band means and mean NDVI,
@@ -27,6 +32,7 @@ or more regions.
 
 from __future__ import annotations
 
+import logging
 import zipfile
 from pathlib import Path
 
@@ -49,6 +55,7 @@ __all__ = ["SLUMS_CLASSES", "Sentinel2NpzParams", "build_sentinel2_npz", "read_p
 SLUMS_CLASSES: tuple[str, ...] = ("other", "informal_settlement")
 _REQUIRED = ("images", "labels", "bands")
 _METADATA_KEYS = ("id", "region")
+log = logging.getLogger("geofl")
 _LAYOUT = "images [N, C, H, W] uint16, labels [N], bands [C] (optional ids [N])"
 
 
@@ -130,6 +137,20 @@ def read_patch_npz(path: Path, num_classes: int) -> dict[str, np.ndarray]:
     }
 
 
+def _warn_empty_bands(images: np.ndarray, bands: tuple[str, ...], path: Path) -> None:
+    """Log the bands that are 0 (Sentinel-2 no-data) in every pixel of some patches."""
+    empty = (images == 0).all(axis=(2, 3)).sum(axis=0)  # [C] patches with the band all 0
+    gone = [f"{b} in {int(k)}" for b, k in zip(bands, empty, strict=True) if k]
+    if gone:
+        log.warning(
+            "%s: bands are 0 (no data) in every pixel of some of its %d patches (%s); "
+            "NDVI there is -1 (no NIR) or 0 (all dark)",
+            path.name,
+            images.shape[0],
+            ", ".join(gone),
+        )
+
+
 @DATASETS.register("sentinel2_npz", params=Sentinel2NpzParams)
 def build_sentinel2_npz(
     params: Sentinel2NpzParams, *, cache_dir: Path, cache_mode: CacheMode = "memory"
@@ -155,6 +176,7 @@ def build_sentinel2_npz(
     arrays = read_patch_npz(path, len(params.classes))
     bands = tuple(str(b) for b in arrays["bands"])
     images = arrays["images"]
+    _warn_empty_bands(images, bands, path)
     out = {
         "images": images,
         "labels": arrays["labels"],
