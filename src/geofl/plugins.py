@@ -71,6 +71,7 @@ _PLUGIN_MODULES = (
     "geofl.data.ucmerced",
     "geofl.data.sen12ms",
     "geofl.data.bigearthnet",
+    "geofl.data.sentinel2_npz",
     "geofl.models.cnn",
     "geofl.models.resnet",
     "geofl.algorithms.fedavg",

@@ -47,6 +47,14 @@ def test_ndvi_of_known_reflectances() -> None:
     assert mu == pytest.approx(1 / 3) and var == pytest.approx(1 / 9)  # values 2/3 and 0
 
 
+def test_dark_round_off_gives_neutral_ndvi_and_entropy() -> None:
+    # De-standardised no-data zeros: ±1e-9 round-off, not reflectance.
+    red = torch.tensor([1e-9, -2e-9, 3e-9, 0.1])
+    nir = torch.tensor([-5e-10, 4e-9, 1e-9, 0.0])
+    assert ndvi(red, nir).tolist() == [0.0, 0.0, 0.0, -1.0]
+    assert spectral_entropy(torch.tensor([1e-9, 3e-9, 2e-9, 0.0])) == 0.0
+
+
 def test_entropy_of_known_histograms() -> None:
     assert float(histogram_entropy(torch.tensor([1.0, 1.0, 1.0, 1.0]))) == pytest.approx(
         math.log(4)

@@ -50,6 +50,7 @@ from geofl.update import ClientDirectives
 __all__ = [
     "ALPHA_MAX",
     "ALPHA_MIN",
+    "DARK",
     "SpatialAlphaParams",
     "alpha_from_score",
     "client_alpha",
@@ -66,22 +67,28 @@ ALPHA_MIN, ALPHA_MAX = 0.5, 1.5
 Term = Literal["ndvi", "elevation", "spectral", "season"]
 #: Red and NIR band names: Sentinel-2 B04 and B08, B8A when B08 is absent.
 RED_BANDS, NIR_BANDS = ("B04",), ("B08", "B8A")
+#: Reflectance at or below which a pixel (NDVI: NIR + red) or a band mean (spectral entropy)
+#: counts as dark. De-standardised no-data zeros come back as ±1e-9 round-off, which would
+#: otherwise give NDVI far outside [−1, 1]; 1e-6 is below one digital number (1e-4).
+DARK = 1e-6
 
 
 def ndvi(red: torch.Tensor, nir: torch.Tensor) -> torch.Tensor:
-    """NDVI = (NIR − red) / (NIR + red), 0 where NIR + red ≤ 0 (001 §4.2, [31]).
+    """NDVI = (NIR − red) / (NIR + red), 0 where NIR + red ≤ :data:`DARK` (001 §4.2, [31]).
 
     Args:
-        red: ``[...]`` red reflectance (any common scale; NDVI is scale-free).
+        red: ``[...]`` red reflectance (reflectance or digital numbers; NDVI is scale-free).
         nir: ``[...]`` NIR reflectance, same shape.
 
     Returns:
-        ``[...]`` float64 NDVI in [−1, 1] for non-negative reflectances.
+        ``[...]`` float64 NDVI, clamped to [−1, 1] (negative round-off of de-standardised
+        zeros). A no-data NIR of 0 under a lit red pixel gives −1.
     """
     r, n = red.double(), nir.double()
     den = n + r
-    safe = torch.where(den > 0, den, torch.ones_like(den))
-    return torch.where(den > 0, (n - r) / safe, torch.zeros_like(den))
+    lit = den > DARK
+    safe = torch.where(lit, den, torch.ones_like(den))
+    return torch.where(lit, (n - r) / safe, torch.zeros_like(den)).clamp(-1.0, 1.0)
 
 
 def ndvi_stats(red: torch.Tensor, nir: torch.Tensor) -> tuple[float, float]:
@@ -123,10 +130,10 @@ def spectral_entropy(mean_reflectance: torch.Tensor) -> float:
         mean_reflectance: ``[C]`` mean reflectance per band (negatives clamped to 0).
 
     Returns:
-        H(p) / log C ∈ [0, 1]; 0 when every band is dark.
+        H(p) / log C ∈ [0, 1]; 0 when every band is dark (Σ r̄ ≤ :data:`DARK`).
     """
     r = mean_reflectance.double().clamp(min=0.0)
-    if float(r.sum()) <= 0.0:
+    if float(r.sum()) <= DARK:
         return 0.0
     return normalized_entropy(r)
 
