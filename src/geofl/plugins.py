@@ -85,6 +85,7 @@ _PLUGIN_MODULES = (
     "geofl.client.spatial",
     "geofl.client.dpsgd",
     "geofl.attacks.inference",
+    "geofl.attacks.backdoor",
     "geofl.governance.subscriber",
 )
 
