@@ -19,6 +19,7 @@ from typing import Any
 from geofl.report.communication import communication_html
 from geofl.report.fragments import BADGE_INCOMPLETE, figure_html, slug
 from geofl.report.governance import governance_html
+from geofl.report.paired import paired_html
 from geofl.report.paper import TABLE1_COLUMNS, has_table1, paper_figures, table1_html
 from geofl.report.plots import (
     plot_accuracy_trajectories,
@@ -115,6 +116,7 @@ _SHORT = {
     "rmse": "RMSE",
     "mae": "MAE",
     "r2": "R²",
+    "asr": "ASR",
 }
 
 
@@ -379,6 +381,7 @@ def write_report(run_dir: Path) -> Path:
 {_incomplete_notice(run, summary["methods"])}
 <h2>Results</h2>
 {_results_html(run, summary["methods"])}
+{paired_html(summary.get("paired") or {}, {m: run.label(m) for m in run.methods})}
 {communication_html(run, summary["methods"])}
 {_privacy_html(run, out)}
 {paper}
