@@ -21,9 +21,10 @@ from geofl.attacks.threat import (
 )
 from geofl.attacks.trigger import TriggerParams, make_trigger
 from geofl.client.data import ClientData
-from geofl.client.step import ClientProgram, ClientStreams, client_step
 from geofl.client.state import ClientState
+from geofl.client.step import ClientProgram, ClientStreams, client_step
 from geofl.client.trainer import LocalTrainParams
+from geofl.rng import derive_seed
 from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 SHAPE = (3, 6, 6)
@@ -54,9 +55,7 @@ def test_number_of_attackers_is_the_floor_of_fraction_times_k() -> None:
 
 def test_attackers_are_a_seeded_permutation_prefix() -> None:
     ids = select_attackers(10, 0.3, 2024)
-    perm = np.random.default_rng(
-        __import__("geofl.rng", fromlist=["derive_seed"]).derive_seed(2024, "attack", "attackers")
-    ).permutation(10)
+    perm = np.random.default_rng(derive_seed(2024, "attack", "attackers")).permutation(10)
     assert ids == tuple(sorted(int(k) for k in perm[:3]))
     assert len(ids) == 3 and ids == tuple(sorted(set(ids)))
     assert select_attackers(10, 0.3, 2024) == ids  # deterministic
@@ -253,7 +252,7 @@ def test_same_seed_same_threat() -> None:
 
 
 def test_params_refuse_bad_values() -> None:
-    with pytest.raises(ValueError, match="Byzantine fraction 0.5 must be in"):
+    with pytest.raises(ValueError, match=r"Byzantine fraction 0\.5 must be in"):
         BackdoorParams(fraction=0.5)
     with pytest.raises(ValueError, match="source class 0 is the target"):
         EdgeCaseParams(source=0, target=0)

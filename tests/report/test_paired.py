@@ -7,11 +7,11 @@ import math
 from pathlib import Path
 
 import pytest
+from tests.report.conftest import write_fake_run
 
 from geofl.report import write_summary
 from geofl.report.html import write_report
 from geofl.report.paired import final_values, holm, paired_html, paired_statistics, paired_test
-from tests.report.conftest import write_fake_run
 
 
 def test_holm_on_a_hand_example() -> None:
