@@ -2,8 +2,9 @@
 
 The data-poisoning attacks of 004 (trigger backdoor, rare-class hiding) are in
 :mod:`geofl.attacks.backdoor`; they also poison the attacker's training data before local
-training (:class:`~geofl.client.step.DataPoisoning`). Every factory is called with an
-:class:`AttackContext` (the run's seed, K, input shape, class counts).
+training (:class:`~geofl.client.step.DataPoisoning`). A factory that takes a ``ctx``
+keyword is called with an :class:`AttackContext` (the run's seed, K, input shape, class
+counts); others get their parameters alone.
 """
 
 from __future__ import annotations
@@ -84,6 +85,6 @@ def check_attackers_exist(params: ScalingParams, ctx: CheckContext) -> None:
 
 
 @ATTACKS.register("scaling", params=ScalingParams, check=check_attackers_exist)
-def build_scaling(params: ScalingParams, ctx: AttackContext | None = None) -> Attack:
+def build_scaling(params: ScalingParams) -> Attack:
     """Attacking clients multiply their update by a factor (sign flip when negative)."""
     return _Scaling(params)

@@ -7,6 +7,7 @@ anything is written.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from geofl.attacks.client import ATTACKS, AttackContext
@@ -19,8 +20,11 @@ __all__ = ["build_attack", "check_attack_inputs"]
 def build_attack(
     cfg: ExperimentConfig, method: MethodConfig, seed: int, train: ArrayDataset
 ) -> Any:
-    """The method's malicious behaviour (or None), given the run's seed, K, the inputs'
-    shape and the train split's class counts (:class:`~geofl.attacks.client.AttackContext`).
+    """The method's malicious behaviour (or None).
+
+    A factory with a ``ctx`` keyword gets the run's seed, K, the inputs' shape and the train
+    split's class counts (:class:`~geofl.attacks.client.AttackContext`); one without it
+    (``scaling``, a third-party behaviour) is built from its parameters alone, as before.
 
     Raises:
         ConfigError: naming ``methods.<i>.attack…`` when it does not fit the data.
@@ -37,7 +41,9 @@ def build_attack(
         counts,
         path=f"methods.{cfg.methods.index(method)}.attack",
     )
-    return ATTACKS.build(method.attack.name, method.attack.params, ctx=ctx)
+    factory = ATTACKS.entry(method.attack.name).factory
+    kwargs = {"ctx": ctx} if "ctx" in inspect.signature(factory).parameters else {}
+    return ATTACKS.build(method.attack.name, method.attack.params, **kwargs)
 
 
 def check_attack_inputs(cfg: ExperimentConfig, ds: ArrayDataset, seed: int) -> None:
