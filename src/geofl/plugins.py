@@ -86,6 +86,7 @@ _PLUGIN_MODULES = (
     "geofl.client.spatial",
     "geofl.client.dpsgd",
     "geofl.attacks.inference",
+    "geofl.attacks.backdoor",
     "geofl.governance.subscriber",
 )
 

@@ -1,11 +1,15 @@
 """Malicious-client behaviours, applied to a client's update after local training.
 
-Later papers add backdoor, edge-case and adaptive attacks (004) here.
+The data-poisoning attacks of 004 (trigger backdoor, rare-class hiding) are in
+:mod:`geofl.attacks.backdoor`; they also poison the attacker's training data before local
+training (:class:`~geofl.client.step.DataPoisoning`). A factory that takes a ``ctx``
+keyword is called with an :class:`AttackContext` (the run's seed, K, input shape, class
+counts); others get their parameters alone.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -14,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from geofl.registry import CheckContext, Registry
 from geofl.update import ClientDirectives, ClientUpdate
 
-__all__ = ["ATTACKS", "Attack", "ScalingParams"]
+__all__ = ["ATTACKS", "Attack", "AttackContext", "ScalingParams", "build_scaling"]
 
 
 class Attack(Protocol):
@@ -27,7 +31,26 @@ class Attack(Protocol):
     ) -> ClientUpdate: ...
 
 
-#: Attack registry: ``scaling``, ...
+@dataclass(frozen=True)
+class AttackContext:
+    """What an attack may know of the run when it is built.
+
+    Attributes:
+        seed: The run's seed (attackers, poisoned samples and trigger derive from it).
+        num_clients: K.
+        sample_shape: One input's shape: ``(C, H, W)`` images or ``(F,)`` features.
+        class_counts: Samples per class in the seed's training split (``[C]``).
+        path: Config path of the attack (``methods.<i>.attack``), for errors.
+    """
+
+    seed: int
+    num_clients: int
+    sample_shape: tuple[int, ...]
+    class_counts: tuple[int, ...]
+    path: str = "attack"
+
+
+#: Attack registry: ``scaling``, ``backdoor``, ``edge_case``.
 ATTACKS: Registry[Attack] = Registry("attack")
 
 

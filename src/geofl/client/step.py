@@ -1,7 +1,8 @@
 """The client step: one free function from what a client has to what it uploads.
 
 ``client_step(global_params, data, state, directives, streams)`` → :class:`ClientResult`:
-local training (with the algorithm's gradient correction) → the algorithm's state update
+a malicious client's data poisoning, in attack rounds → local training (with the
+algorithm's gradient correction) → the algorithm's state update
 and extra upload tensors → an attack, for a malicious client → the release pipeline
 (clip, noise, …). The simulator, a worker process and a Flower ClientApp call this same
 function; what varies per deployment is only where ``state`` is kept.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -38,6 +39,7 @@ __all__ = [
     "ClientProgram",
     "ClientResult",
     "ClientStreams",
+    "DataPoisoning",
     "PlainClient",
     "client_step",
     "dp_events_of",
@@ -68,6 +70,17 @@ class ClientBehaviour(Protocol):
     def __call__(
         self, update: ClientUpdate, directives: ClientDirectives, generator: torch.Generator
     ) -> ClientUpdate: ...
+
+
+@runtime_checkable
+class DataPoisoning(Protocol):
+    """A behaviour that also poisons its clients' training data before local training
+    (004 §2.3: the data-poisoning backdoors of :mod:`geofl.attacks.backdoor`)."""
+
+    def poison(self, data: ClientData, round_idx: int) -> ClientData:
+        """The data the client trains on in round ``round_idx`` (``data`` when it does not
+        attack that round); ``data`` itself is never modified."""
+        ...
 
 
 class ClientAlgorithm(Protocol):
@@ -219,6 +232,11 @@ def client_step(
         The upload, the new client state and the client-local log.
     """
     _check_budget(program, data, state)
+    attack = program.attack
+    malicious = attack is not None and data.client_id in attack.clients
+    train_data = data
+    if malicious and isinstance(attack, DataPoisoning):
+        train_data = attack.poison(data, directives.round)
     alg = program.algorithm
     correction = alg.correction(global_params, state, directives)
     trainer_state = {k: state.tensors[k] for k in program.trainer.state_specs()}
@@ -227,13 +245,14 @@ def client_step(
         kwargs["augment_generator"] = streams.torch("augment")
     if trainer_state:
         kwargs["state"] = trainer_state
-    update = program.trainer(global_params, data, directives, streams.torch("train"), **kwargs)
+    update = program.trainer(
+        global_params, train_data, directives, streams.torch("train"), **kwargs
+    )
     kept = update.local_state
     update = replace(update, local_state={})
     train = train_for_round(program.train, directives)  # the round's η_l, if scheduled
     update, new_tensors = alg.finish(update, state, directives, train, global_params=global_params)
-    attack = program.attack
-    if attack is not None and data.client_id in attack.clients:
+    if attack is not None and malicious:
         update = attack(update, directives, streams.torch("attack"))
     update = apply_release(
         update,

@@ -312,6 +312,11 @@ class ExperimentConfig(_Strict):
     )
     paper: dict[str, PaperValue] = Field(default_factory=dict)
     figures: list[FigureSpec] = Field(default_factory=list, description="paper figures")
+    compare_to: str | None = Field(
+        None,
+        description="method every other one is compared with by paired t-tests over the "
+        "seeds both finished (004 Table 3: Δ, d_z, 95 % CI, raw and Holm p); absent: none",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_default_task(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -324,6 +329,8 @@ class ExperimentConfig(_Strict):
         out: dict[str, Any] = handler(self)
         if self.task.name == DEFAULT_TASK and not self.task.params:
             out.pop("task", None)
+        if self.compare_to is None:  # likewise for configs without paired statistics
+            out.pop("compare_to", None)
         return out
 
     @field_validator("seeds")
@@ -335,10 +342,12 @@ class ExperimentConfig(_Strict):
 
     @model_validator(mode="after")
     def _known_methods(self) -> ExperimentConfig:
-        """Method names are unique; ``paper`` and ``figures`` name only those methods.
+        """Method names are unique; ``paper``, ``figures`` and ``compare_to`` name only
+        those methods.
 
         Raises ConfigError with the offending field's path (``methods.3.name``,
-        ``paper.<name>``, ``figures.0.methods.1``), which format_validation_error keeps.
+        ``paper.<name>``, ``figures.0.methods.1``, ``compare_to``), which
+        format_validation_error keeps.
         """
         first: dict[str, int] = {}
         for i, m in enumerate(self.methods):
@@ -355,6 +364,10 @@ class ExperimentConfig(_Strict):
                 raise ConfigError(
                     f"paper.{printable(key)}", f"no method is named {key!r}; use one of: {choices}"
                 )
+        if self.compare_to is not None and self.compare_to not in first:
+            raise ConfigError(
+                "compare_to", f"no method is named {self.compare_to!r}; use one of: {choices}"
+            )
         for i, fig in enumerate(self.figures):
             for j, name in enumerate(fig.methods):
                 if name not in first:

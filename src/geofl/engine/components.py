@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from geofl.algorithms import ALGORITHMS, AlgorithmContext
-from geofl.attacks.client import ATTACKS
+from geofl.attacks.backdoor import PoisoningAttack
+from geofl.attacks.probe import BackdoorProbe
 from geofl.client.augment import AugmentPipeline, build_pipeline
 from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS
@@ -29,6 +30,7 @@ from geofl.config.load import clients_per_round
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
+from geofl.engine.threat import build_attack
 from geofl.errors import ConfigError
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
@@ -90,6 +92,9 @@ class RunComponents:
         clients: Local data of every client, indexed by id.
         lr_schedule: η_l of each round (``train.lr_schedule``), or None: ``train.lr`` in
             every round and no η sent with the directives.
+        probe: The backdoor's ASR probe on the test split (004 Eq. 15), or None.
+        threat: The data-poisoning threat of the run (attackers, poisoned counts, trigger),
+            JSON-ready for ``final.json["threat"]``, or None.
     """
 
     task: Task
@@ -101,6 +106,8 @@ class RunComponents:
     network: NetworkModel
     clients: list[ClientData]
     lr_schedule: LrSchedule | None = None
+    probe: BackdoorProbe | None = None
+    threat: dict[str, Any] | None = None
 
 
 def build_task(cfg: ExperimentConfig, num_classes: int, train_targets: Any) -> Task:
@@ -259,6 +266,7 @@ def build_components(
         delta=cfg.privacy.delta,
     )
     algorithm = ALGORITHMS.build(method.algorithm.name, method.algorithm.params, ctx=ctx)
+    attack = build_attack(cfg, method, seed, data.train)
     program = ClientProgram(
         trainer=LOCAL_TRAINERS.build(
             method.trainer.name,
@@ -270,7 +278,7 @@ def build_components(
         train=train,
         algorithm=algorithm.client,
         release=[RELEASE_STEPS.build(s.name, s.params) for s in method.release],
-        attack=ATTACKS.build(method.attack.name, method.attack.params) if method.attack else None,
+        attack=attack,
         privacy=ClientPrivacy(_ledger_epsilon(cfg), cfg.privacy.target_epsilon),
     )
     store = ClientStateStore(
@@ -278,6 +286,8 @@ def build_components(
         program.state_specs(workspace.spec.numel),
         path=state_dir if fed.client_state == "mmap" else None,
     )
+    clients = client_datasets(data, partition, task)
+    poisoning = attack if isinstance(attack, PoisoningAttack) else None
     return RunComponents(
         task=task,
         workspace=workspace,
@@ -288,8 +298,10 @@ def build_components(
             fed.sampling.name, fed.sampling.params, participation=fed.participation
         ),
         network=NETWORK_MODELS.build(method.network.name, method.network.params),
-        clients=client_datasets(data, partition, task),
+        clients=clients,
         lr_schedule=_lr_schedule(cfg),
+        probe=None if poisoning is None else poisoning.probe(data.test.targets),
+        threat=None if poisoning is None else poisoning.describe(clients),
     )
 
 

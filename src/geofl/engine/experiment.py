@@ -37,6 +37,7 @@ from geofl.engine.components import (
 from geofl.engine.export import model_spec
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
+from geofl.engine.threat import check_attack_inputs
 from geofl.errors import ConfigError, RunDirError
 from geofl.events import Subscriber
 from geofl.io import write_json_atomic, write_text_atomic
@@ -239,6 +240,7 @@ def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
     """
     check_model_inputs(cfg, ds)
     check_release_inputs(cfg, ds)
+    check_attack_inputs(cfg, ds, cfg.seeds[0])
     task = build_task(cfg, ds.num_classes, ds.targets)
     return TaskInfo(task.name, task.primary_metric, task.direction)
 

@@ -127,11 +127,12 @@ class FederatedRun:
         self.workspace.load(params)
         bs = self.cfg.eval.batch_size
         model = self.workspace.module
-        d, task = self.data, self.comps.task
-        return {
-            "val": evaluate(model, d.val.inputs, d.val.targets, task, bs),
-            "test": evaluate(model, d.test.inputs, d.test.targets, task, bs),
-        }
+        d, task, probe = self.data, self.comps.task, self.comps.probe
+        val = evaluate(model, d.val.inputs, d.val.targets, task, bs)
+        test = evaluate(model, d.test.inputs, d.test.targets, task, bs)
+        if probe is not None:  # a backdoored run: ASR next to CDA (004 Eq. 14–15)
+            test = probe.extend(test, model, d.test.inputs, bs)
+        return {"val": val, "test": test}
 
     # ------------------------------------------------------------------ whole run
     def run(
@@ -316,6 +317,8 @@ class FederatedRun:
         if callable(server_privacy):  # central DP of what the server releases (dp_ftrl)
             final["server_privacy"] = server_privacy()
         final["communication"] = communication(records)  # 001 §6.1.4
+        if self.comps.threat is not None:  # who attacked, what they poisoned (004 §2.3)
+            final["threat"] = self.comps.threat
         if self._stopper is not None:
             final["early_stopping"] = self._stopper.to_json()
         target = self.cfg.eval.target

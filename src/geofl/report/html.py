@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from geofl.report.communication import communication_html
 from geofl.report.fragments import BADGE_INCOMPLETE, figure_html, slug
 from geofl.report.governance import governance_html
+from geofl.report.paired import paired_html
 from geofl.report.paper import TABLE1_COLUMNS, has_table1, paper_figures, table1_html
 from geofl.report.plots import (
     plot_accuracy_trajectories,
@@ -115,6 +116,7 @@ _SHORT = {
     "rmse": "RMSE",
     "mae": "MAE",
     "r2": "R²",
+    "asr": "ASR",
 }
 
 
@@ -130,12 +132,20 @@ def _other_metrics(ms: MethodSummary, primary: str) -> list[str]:
     return [n for n in names if n not in (primary, "loss")]
 
 
+def _final_cell(ms: MethodSummary, metric: str) -> str:
+    """Final test ``metric`` of a method, ``–`` when its runs do not report it (a clean
+    method next to backdoored ones has no ASR)."""
+    stat = cast("dict[str, Stat]", ms).get(f"final_test_{metric}")
+    return "–" if stat is None else _fmt(stat, metric)
+
+
 def _row(
     method: str,
     ms: MethodSummary,
     seeds: dict[int, SeedRun],
     skip: frozenset[str],
-    primary: str = "accuracy",
+    primary: str,
+    others: list[str],
 ) -> str:
     flag = ' class="incomplete"' if ms["incomplete"] else ""
     badge = BADGE_INCOMPLETE if ms["incomplete"] else ""
@@ -156,10 +166,7 @@ def _row(
         f"{len(ms['seeds_done'])}/{len(seeds)}</td>",
         f'<td class="num">{_fmt(ms[f"final_test_{primary}"], primary)}</td>',  # type: ignore[literal-required]
         f'<td class="num">{_fmt(ms[f"best_val_test_{primary}"], primary)}{at_round}</td>',  # type: ignore[literal-required]
-        *(
-            f'<td class="num">{_fmt(ms[f"final_test_{m}"], m)}</td>'  # type: ignore[literal-required]
-            for m in _other_metrics(ms, primary)
-        ),
+        *(f'<td class="num">{_final_cell(ms, m)}</td>' for m in others),
         f'<td class="num">{_fmt(ms["final_rolling_std"], primary)}</td>',
         f'<td class="num">{format_pm(ms["bytes_up_per_round"], scale=1e-6)}</td>',
         f"<td>{_paper_cell(ms['paper'], skip)}</td>",
@@ -268,12 +275,9 @@ def _results_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     table1 = has_table1(methods)
     skip = frozenset(k for k, _ in TABLE1_COLUMNS) if table1 else frozenset()
     pm = run.task.primary_metric
-    rows = [_row(m, ms, run.methods.get(m, {}), skip, pm) for m, ms in methods.items()]
-    first = next(iter(methods.values()), None)
-    others = "".join(
-        f"<th>final {escape(_SHORT.get(m, m))}{metric_unit(m)}</th>"
-        for m in (_other_metrics(first, pm) if first is not None else [])
-    )
+    names = list({m: None for ms in methods.values() for m in _other_metrics(ms, pm)})
+    rows = [_row(m, ms, run.methods.get(m, {}), skip, pm, names) for m, ms in methods.items()]
+    others = "".join(f"<th>final {escape(_SHORT.get(m, m))}{metric_unit(m)}</th>" for m in names)
     short, unit = escape(_SHORT.get(pm, pm)), metric_unit(pm)
     spread = "pp" if metric_scale(pm) == 100.0 else escape(pm)
     header = (
@@ -379,6 +383,7 @@ def write_report(run_dir: Path) -> Path:
 {_incomplete_notice(run, summary["methods"])}
 <h2>Results</h2>
 {_results_html(run, summary["methods"])}
+{paired_html(summary.get("paired") or {}, {m: run.label(m) for m in run.methods})}
 {communication_html(run, summary["methods"])}
 {_privacy_html(run, out)}
 {paper}

@@ -37,6 +37,7 @@ import yaml
 from geofl import io
 from geofl.errors import RunDirError
 from geofl.records import RoundRecord, TaskInfo
+from geofl.report.paired import PAIRED_METRICS, final_values, paired_statistics
 from geofl.tasks.metrics import rolling_std
 
 __all__ = [
@@ -63,7 +64,7 @@ ROLLING_WINDOW = 10
 
 #: Metrics that are fractions in [0, 1]: reports show them in percent.
 PERCENT_METRICS = frozenset(
-    {"accuracy", "macro_f1", "micro_f1", "map", "roc_auc", "f1", "precision", "recall"}
+    {"accuracy", "macro_f1", "micro_f1", "map", "roc_auc", "f1", "precision", "recall", "asr"}
 )
 
 
@@ -127,11 +128,12 @@ class MethodSummary(TypedDict):
 
 
 class RunSummary(TypedDict):
-    """Content of ``summary.json``."""
+    """Content of ``summary.json``; ``paired`` only with ``compare_to`` in the config."""
 
     name: str
     seeds: list[int]
     methods: dict[str, MethodSummary]
+    paired: NotRequired[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -484,7 +486,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
     run = load_run(run_dir)
     paper = run.info.get("paper") or {}
     paper = paper if isinstance(paper, dict) else {}
-    return RunSummary(
+    summary = RunSummary(
         name=run.name,
         seeds=run.seeds,
         methods={
@@ -492,6 +494,12 @@ def summarize_run(run_dir: Path) -> RunSummary:
             for m, runs in run.methods.items()
         },
     )
+    baseline = run.config.get("compare_to")
+    if isinstance(baseline, str) and baseline in run.methods:
+        finals = {m: {s: r.final for s, r in v.items() if r.final} for m, v in run.methods.items()}
+        metrics = (run.task.primary_metric, *PAIRED_METRICS)
+        summary["paired"] = paired_statistics(final_values(finals, metrics), baseline)
+    return summary
 
 
 def _json_ready(x: Any) -> Any:

@@ -1,0 +1,116 @@
+"""The trigger patch of the backdoor attack (BadNets, Gu et al. 2017; 004 §3.1).
+
+The trigger is an ``s × s`` patch at a fixed position, with a value per band and pixel:
+
+* position: the patch's top-left pixel ``(row, col)``; ``bottom_right`` (default) is
+  ``(H − s, W − s)``, ``top_left`` is ``(0, 0)``;
+* values (model-input units, i.e. band standard deviations after ``data.normalize:
+  standardize``): ``values: [v_1, …, v_C]`` fills band c with v_c; without it, each band
+  and pixel is ±``amplitude`` with the sign drawn from the generator ``(seed, "attack",
+  "trigger")`` — a seeded random pattern, one per run seed, identical for every method of
+  that seed (004 §3.1 "trigger size/location/opacity … kept identical across all compared
+  methods");
+* opacity α: stamped pixels become ``(1 − α)·x + α·patch`` (α = 1, the default, replaces them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from geofl.errors import ConfigError
+from geofl.rng import torch_generator
+
+__all__ = ["Trigger", "TriggerParams", "make_trigger"]
+
+
+class TriggerParams(BaseModel):
+    """Size, position, values and opacity of the trigger patch."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    size: int = Field(3, ge=1, description="patch side s in pixels")
+    position: Literal["bottom_right", "top_left"] | tuple[int, int] = Field(
+        "bottom_right", description="bottom_right, top_left, or [row, col] of its top-left pixel"
+    )
+    amplitude: float = Field(
+        2.0, gt=0.0, allow_inf_nan=False, description="|value| of the seeded ±pattern"
+    )
+    values: list[float] | None = Field(
+        None, min_length=1, description="one value per band instead of the seeded pattern"
+    )
+    opacity: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False, description="α")
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A placed trigger patch.
+
+    Attributes:
+        patch: ``[C, s, s]`` float32 values.
+        row: Top-left row of the patch.
+        col: Top-left column.
+        opacity: α in (0, 1].
+    """
+
+    patch: torch.Tensor
+    row: int
+    col: int
+    opacity: float = 1.0
+
+    @property
+    def size(self) -> int:
+        """Patch side s."""
+        return int(self.patch.shape[-1])
+
+    def stamp(self, x: torch.Tensor) -> torch.Tensor:
+        """A copy of ``x`` (``[N, C, H, W]``) with the patch stamped on every sample."""
+        out = x.clone()
+        s, r, c = self.size, self.row, self.col
+        region = out[:, :, r : r + s, c : c + s]
+        patch = self.patch.to(dtype=out.dtype)
+        out[:, :, r : r + s, c : c + s] = (1.0 - self.opacity) * region + self.opacity * patch
+        return out
+
+
+def make_trigger(params: TriggerParams, shape: tuple[int, ...], seed: int, path: str) -> Trigger:
+    """Place the trigger on images of ``shape`` = ``(C, H, W)``.
+
+    Args:
+        params: The configured trigger.
+        shape: One sample's shape; must be an image ``(C, H, W)``.
+        seed: The run's seed (the ±pattern's generator).
+        path: Config path of the trigger, for errors.
+
+    Raises:
+        ConfigError: tabular inputs, a patch that does not fit, or ``values`` not one per band.
+    """
+    if len(shape) != 3:
+        raise ConfigError(path, f"a trigger patch needs images [C, H, W], inputs are {shape}")
+    bands, h, w = shape
+    s = params.size
+    if params.position == "bottom_right":
+        row, col = h - s, w - s
+    elif params.position == "top_left":
+        row, col = 0, 0
+    else:
+        row, col = params.position
+    if s > min(h, w) or not (0 <= row <= h - s and 0 <= col <= w - s):
+        raise ConfigError(
+            f"{path}.position", f"a {s}×{s} patch at ({row}, {col}) does not fit {h}×{w} images"
+        )
+    if params.values is not None:
+        if len(params.values) != bands:
+            raise ConfigError(
+                f"{path}.values",
+                f"{len(params.values)} values for {bands} bands; give one per band",
+            )
+        patch = torch.tensor(params.values, dtype=torch.float32)[:, None, None].expand(-1, s, s)
+    else:
+        gen = torch_generator(seed, "attack", "trigger")
+        signs = torch.randint(0, 2, (bands, s, s), generator=gen).float() * 2.0 - 1.0
+        patch = params.amplitude * signs
+    return Trigger(patch.contiguous(), int(row), int(col), params.opacity)
