@@ -155,11 +155,20 @@ def test_fallback_scores_against_the_trusted_history() -> None:
     assert res.fallback and "scored against the trusted history" in res.reason
     expected = cgf_scores(_example(), history, CgfSettings())
     assert torch.equal(res.distances, expected.distances)
-    # a fallback round does not enter the history; a clean one moves it by (1 − η)
+    # a fallback round does not move the history; a clean one moves it by (1 − η)
     f.observe(torch.zeros(4), res)
     assert torch.equal(f.history, history)
     f.observe(torch.zeros(4), cgf_scores(_example(), E1, CgfSettings(k_min=1)))
     assert torch.allclose(f.history, 0.9 * history)
+
+
+def test_the_first_round_seeds_the_history_even_when_degenerate() -> None:
+    f = CosineFilter(CgfSettings(lam=2.0, k_min=8))
+    first = f.scores(_example())
+    assert first.reason and not first.fallback
+    f.observe(torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64), first)
+    assert f.history is not None
+    assert f.scores(_example()).fallback  # the next degenerate round can fall back
 
 
 def test_state_round_trips() -> None:

@@ -43,7 +43,8 @@ def test_cgf_hra_is_permutation_invariant_and_convex(x: object, data: st.DataObj
     perm = torch.tensor(data.draw(st.permutations(range(k))))
     hard_p, w_p = _hra(u[perm], ref, prev[perm])
     assert torch.equal(hard_p, hard[perm])
-    assert torch.allclose(w_p, w[perm], rtol=0, atol=1e-12)
+    # BLAS rounds a row's dot product by its position (~1e-7 of s): weights agree to that
+    assert torch.allclose(w_p, w[perm], rtol=0, atol=1e-5)
     assert bool((w >= 0).all() and (w <= 1).all()) and float(w.sum()) == pytest.approx(1.0)
     agg = w.to(torch.float32) @ u
     kept = u[hard]
@@ -91,7 +92,7 @@ def test_threaded_paths_match_the_plain_products(monkeypatch: pytest.MonkeyPatch
     gen = torch.Generator().manual_seed(0)
     u = torch.randn(9, 5000, generator=gen)
     ref = torch.randn(5000, generator=gen)
-    plain = cosine_distances(u, ref)
+    plain = cosine_distances(u, ref, exact=True)
     monkeypatch.setattr(cgf, "BLOCK_COLUMNS", 64)
     monkeypatch.setattr(dual_shield, "PRODUCT_COLUMNS", 100)
     threads = torch.get_num_threads()

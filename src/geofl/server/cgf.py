@@ -21,25 +21,28 @@ the current round's coordinate median: the current mean would follow a few large
 
 Trusted history (§2.5: "the trusted historical direction as the fallback reference"): the
 paper does not define it; here it is an exponential moving average h ← η h + (1 − η) r̄_t of
-the survivors' means r̄_t of the rounds that did *not* fall back (η = ``history_decay``,
-h = the first such mean). Fallback: when fewer than K_min updates survive, the scores are
+the survivors' means r̄_t of the rounds with at least K_min survivors (η = ``history_decay``;
+h starts as the first round's survivors' mean, whatever their number, so that a federation
+with fewer than K_min updates per round still gets a history to fall back to).
+Fallback: when fewer than K_min updates survive, the scores are
 recomputed against h (logged with the reason); without h yet, the round keeps its mask.
 
-Numerics. ⟨Δw_j, r̄⟩ and ‖Δw_j‖² come from one pass over ``[K, D]`` (a matrix–vector
-product and the row norms per column block, while the block is in cache; float32 within a
-block, float64 across blocks, on worker threads). Near-parallel rows (s_j < 1e-3, where
-that Gram form loses relative precision — e.g. updates sharing a large common offset) are
-recomputed from differences, s_j = ½‖Δw_j/‖Δw_j‖ − r̄/‖r̄‖‖² in float64, which cancels
-nothing. A zero-norm update or reference has no direction: its cosine is taken as 0
-(s = 1). If MAD = 0 (more than half the scores equal), ε_MAD bounds the denominator: equal
-scores get z = 0 and are kept, any larger one is rejected.
+Numerics. ⟨Δw_j, r̄⟩ is one matrix–vector product ``updates @ r̄`` (BLAS, float32) and
+‖Δw_j‖ the row norms: two reads of ``[K, D]``, s_j good to ~1e-7 absolute. Near-parallel
+rows (s_j < 1e-3, where that form loses relative precision — e.g. updates sharing a large
+common offset) are recomputed from differences, s_j = ½‖Δw_j/‖Δw_j‖ − r̄/‖r̄‖‖² in float64,
+which cancels nothing. BLAS rounds each row a little differently depending on its position
+(identical updates can get scores 1e-8 apart), which matters only when the scores barely
+spread: when MAD < 1e-5 every row is recomputed from differences, so that equal updates get
+equal scores whatever their order. A zero-norm update or reference has no direction: its
+cosine is taken as 0 (s = 1). If MAD = 0 (more than half the scores equal), ε_MAD bounds
+the denominator: equal scores get z = 0 and are kept, any larger one is rejected.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -69,10 +72,10 @@ EPS_MAD = 1e-12
 MAD_SCALE = 1.4826
 #: Rows with s below this are recomputed from differences (see the module docstring).
 REFINE_BELOW = 1e-3
-#: Columns of one block of the fused dot/norm pass (K × 4096 float32: stays in L2).
+#: Below this MAD the round's scores are recomputed exactly (see the module docstring).
+MAD_RESOLUTION = 1e-5
+#: Columns of one float64 block of the exact (difference) path.
 BLOCK_COLUMNS = 1 << 12
-#: Blocks per task handed to a worker thread.
-_BLOCKS_PER_TASK = 16
 
 Reference = Literal["previous_mean", "median", "trimmed_mean", "geometric_median", "history"]
 
@@ -127,32 +130,6 @@ class CgfResult:
 # ----------------------------------------------------------------------------- distances
 
 
-def _dot_and_sq(updates: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``([K] ⟨u_j, r⟩, [K] ‖u_j‖²)`` in float64 from one pass over the column blocks."""
-    k, d = updates.shape
-    step = BLOCK_COLUMNS * _BLOCKS_PER_TASK
-
-    def task(start: int) -> torch.Tensor:
-        acc = torch.zeros((2, k), dtype=torch.float64)
-        for a in range(start, min(start + step, d), BLOCK_COLUMNS):
-            block, r = updates[:, a : a + BLOCK_COLUMNS], ref[a : a + BLOCK_COLUMNS]
-            acc[0] += torch.linalg.vecdot(block, r)  # same order for every row
-            acc[1] += torch.linalg.vecdot(block, block)
-        return acc
-
-    starts = range(0, d, step)
-    workers = min(torch.get_num_threads(), len(starts))
-    if workers <= 1 or updates.device.type != "cpu":
-        parts = [task(a) for a in starts]
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            parts = list(pool.map(task, starts))
-    total = torch.zeros((2, k), dtype=torch.float64)
-    for part in parts:  # column order: independent of the thread count
-        total += part
-    return total[0], total[1]
-
-
 def _exact_distances(updates: torch.Tensor, rows: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """``[R]`` float64 ½‖u_j/‖u_j‖ − r/‖r‖‖² for ``rows`` (difference form: one pass for
     the float64 norms, one for the differences; the rare path, so single-threaded)."""
@@ -179,12 +156,18 @@ def _exact_distances(updates: torch.Tensor, rows: torch.Tensor, ref: torch.Tenso
     return torch.where(zero, 1.0, 0.5 * out)
 
 
-def cosine_distances(updates: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+def cosine_distances(
+    updates: torch.Tensor, reference: torch.Tensor, *, exact: bool = False
+) -> torch.Tensor:
     """s_j = 1 − cos(Δw_j, r̄) for every row (004 Eq. 6); vectorised, no loop over clients.
+
+    One matrix–vector product ``updates @ r̄`` and the row norms; rows with s < 1e-3 (or all
+    rows, with ``exact``) recomputed from differences in float64.
 
     Args:
         updates: ``[K, D]`` floating, finite; not modified.
         reference: ``[D]`` r̄.
+        exact: Compute every row from differences (row-order independent, ~1e-16).
 
     Returns:
         ``[K]`` float64 in [0, 2]; 1 for a zero-norm row or reference (no direction).
@@ -196,9 +179,11 @@ def cosine_distances(updates: torch.Tensor, reference: torch.Tensor) -> torch.Te
         )
     x = updates.detach()
     ref = reference.detach().to(x.dtype)
-    dots, sq = _dot_and_sq(x, ref)
+    if exact:
+        return _exact_distances(x, torch.arange(x.shape[0]), ref).clamp_(0.0, 2.0)
+    dots = (x @ ref).to(torch.float64)  # the one matmul
+    norms = torch.linalg.vector_norm(x, dim=1).to(torch.float64)
     ref_norm = float(torch.linalg.vector_norm(ref.to(torch.float64)))
-    norms = sq.sqrt()
     denom = norms * ref_norm
     cos = torch.where(denom > 0, dots / torch.where(denom > 0, denom, 1.0), 0.0)
     s = (1.0 - cos).clamp_(0.0, 2.0)
@@ -246,6 +231,9 @@ def cgf_scores(updates: torch.Tensor, reference: torch.Tensor, settings: CgfSett
     """Eq. 6–7 and the soft mask against one reference (no fallback)."""
     s = cosine_distances(updates, reference)
     z, mad = mad_scores(s, settings.eps_mad)
+    if mad < MAD_RESOLUTION:  # ties the float32 product cannot resolve: recompute exactly
+        s = cosine_distances(updates, reference, exact=True)
+        z, mad = mad_scores(s, settings.eps_mad)
     return CgfResult(s, z, z <= settings.lam, soft_mask(z, settings.lam, settings.slope), mad)
 
 
@@ -320,10 +308,10 @@ class CosineFilter:
     def observe(self, survivors_mean: torch.Tensor, result: CgfResult) -> None:
         """Record this round's survivors' mean (``[D]``) as next round's references."""
         self.previous = survivors_mean.detach().clone()
-        if result.fallback or result.reason:
-            return  # a degenerate round does not enter the trusted history
-        if self.history is None:
+        if self.history is None:  # the first round seeds it (see the module docstring)
             self.history = self.previous.clone()
+        elif result.fallback or result.reason:
+            return  # a degenerate round does not move the trusted history
         else:
             eta = self.s.history_decay
             self.history.mul_(eta).add_(self.previous, alpha=1.0 - eta)
