@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from decimal import Decimal, getcontext
+from fractions import Fraction
 
 import pytest
 import torch
@@ -109,12 +109,13 @@ def test_zero_norm_update_and_reference_have_no_direction() -> None:
 
 
 def _exact_s(u: list[float], r: list[float]) -> float:
-    getcontext().prec = 60
-    du, dr = [Decimal(x) for x in u], [Decimal(x) for x in r]
-    dot = sum(a * b for a, b in zip(du, dr, strict=True))
-    nu = sum(a * a for a in du).sqrt()
-    nr = sum(b * b for b in dr).sqrt()
-    return float(1 - dot / (nu * nr))
+    """1 − cos = (‖u‖²‖r‖² − ⟨u, r⟩²) / (‖u‖‖r‖ (‖u‖‖r‖ + ⟨u, r⟩)): the numerator in exact
+    rationals (float inputs are rationals), the rest cancels nothing (⟨u, r⟩ > 0 here)."""
+    fu, fr = [Fraction(x) for x in u], [Fraction(x) for x in r]
+    dot = sum(a * b for a, b in zip(fu, fr, strict=True))
+    prod = sum(a * a for a in fu) * sum(b * b for b in fr)
+    root = math.sqrt(prod)
+    return float(prod - dot * dot) / (root * (root + float(dot)))
 
 
 def test_cosines_stay_exact_under_a_large_common_offset() -> None:
