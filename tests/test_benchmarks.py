@@ -24,6 +24,7 @@ SMOKE = {
     "bench_aggregation.py": ["--quick"],
     "bench_task_metrics.py": ["--quick"],
     "bench_augment.py": ["--quick", "--threads", "1"],
+    "bench_dual_shield.py": ["--quick", "--threads", "1"],
 }
 
 

@@ -80,6 +80,8 @@ _PLUGIN_MODULES = (
     "geofl.algorithms.fednova",
     "geofl.algorithms.emaprox",
     "geofl.algorithms.dpftrl",
+    "geofl.algorithms.dual_shield",
+    "geofl.algorithms.flame",
     "geofl.server.robust",
     "geofl.server.consistency",
     "geofl.privacy.mechanisms",

@@ -221,6 +221,20 @@ class RoundRecord:
         """Sample-weighted running training accuracy (classification), else None."""
         return self.train_metrics.get("accuracy")
 
+    def client_scalars(self, prefix: str) -> dict[int, float]:
+        """Per-client strategy scalars ``<prefix>.<client id>`` by client id.
+
+        Strategies report per-client values as scalars named with the client id last
+        (DUAL-SHIELD's ``hra.reputation.3``); this reads one such family back, e.g.
+        ``record.client_scalars("hra.reputation")`` for a reputation-trajectory plot.
+        """
+        head = prefix + "."
+        return {
+            int(key[len(head) :]): value
+            for key, value in self.strategy.items()
+            if key.startswith(head) and key[len(head) :].isdigit()
+        }
+
     @property
     def failed_clients(self) -> list[int]:
         """Clients whose upload was refused for any reason."""

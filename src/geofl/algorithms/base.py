@@ -9,9 +9,11 @@ the rest of a method (SCAFFOLD needs a linear aggregator, …) run at config loa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from geofl.client.step import ClientAlgorithm, PlainClient
 from geofl.client.trainer import LocalTrainParams
+from geofl.errors import ConfigError
 from geofl.registry import CheckContext, Registry
 from geofl.server.strategy import Strategy
 from geofl.server.tier import FlatTier
@@ -20,6 +22,7 @@ __all__ = [
     "ALGORITHMS",
     "Algorithm",
     "AlgorithmContext",
+    "fail_method_field",
     "local_step_weight_sum",
     "require_linear_aggregator",
     "require_no_noise",
@@ -62,6 +65,13 @@ class Algorithm:
 
 #: ``(params, *, ctx: AlgorithmContext) -> Algorithm``
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
+
+
+def fail_method_field(ctx: CheckContext, field_name: str, message: str) -> NoReturn:
+    """Raise the one-line ConfigError for a field of the algorithm's method
+    (``methods.<i>.<field_name>``, e.g. ``methods.2.aggregator.name``)."""
+    method_path = ctx.path.rsplit(".", 1)[0] if "." in ctx.path else ctx.path
+    raise ConfigError(".".join(p for p in (method_path, field_name) if p), message)
 
 
 def require_linear_aggregator(name: str, ctx: CheckContext) -> None:
