@@ -25,6 +25,7 @@ SMOKE = {
     "bench_task_metrics.py": ["--quick"],
     "bench_augment.py": ["--quick", "--threads", "1"],
     "bench_dual_shield.py": ["--quick", "--threads", "1"],
+    "bench_dual_shield_overhead.py": ["--quick", "--threads", "1"],
 }
 
 

@@ -88,6 +88,7 @@ _PLUGIN_MODULES = (
     "geofl.client.spatial",
     "geofl.client.dpsgd",
     "geofl.attacks.inference",
+    "geofl.attacks.inversion",
     "geofl.attacks.backdoor",
     "geofl.governance.subscriber",
 )
