@@ -85,10 +85,12 @@ _PLUGIN_MODULES = (
     "geofl.server.robust",
     "geofl.server.consistency",
     "geofl.privacy.mechanisms",
+    "geofl.privacy.adaptive",
     "geofl.client.spatial",
     "geofl.client.dpsgd",
     "geofl.attacks.inference",
     "geofl.attacks.backdoor",
+    "geofl.attacks.adaptive",
     "geofl.governance.subscriber",
 )
 
