@@ -27,6 +27,12 @@ reputation. In an attack round it poisons its pool, trains, boosts by γ, and th
 s = ``max_distance`` (keeping the norm and the malicious component orthogonal to the
 reference), then scales it to norm ≤ ``max_norm`` — or, unset, ≤ ADP's public clip C(t)
 (the median of the last 3 public norms), when the server broadcasts them.
+
+Memory: the attackers collude, so one object keeps the last two global models any of them
+saw (and each one's last broadcast reputation); where clients run in several worker
+processes each process keeps its own, and the reference is the last change that process saw.
+The projection is computed in float64 and returned in the update's dtype (float32 rounding
+can exceed ``max_distance`` by ~1e-8).
 """
 
 from __future__ import annotations
