@@ -85,11 +85,13 @@ _PLUGIN_MODULES = (
     "geofl.server.robust",
     "geofl.server.consistency",
     "geofl.privacy.mechanisms",
+    "geofl.privacy.adaptive",
     "geofl.client.spatial",
     "geofl.client.dpsgd",
     "geofl.attacks.inference",
     "geofl.attacks.inversion",
     "geofl.attacks.backdoor",
+    "geofl.attacks.adaptive",
     "geofl.governance.subscriber",
 )
 

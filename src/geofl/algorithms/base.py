@@ -43,6 +43,7 @@ class AlgorithmContext:
         seed: The run's seed (keys of server-side generators, e.g. DP-FTRL's tree noise).
         clients_per_round: Clients trained per round when the sampler fixes it, else None.
         delta: ``privacy.delta``, the δ of the ε a private strategy reports.
+        rounds: ``federation.rounds``, T (0 when unknown).
     """
 
     tier: FlatTier
@@ -53,6 +54,7 @@ class AlgorithmContext:
     seed: int = 0
     clients_per_round: int | None = None
     delta: float = 1e-5
+    rounds: int = 0
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ Per round: the method's own defenses (if any) first, then the cosine-guided filt
 (:mod:`geofl.server.cgf`, Eq. 6–7) on the updates they kept, then the reputation update
 (:mod:`geofl.server.reputation`, Eq. 8) of every update that arrived — rows a defense or
 CGF rejected get evidence 0 — and the survivors' weighted mean with ω ∝ r (Eq. 9), then
-the plain server step. ADP (§2.7, client-side noise scheduled from reputation) is not here.
+the plain server step. ADP (§2.7) is client-side (:mod:`geofl.privacy.adaptive`, release
+step ``adaptive_dp``); this strategy only schedules it: :meth:`DualShieldStrategy.configure`
+sends each selected client its reputation r_j from before the round, T, and the norms of the
+last global model changes (public: every client receives the models).
 
 Design: one algorithm whose strategy composes two stateful components, not stateful
 defense/weighting plug-ins inside the tier, because
@@ -30,7 +33,7 @@ of the federation (read them back with :meth:`geofl.records.RoundRecord.client_s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,11 +42,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, fail_method_field
+from geofl.privacy.adaptive import PUBLIC_NORMS, REPUTATION_KEY, ROUNDS_KEY, public_norm_key
 from geofl.registry import CheckContext
 from geofl.server.cgf import EPS_MAD, CgfResult, CgfSettings, CosineFilter, Reference
 from geofl.server.optimizers import PlainServerOptimizer
 from geofl.server.reputation import HraSettings, ReputationBook, reputation_weights
-from geofl.server.strategy import ComposedStrategy, StrategyResult, UpdateBatch
+from geofl.server.strategy import ComposedStrategy, RoundPlan, StrategyResult, UpdateBatch
 from geofl.server.tier import FlatTier
 
 __all__ = ["DualShieldParams", "DualShieldStrategy", "ShieldRound", "survivor_products"]
@@ -141,15 +145,30 @@ class DualShieldStrategy(ComposedStrategy):
         server_lr: η_s of the plain server step.
         params: CGF and HRA settings.
         num_clients: N.
+        rounds: T, sent to the clients for ADP's g(r, t) (004 Eq. 12).
     """
 
     def __init__(
-        self, tier: FlatTier, server_lr: float, params: DualShieldParams, num_clients: int
+        self,
+        tier: FlatTier,
+        server_lr: float,
+        params: DualShieldParams,
+        num_clients: int,
+        rounds: int = 0,
     ) -> None:
         super().__init__(tier, PlainServerOptimizer(server_lr))
         self.filter = CosineFilter(params.cgf())
         self.book = ReputationBook(params.hra(), num_clients)
+        self.rounds = rounds
+        self.public_norms: list[float] = []  # ‖w(s) − w(s − 1)‖, most recent first
         self.last: ShieldRound | None = None
+
+    def configure(self, round_idx: int, cohort: Sequence[int]) -> RoundPlan:
+        """Per client: r_j before this round, T and the public norms (ADP, 004 Alg. 1 step 1)."""
+        shared: dict[str, float] = {ROUNDS_KEY: float(self.rounds)}
+        shared.update({public_norm_key(i + 1): n for i, n in enumerate(self.public_norms)})
+        r = self.book.r.tolist()
+        return RoundPlan(extra={k: {**shared, REPUTATION_KEY: float(r[k])} for k in cohort})
 
     def shield(self, round_idx: int, batch: UpdateBatch) -> ShieldRound:
         """Defenses, CGF and the reputation update for ``batch`` (mutates the reputations)."""
@@ -178,6 +197,8 @@ class DualShieldStrategy(ComposedStrategy):
         else:  # every update dropped by the method's defenses: the model stays
             delta = torch.zeros_like(global_params)
         params = self.optimizer.step(global_params, delta)
+        change = float(torch.linalg.vector_norm((params - global_params).to(torch.float64)))
+        self.public_norms = [change, *self.public_norms][:PUBLIC_NORMS]
         return StrategyResult(params, delta, sr.weights, sr.hard, self._info(sr))
 
     def _info(self, sr: ShieldRound) -> dict[str, float]:
@@ -199,12 +220,14 @@ class DualShieldStrategy(ComposedStrategy):
             **super().state_dict(),
             "cgf": self.filter.state_dict(),
             "hra": self.book.state_dict(),
+            "public_norms": list(self.public_norms),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.filter.load_state_dict(state["cgf"])
         self.book.load_state_dict(state["hra"])
+        self.public_norms = [float(n) for n in state.get("public_norms", [])]
 
 
 #: Weightings Eq. 9 replaces (data_size is the method default, indistinguishable from unset).
@@ -241,5 +264,5 @@ def _check(params: DualShieldParams, ctx: CheckContext) -> None:
 @ALGORITHMS.register("dual_shield", params=DualShieldParams, check=_check)
 def build_dual_shield(params: DualShieldParams, *, ctx: AlgorithmContext) -> Algorithm:
     """DUAL-SHIELD server (004 §2.5–2.6): cosine-MAD filter, momentum reputation weights."""
-    strategy = DualShieldStrategy(ctx.tier, ctx.server_lr, params, ctx.num_clients)
+    strategy = DualShieldStrategy(ctx.tier, ctx.server_lr, params, ctx.num_clients, ctx.rounds)
     return Algorithm(strategy)

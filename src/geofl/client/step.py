@@ -83,6 +83,16 @@ class DataPoisoning(Protocol):
         ...
 
 
+@runtime_checkable
+class ObservesBroadcast(Protocol):
+    """A behaviour that also sees what its clients receive: the global model and their
+    directives (an adaptive attacker's public knowledge, :mod:`geofl.attacks.adaptive`)."""
+
+    def observe(self, global_params: torch.Tensor, directives: ClientDirectives) -> None:
+        """Called before the round's poisoning and training of one of its clients."""
+        ...
+
+
 class ClientAlgorithm(Protocol):
     """The client half of a federated algorithm (the strategy is the server half)."""
 
@@ -235,6 +245,8 @@ def client_step(
     attack = program.attack
     malicious = attack is not None and data.client_id in attack.clients
     train_data = data
+    if malicious and isinstance(attack, ObservesBroadcast):
+        attack.observe(global_params, directives)
     if malicious and isinstance(attack, DataPoisoning):
         train_data = attack.poison(data, directives.round)
     alg = program.algorithm

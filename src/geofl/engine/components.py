@@ -264,6 +264,7 @@ def build_components(
         seed=seed,
         clients_per_round=clients_per_round(cfg),
         delta=cfg.privacy.delta,
+        rounds=fed.rounds,
     )
     algorithm = ALGORITHMS.build(method.algorithm.name, method.algorithm.params, ctx=ctx)
     attack = build_attack(cfg, method, seed, data.train)

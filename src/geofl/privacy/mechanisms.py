@@ -34,7 +34,9 @@ __all__ = [
     "GaussianParams",
     "LevelSetting",
     "RiskAwareParams",
+    "check_noise_norm",
     "clip_and_noise",
+    "release_report",
 ]
 
 
@@ -59,7 +61,8 @@ def clip_and_noise(
     return clipped, norm
 
 
-def _report(norm: float, clip: float, sigma: float) -> dict[str, Any]:
+def release_report(norm: float, clip: float, sigma: float) -> dict[str, Any]:
+    """The local-log entry of one clip-and-noise release, with its dp_event (z = σ/2C)."""
     return {
         "norm": norm,
         "clip": clip,
@@ -98,7 +101,7 @@ class _ClipAndNoise:
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         clip, sigma, extra = self.choose(data)
         out, norm = clip_and_noise(delta, clip=clip, sigma=sigma, generator=generator)
-        return out, {**extra, **_report(norm, clip, sigma)}
+        return out, {**extra, **release_report(norm, clip, sigma)}
 
 
 class _Gaussian(_ClipAndNoise):
@@ -111,7 +114,7 @@ class _Gaussian(_ClipAndNoise):
         return self.params.clip, self.params.sigma, {}
 
 
-def _check_norm(_: object, ctx: CheckContext) -> None:
+def check_noise_norm(_: object, ctx: CheckContext) -> None:
     """Noise on Δw also hits float buffers; BatchNorm running variances could go negative."""
     if (ctx.experiment.get("model") or {}).get("params", {}).get("norm") == "batch":
         ctx.fail(
@@ -121,7 +124,9 @@ def _check_norm(_: object, ctx: CheckContext) -> None:
         )
 
 
-@RELEASE_STEPS.register("gaussian", params=GaussianParams, traits=("noise",), check=_check_norm)
+@RELEASE_STEPS.register(
+    "gaussian", params=GaussianParams, traits=("noise",), check=check_noise_norm
+)
 def build_gaussian(params: GaussianParams) -> ReleaseStep:
     """Uniform noise: clip to C, add N(0, σ²I), the same (C, σ) for all (000 §4.4)."""
     return _Gaussian(params)
@@ -180,7 +185,9 @@ class _RiskAware(_ClipAndNoise):
         return s.clip, s.sigma, risk
 
 
-@RELEASE_STEPS.register("risk_aware", params=RiskAwareParams, traits=("noise",), check=_check_norm)
+@RELEASE_STEPS.register(
+    "risk_aware", params=RiskAwareParams, traits=("noise",), check=check_noise_norm
+)
 def build_risk_aware(params: RiskAwareParams) -> ReleaseStep:
     """Spatial risk-aware perturbation: (C, σ) by the client's risk level (000 Alg. 1)."""
     return _RiskAware(params)
