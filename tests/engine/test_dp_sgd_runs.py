@@ -126,3 +126,13 @@ def test_an_unreachable_target_epsilon_is_refused_before_round_1(tmp_path: Path)
     assert output.strip().startswith("error: privacy.target_epsilon: 0.01 is exceeded by one")
     assert len(output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_report_names_the_selection_metric(tmp_path: Path) -> None:
+    raw = _dp_raw()
+    raw["eval"] = {"select_by": "macro_f1"}
+    code, output, out = _run(tmp_path, raw)
+    assert code == 0, output
+    html = (out / "report" / "index.html").read_text()
+    assert "at the round with the best validation macro_f1" in html
+    assert "DP-SGD noise multiplier σ = 1.5" in html

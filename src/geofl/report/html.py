@@ -286,10 +286,11 @@ def _results_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
         f"<th>final rolling std ({spread}, w={run.rolling_window})</th>"
         "<th>MB up per round</th><th>paper</th></tr>"
     )
+    select = str((run.config.get("eval") or {}).get("select_by") or pm)  # eval.select_by
     details = (
         f"<p>Mean ± sample standard deviation (ddof = 1) over finished seeds. Best-val test "
         f"{short} is the test {escape(pm)} at the round with the best validation "
-        f"{escape(pm)}.</p>\n"
+        f"{escape(select)}.</p>\n"
         f"<table>{header}\n" + "\n".join(rows) + "\n</table>"
     )
     if not table1:
