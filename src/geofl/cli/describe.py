@@ -8,7 +8,7 @@ the data package stays below both.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
@@ -16,6 +16,7 @@ from rich.table import Table
 
 from geofl.data.split import stratified_split
 from geofl.engine.experiment import build_partition, load_dataset
+from geofl.report.fragments import partition_figure_name, partition_text
 
 if TYPE_CHECKING:
     from geofl.config.schema import ExperimentConfig, MethodConfig
@@ -32,7 +33,8 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
         cfg: Experiment whose dataset and methods to describe.
         seed: Seed of the global split and the partitions.
         console: Where the tables go.
-        plot: Folder for one ``partition_<method>.png`` heatmap per method, or None.
+        plot: Folder for one heatmap per method, or None; named as in the HTML report
+            (``partition-<index>-<method>.png``, :func:`partition_figure_name`).
     """
     ds = load_dataset(cfg)
     split = stratified_split(ds.label_codes(), cfg.data.split, seed)
@@ -50,11 +52,12 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
     if ds.metadata:
         console.print("metadata: " + ", ".join(sorted(ds.metadata)))
     console.print(_target_table(ds))
-    for method in cfg.methods:
+    for i, method in enumerate(cfg.methods):
         part = build_partition(cfg, method, ds, split.train, seed)
         _print_partition(console, method, ds, part)
         if plot is not None:
-            _plot_partition(console, method, ds, part, plot / f"partition_{method.name}.png", seed)
+            path = plot / partition_figure_name(i, method.name)
+            _plot_partition(console, method, ds, part, path, seed)
 
 
 #: What ``classes`` name, per target kind.
@@ -67,13 +70,20 @@ _HIST_NOUN = {
     "real": "samples per quantile bin of the target",
 }
 
+#: Column options of class / label / target names: shown whole, wrapped (folded inside a
+#: word only when a single word is wider than the terminal), never cut with an ellipsis.
+_NAME_COLUMN: dict[str, Any] = {"overflow": "fold", "no_wrap": False, "min_width": 8}
+
 
 def _target_table(ds: ArrayDataset) -> Table:
     """Samples per class, positives per multi-hot label, or quantiles of real targets."""
     if ds.target_kind == "real":
         table = Table(title="target quantiles")
         for col in ("target", "min", "q25", "median", "q75", "max", "mean"):
-            table.add_column(col, justify="left" if col == "target" else "right")
+            if col == "target":
+                table.add_column(col, **_NAME_COLUMN)
+            else:
+                table.add_column(col, justify="right")
         values = ds.targets.numpy().reshape(len(ds), -1)
         qs = np.quantile(values, [0.0, 0.25, 0.5, 0.75, 1.0], axis=0)
         for j, name in enumerate(ds.classes):
@@ -81,7 +91,7 @@ def _target_table(ds: ArrayDataset) -> Table:
             table.add_row(name, *(f"{v:.3g}" for v in cells))
         return table
     table = Table(title="label counts" if ds.target_kind == "multi_hot" else "class counts")
-    table.add_column("label" if ds.target_kind == "multi_hot" else "class")
+    table.add_column("label" if ds.target_kind == "multi_hot" else "class", **_NAME_COLUMN)
     table.add_column("samples", justify="right")
     for name, c in zip(ds.classes, ds.label_histogram(), strict=True):
         table.add_row(name, str(int(c)))
@@ -94,18 +104,18 @@ def _print_partition(
     """One method's label histogram (class/label/quantile bin × client) and its entropy."""
     kind = ds.target_kind
     t = Table(
-        title=f"{method.name}: {method.partition.name} partition "
-        f"{method.partition.params} ({_HIST_NOUN[kind]} × client)"
+        title=f"{method.name}: {partition_text(method.partition.name, method.partition.params)}"
+        f" partition ({_HIST_NOUN[kind]} × client)"
     )
-    t.add_column({"multi_hot": "label", "real": "bin"}.get(kind, "class"))
+    t.add_column({"multi_hot": "label", "real": "bin"}.get(kind, "class"), **_NAME_COLUMN)
     for k in range(part.num_clients):
         t.add_column(str(k), justify="right")
     for name, col in zip(ds.histogram_columns(), part.histograms.T, strict=True):
-        t.add_row(name[:14], *(str(int(x)) for x in col))
+        t.add_row(name, *(str(int(x)) for x in col))
     t.add_row("[bold]total", *(f"[bold]{int(n)}" for n in part.sizes))
     console.print(t)
     ent = _entropy(part.histograms)
-    console.print(f"label entropy per client (nats): {np.round(ent, 2).tolist()}")
+    console.print(f"label entropy per client (nats): {_fmt_entropy(ent)}")
 
 
 def _plot_partition(
@@ -121,9 +131,15 @@ def _plot_partition(
 
     path.parent.mkdir(parents=True, exist_ok=True)
     plot_partition_heatmap(
-        {"classes": list(ds.histogram_columns()), "histograms": part.histograms.tolist()},
+        {
+            "classes": list(ds.histogram_columns()),
+            "histograms": part.histograms.tolist(),
+            "sizes": part.sizes.tolist(),
+        },
         path,
-        f"{method.name} (seed {seed})",
+        f"{method.name} — {partition_text(method.partition.name, method.partition.params)}, "
+        f"K={part.num_clients}, seed {seed}",
+        target_kind=ds.target_kind,
     )
     console.print(f"wrote {path}")
 
@@ -133,3 +149,8 @@ def _entropy(hist: np.ndarray) -> np.ndarray:
     p = hist / np.maximum(hist.sum(axis=1, keepdims=True), 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.asarray(-np.nansum(np.where(p > 0, p * np.log(p), 0.0), axis=1))
+
+
+def _fmt_entropy(ent: np.ndarray) -> str:
+    """``[0.00, 1.23, …]``: two decimals, tiny negatives (rounding) and -0.0 shown as 0.00."""
+    return "[" + ", ".join(f"{max(float(e), 0.0) + 0.0:.2f}" for e in ent) + "]"

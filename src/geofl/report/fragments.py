@@ -7,9 +7,20 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from html import escape
+from typing import Any
 
-__all__ = ["BADGE_INCOMPLETE", "figure_html", "fmt_e", "fmt_number", "fmt_sci", "slug"]
+__all__ = [
+    "BADGE_INCOMPLETE",
+    "figure_html",
+    "fmt_e",
+    "fmt_number",
+    "fmt_sci",
+    "partition_figure_name",
+    "partition_text",
+    "slug",
+]
 
 #: Marks a method with unfinished seeds (no ``final.json``).
 BADGE_INCOMPLETE = '<span class="badge">incomplete</span>'
@@ -20,6 +31,29 @@ _SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 def slug(name: str) -> str:
     """A file-name-safe form of ``name`` (``"method"`` if nothing is left)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "method"
+
+
+def partition_figure_name(index: int, method: str) -> str:
+    """File name of the partition heatmap of the ``index``-th method (0-based, in config
+    order), e.g. ``partition-01-fedavg.png``; the report and ``geofl data describe`` share it.
+    """
+    return f"partition-{index:02d}-{slug(method)}.png"
+
+
+def partition_text(name: str, params: Mapping[str, Any] | None = None) -> str:
+    """A partitioner and its parameters as prose.
+
+    E.g. ``iid``, ``dirichlet (alpha=0.1, min_samples=20)``, ``group by region`` (for
+    ``group`` with ``key=region`` and for ``region``). Not escaped.
+    """
+    rest = dict(params or {})
+    if name == "region":
+        name, rest = "group", {"key": "region", **rest}
+    if name == "group" and "key" in rest:
+        name = f"group by {rest.pop('key')}"
+    if rest:
+        name += " (" + ", ".join(f"{k}={v}" for k, v in rest.items()) + ")"
+    return name
 
 
 def figure_html(src: str, caption: str, alt: str) -> str:

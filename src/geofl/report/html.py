@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from geofl.report.communication import communication_html
-from geofl.report.fragments import BADGE_INCOMPLETE, figure_html, slug
+from geofl.report.fragments import (
+    BADGE_INCOMPLETE,
+    figure_html,
+    partition_figure_name,
+    partition_text,
+)
 from geofl.report.governance import governance_html
 from geofl.report.paired import paired_html
 from geofl.report.paper import TABLE1_COLUMNS, has_table1, paper_figures, table1_html
@@ -81,10 +86,10 @@ def _partition_label(partition: dict[str, Any] | None) -> str:
     """E.g. ``"dirichlet (alpha=0.1), K=10"``; ``"–"`` when unknown."""
     if partition is None:
         return "–"
-    label = str(partition.get("partitioner") or "?")
     params = partition.get("params")
-    if isinstance(params, dict) and params:
-        label += " (" + ", ".join(f"{k}={v}" for k, v in params.items()) + ")"
+    label = partition_text(
+        str(partition.get("partitioner") or "?"), params if isinstance(params, dict) else None
+    )
     return f"{label}, K={_num_clients(partition)}"
 
 
@@ -245,19 +250,25 @@ _PARTITION_COLUMNS = {
     "regression": "quantile bin of the target (columns)",
 }
 
+#: The target kind (:mod:`geofl.data.targets`) of a task's histogram columns.
+_TASK_TARGET_KIND = {"binary": "binary", "multilabel": "multi_hot", "regression": "real"}
+
 
 def _partition_figures(run: RunData, out: Path) -> list[str]:
     """One client × class (label, target bin) heatmap per federated method."""
     columns = _PARTITION_COLUMNS.get(run.task.name, "class (columns)")
+    kind = _TASK_TARGET_KIND.get(run.task.name, "class")
     blocks: list[str] = []
     for i, (method, seeds) in enumerate(run.methods.items()):
         part = _first_partition(seeds)
         if part is None or _num_clients(part) <= 1:
             continue  # centralized (pooled) methods have a single client
         seed = next(s for s, r in seeds.items() if r.partition is not None)
-        name = f"partition-{i:02d}-{slug(method)}.png"
+        name = partition_figure_name(i, method)
         label = _partition_label(part)
-        plot_partition_heatmap(part, out / name, title=f"{method} — {label}, seed {seed}")
+        plot_partition_heatmap(
+            part, out / name, title=f"{method} — {label}, seed {seed}", target_kind=kind
+        )
         blocks.append(
             figure_html(
                 name,

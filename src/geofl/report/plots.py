@@ -24,6 +24,7 @@ from geofl.report.summary import ROLLING_WINDOW, SeedRun, metric_scale, metric_u
 from geofl.tasks.metrics import rolling_std
 
 __all__ = [
+    "PARTITION_AXIS",
     "Runs",
     "colour",
     "legend",
@@ -248,13 +249,21 @@ def plot_convergence(runs: Runs, path: Path, *, metric: str = "accuracy") -> Pat
     return save(fig, path)
 
 
-def plot_partition_heatmap(partition: Mapping[str, Any], path: Path, title: str) -> Path:
+#: The x-axis of a partition heatmap (what its columns are), by target kind
+#: (:mod:`geofl.data.targets`); ``class`` for any other kind.
+PARTITION_AXIS = {"multi_hot": "label", "real": "target bin"}
+
+
+def plot_partition_heatmap(
+    partition: Mapping[str, Any], path: Path, title: str, *, target_kind: str = "class"
+) -> Path:
     """Clients × classes heatmap of sample counts, annotated when at most 20 × 21 cells.
 
     Args:
         partition: Content of ``partition.json`` (``classes``, ``histograms``, ``sizes``).
         path: PNG to write.
         title: Axes title (e.g. method and partitioner).
+        target_kind: The dataset's target kind; names the x-axis (:data:`PARTITION_AXIS`).
     """
     counts = np.atleast_2d(np.asarray(partition.get("histograms") or [[]], dtype=np.float64))
     k, c = counts.shape
@@ -264,7 +273,8 @@ def plot_partition_heatmap(partition: Mapping[str, Any], path: Path, title: str)
     height = min(max(2.6, 0.3 * k + 1.9), 8.0)
     fig = new_figure((max(_SIZE[0], 0.45 * c + 2.5), height))
     ax = fig.add_subplot()
-    style(ax, title, "class", "client (training samples)", grid=False)
+    xlabel = PARTITION_AXIS.get(target_kind, "class")
+    style(ax, title, xlabel, "client (training samples)", grid=False)
     if counts.size == 0:
         no_data(ax, "partition")
         return save(fig, path)
