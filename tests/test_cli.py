@@ -98,7 +98,7 @@ def test_run_then_report_then_describe(tiny_config_file: Path, tmp_path: Path) -
         app, ["data", "describe", str(tiny_config_file), "--plot", str(tmp_path / "p")]
     )
     assert desc.exit_code == 0, desc.output
-    assert "partition" in desc.output and (tmp_path / "p" / "partition_fedavg.png").exists()
+    assert "partition" in desc.output and (tmp_path / "p" / "partition-01-fedavg.png").exists()
 
 
 def test_report_on_a_non_run_dir_exits_2(tmp_path: Path) -> None:
@@ -128,7 +128,7 @@ def test_describe_tabular_and_multilabel_presets(
     text = " ".join(result.output.split())  # rich wraps long lines
     for needle in needles:
         assert needle in text, needle
-    assert len(list(tmp_path.glob("partition_*.png"))) == 2
+    assert len(list(tmp_path.glob("partition-*.png"))) == 2
 
 
 def test_epsilon_command_matches_the_accountant_and_refuses_bad_input() -> None:
