@@ -24,6 +24,9 @@ runner = CliRunner()
         ["epsilon"],
         ["data"],
         ["data", "describe"],
+        ["config"],
+        ["config", "show"],
+        ["config", "validate"],
     ],
 )
 def test_every_command_has_help(args: list[str]) -> None:

@@ -6,6 +6,7 @@ or value and exit code 2; nothing half-written is left behind.
 Modules (imports point down only; every command module uses :mod:`geofl.cli.common`):
 
 * :mod:`geofl.cli.run` — ``run``, ``report``, ``presets``;
+* :mod:`geofl.cli.config` — ``config show|validate`` (the resolved config, before a run);
 * :mod:`geofl.cli.data` — ``data describe`` (tables and heatmaps in
   :mod:`geofl.cli.describe`);
 * :mod:`geofl.cli.ledger` — ``ledger show|verify|committee|permissions|reputation|build``;
@@ -21,10 +22,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Annotated
 
 import typer
 
-from geofl.cli import data, epsilon, ledger, predict, run
+from geofl import __version__
+from geofl.cli import config, data, epsilon, ledger, predict, run
 from geofl.cli.common import error_line
 
 __all__ = ["app", "main"]
@@ -34,7 +37,32 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Federated learning on geospatial and remote-sensing data.",
 )
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: print ``geofl <version>`` and exit 0."""
+    if value:
+        print(f"geofl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the geofl version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Federated learning on geospatial and remote-sensing data."""
+
+
 app.add_typer(data.data_app, name="data")
+app.add_typer(config.config_app, name="config")
 app.command("run")(run.run_cmd)
 app.command("report")(run.report_cmd)
 app.command("presets")(run.presets_cmd)

@@ -13,9 +13,19 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from geofl.errors import ConfigError
 from geofl.registry import printable
 
-__all__ = ["RunDirArg", "SetOpt", "SourceArg", "console", "error_line", "fail"]
+__all__ = [
+    "RunDirArg",
+    "SeedsOpt",
+    "SetOpt",
+    "SourceArg",
+    "console",
+    "error_line",
+    "fail",
+    "parse_seeds",
+]
 
 console = Console(stderr=True)
 
@@ -24,6 +34,7 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a field: path.to.field=value (repeatable)."),
 ]
+SeedsOpt = Annotated[str | None, typer.Option(help="Comma-separated seeds, e.g. 1,42,2024.")]
 RunDirArg = Annotated[Path, typer.Argument(help="A run directory written by `geofl run`.")]
 
 
@@ -49,3 +60,17 @@ def fail(message: str) -> typer.Exit:
     """
     error_line(message)
     return typer.Exit(code=2)
+
+
+def parse_seeds(text: str | None) -> list[int] | None:
+    """The ``--seeds`` option as integers (``None`` when not given).
+
+    Raises:
+        ConfigError: naming ``--seeds`` when an entry is not an integer.
+    """
+    if text is None:
+        return None
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError("--seeds", f"{text!r} must be comma-separated integers") from None

@@ -5,33 +5,34 @@ from __future__ import annotations
 import contextlib
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from geofl.cli.common import RunDirArg, SetOpt, SourceArg, console, fail
+from geofl.cli.common import (
+    RunDirArg,
+    SeedsOpt,
+    SetOpt,
+    SourceArg,
+    console,
+    fail,
+    parse_seeds,
+)
 from geofl.errors import ConfigError, GeoflError, RunStoppedError
+
+if TYPE_CHECKING:
+    from geofl.config.schema import ExperimentConfig
+    from geofl.engine.provenance import Provenance
 
 __all__ = ["presets_cmd", "report_cmd", "run_cmd"]
 
 
-def _parse_seeds(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError("--seeds", f"{text!r} must be comma-separated integers") from None
-
-
 def run_cmd(
     source: SourceArg,
-    seeds: Annotated[
-        str | None, typer.Option(help="Comma-separated seeds, e.g. 1,42,2024.")
-    ] = None,
+    seeds: SeedsOpt = None,
     out: Annotated[
         Path | None, typer.Option(help="Run directory (default runs/NAME-TIME).")
     ] = None,
@@ -48,27 +49,18 @@ def run_cmd(
     progress: Annotated[bool, typer.Option(help="Show the progress display.")] = True,
 ) -> None:
     """Run an experiment (every method × seed) and write its run directory and report."""
-    from geofl.cli.progress import ProgressSubscriber, make_progress
     from geofl.config.load import load_config
-    from geofl.engine.experiment import run_experiment
-    from geofl.engine.stop import StopRequest
-    from geofl.events import LogSubscriber, Subscriber
+    from geofl.engine.provenance import Provenance
 
     try:
-        cfg = load_config(source, set_ or [], _parse_seeds(seeds))
+        seed_list = parse_seeds(seeds)
+        cfg = load_config(source, set_ or [], seed_list)
         if out is None:
             if resume:
                 raise ConfigError("--out", "--resume needs the run directory as --out")
             out = Path("runs") / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
-        subs: list[Subscriber] = [LogSubscriber()]
-        with StopRequest().install() as stop, contextlib.ExitStack() as stack:
-            if progress:
-                bar = make_progress()
-                subs.append(ProgressSubscriber(bar))
-                stack.enter_context(bar)
-            run_dir = run_experiment(
-                cfg, out, resume=resume, subscribers=subs, stop=stop, rebuild_log=rebuild_log
-            )
+        provenance = Provenance.from_cli(set_, seed_list)
+        run_dir = _run(cfg, out, resume, rebuild_log, progress, provenance)
         if report:
             from geofl.report import write_report
 
@@ -91,6 +83,37 @@ def run_cmd(
             f"{where}{err.strerror or err}; fix it (free space, permissions) and rerun with "
             "--resume"
         ) from None
+
+
+def _run(
+    cfg: ExperimentConfig,
+    out: Path,
+    resume: bool,
+    rebuild_log: bool,
+    progress: bool,
+    provenance: Provenance,
+) -> Path:
+    """Run the experiment under a stop handler, with the progress display when asked."""
+    from geofl.cli.progress import ProgressSubscriber, make_progress
+    from geofl.engine.experiment import run_experiment
+    from geofl.engine.stop import StopRequest
+    from geofl.events import LogSubscriber, Subscriber
+
+    subs: list[Subscriber] = [LogSubscriber()]
+    with StopRequest().install() as stop, contextlib.ExitStack() as stack:
+        if progress:
+            bar = make_progress()
+            subs.append(ProgressSubscriber(bar))
+            stack.enter_context(bar)
+        return run_experiment(
+            cfg,
+            out,
+            resume=resume,
+            subscribers=subs,
+            stop=stop,
+            rebuild_log=rebuild_log,
+            provenance=provenance,
+        )
 
 
 def _print_summary(run_dir: Path) -> None:

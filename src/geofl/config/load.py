@@ -32,6 +32,7 @@ from geofl.registry import (
 __all__ = [
     "apply_override",
     "clients_per_round",
+    "dump_config",
     "list_presets",
     "load_config",
     "load_raw",
@@ -262,6 +263,20 @@ def load_config(
         raise format_validation_error(err) from None
     validate_config(cfg)
     return cfg
+
+
+def dump_config(cfg: ExperimentConfig) -> str:
+    """The fully resolved config as YAML: what a run directory's ``config.yaml`` holds.
+
+    :func:`load_config` on this text gives back an equal config.
+
+    Args:
+        cfg: A validated config.
+
+    Returns:
+        YAML text, fields in schema order.
+    """
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
 def _complete_sections(raw: dict[str, Any]) -> None:

@@ -11,7 +11,6 @@ import json
 import logging
 import shutil
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch
 import yaml
 
 from geofl import __version__, plugins
+from geofl.config.load import dump_config
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import ArrayDataset, standardized_view
 from geofl.data.cache import check_cache_dir, default_cache_dir
@@ -35,6 +35,7 @@ from geofl.engine.components import (
     check_release_inputs,
 )
 from geofl.engine.export import model_spec
+from geofl.engine.provenance import Provenance
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
 from geofl.engine.threat import check_attack_inputs
@@ -151,6 +152,7 @@ def run_experiment(
     subscribers: Sequence[Subscriber] = (),
     stop: StopRequest | None = None,
     rebuild_log: bool = False,
+    provenance: Provenance | None = None,
 ) -> Path:
     """Run every method for every seed into ``out_dir``; returns the run directory.
 
@@ -163,6 +165,8 @@ def run_experiment(
         subscribers: Observers of every (method, seed) run.
         stop: Polled between rounds; a requested stop ends the run after a durable round.
         rebuild_log: On resume, rewrite damaged round logs from the checkpoints.
+        provenance: The command line that started (or resumes) the run, for ``run.json``
+            (default: a library call, no command line). Not part of the resume identity.
 
     Raises:
         RunDirError: if ``out_dir`` holds another run and ``resume`` is False, holds nothing
@@ -197,7 +201,7 @@ def run_experiment(
     created = not out_dir.exists()
     with lock_run_dir(out_dir):
         try:
-            _write_header(cfg, out_dir, resolved, task)
+            _write_header(cfg, out_dir, task, provenance or Provenance())
             for seed in cfg.seeds:
                 data = prepare_split(ds, cfg, seed, splits[seed])
                 for method in cfg.methods:
@@ -302,17 +306,29 @@ def _warn_degenerate(train_labels: np.ndarray, classes: Sequence[str]) -> None:
 
 
 def _write_header(
-    cfg: ExperimentConfig, out_dir: Path, resolved: dict[str, Any], task: TaskInfo
+    cfg: ExperimentConfig,
+    out_dir: Path,
+    task: TaskInfo,
+    provenance: Provenance,
 ) -> None:
-    write_text_atomic(
-        out_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True)
-    )
+    """Write ``config.yaml`` and ``run.json``.
+
+    A fresh run records ``provenance``; a resumed one (``run.json`` already there) keeps
+    ``created`` and the original ``provenance`` and appends ``provenance`` to ``resumed``.
+    """
+    write_text_atomic(out_dir / "config.yaml", dump_config(cfg))
     run_json = out_dir / "run.json"
-    created = datetime.now(UTC).isoformat(timespec="seconds")
+    now = provenance.to_json()
+    kept: dict[str, Any] = {"created": now["at"], "provenance": now}
     if run_json.exists():
         try:
-            created = str(json.loads(run_json.read_text(encoding="utf-8"))["created"])
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            old = json.loads(run_json.read_text(encoding="utf-8"))
+            kept = {
+                "created": str(old["created"]),
+                "provenance": old.get("provenance"),
+                "resumed": [*old.get("resumed", []), now],
+            }
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise RunDirError(
                 f"{run_json} is damaged ({type(err).__name__}); restore it, or start a new "
                 "run with another --out"
@@ -326,11 +342,11 @@ def _write_header(
             "labels": {m.name: m.label or m.name for m in cfg.methods},
             "seeds": cfg.seeds,
             "geofl_version": __version__,
-            "created": created,
             "torch": torch.__version__,
             "numpy": np.__version__,
             "paper": {k: v.model_dump() for k, v in cfg.paper.items()},
             "figures": [f.model_dump() for f in cfg.figures],
             "task": task.to_json(),
+            **kept,
         },
     )
