@@ -122,3 +122,37 @@ def test_l2_clip_bound_must_be_positive(bound: float) -> None:
 
     with pytest.raises(ConfigError, match="bound"):
         RELEASE_STEPS.validate("l2_clip", {"bound": bound})
+
+
+def test_dropout_masks_depend_on_the_round_stream_not_on_what_ran_before() -> None:
+    """A trainer reseeds dropout from the train stream's seed: the same (seed, round,
+    client) gives the same update whatever the trainer ran before (resume), and another
+    round's stream gives other masks."""
+    model = MODELS.build(
+        "mlp",
+        {"hidden": [16], "dropout": 0.5},
+        in_channels=6,
+        num_classes=2,
+        generator=torch_generator(0, "init"),
+    )
+    tr = LOCAL_TRAINERS.build(
+        "local_sgd",
+        {},
+        workspace=FlatModel(model),
+        train=TrainConfig(batch_size=8, local_steps=3),
+        task=ClassificationTask(2),
+    )
+    g = torch_generator(1, "data")
+    data = ClientData(
+        0,
+        torch.randn(24, 6, generator=g),
+        torch.randint(0, 2, (24,), generator=g),
+        np.array([12, 12]),
+    )
+    w0 = tr.workspace.snapshot()
+    a = tr(w0, data, ClientDirectives(1, 0), torch_generator(7, "round", 1))
+    tr(w0, data, ClientDirectives(2, 0), torch_generator(7, "round", 2))  # moves the masks
+    b = tr(w0, data, ClientDirectives(1, 0), torch_generator(7, "round", 1))
+    c = tr(w0, data, ClientDirectives(1, 0), torch_generator(7, "round", 3))
+    assert torch.equal(a.delta, b.delta)
+    assert not torch.equal(a.delta, c.delta)

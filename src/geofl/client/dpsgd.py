@@ -187,6 +187,7 @@ class DpSgd(LocalSGD):
         if t.augment and augment_generator is None:
             raise ValueError("train.augment is set but no augment generator was given")
         self.workspace.load(global_params)
+        self._reseed_dropout(generator)
         self.workspace.module.train()
         n = len(data)
         q, steps = dp_sgd_plan(n, t, p.sampling_probability)

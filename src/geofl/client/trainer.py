@@ -23,7 +23,9 @@ from geofl.client.augment import AugmentPipeline
 from geofl.client.data import ClientData, batch_indices
 from geofl.client.state import StateSpec
 from geofl.models.base import FlatModel
+from geofl.models.mlp import GeneratorDropout, reseed_dropout
 from geofl.registry import NoParams, Registry
+from geofl.rng import torch_generator
 from geofl.tasks.base import MetricAccumulator, Task
 from geofl.update import (
     LR_DIRECTIVE,
@@ -173,6 +175,19 @@ class LocalSGD(StatelessTrainer):
         self._params = [p for p in workspace.module.parameters() if p.requires_grad]
         self._flat_grad: torch.Tensor | None = None
         self._mask: torch.Tensor | None = None
+        self._dropout = any(isinstance(m, GeneratorDropout) for m in workspace.module.modules())
+
+    def _reseed_dropout(self, generator: torch.Generator) -> None:
+        """Give the model's dropout layers masks from (seed, round, client, "dropout").
+
+        The stream is derived from the seed of the round's ``train`` generator without
+        drawing from it, so the batch schedule is unchanged, every (round, client) gets its
+        own masks, and a resumed run reproduces them. Models without dropout are untouched.
+        """
+        if self._dropout:
+            reseed_dropout(
+                self.workspace.module, torch_generator(generator.initial_seed(), "dropout")
+            )
 
     def _bind_flat_grad(self) -> torch.Tensor:
         """Make every parameter's ``.grad`` a view of one ``[D]`` gradient vector."""
@@ -218,6 +233,7 @@ class LocalSGD(StatelessTrainer):
         """
         model: nn.Module = self.workspace.module
         self.workspace.load(global_params)
+        self._reseed_dropout(generator)
         model.train()
         t, task = train_for_round(self.train_cfg, directives), self.task
         opt = self._optimizer(t)
