@@ -246,11 +246,11 @@ class DpSgd(LocalSGD):
         """Eq. 15: Ĉ^{t+1} = β Ĉ^t + (1 − β)·median_s ‖g̃_s‖ (Ĉ⁰ = C⁰/τ before any round)."""
         ad = self.params.adaptive_clip or AdaptiveClipParams()
         med = statistics.median(noisy_norms)
-        if ad.denoise:  # E‖noise/qn‖² = σ²C²p/(qn)² over the p trainable entries
+        if ad.denoise:  # E‖noise in g̃‖² = (per-entry std)² over the p trainable entries
             p = float(self._mask.sum()) if self._mask is not None else self.workspace.spec.numel
-            per_entry = self.params.noise_multiplier * clip / expected_batch
-            if self.params.noise_on == "mean":
-                per_entry = self.params.noise_multiplier * clip
+            per_entry = self.params.noise_multiplier * clip
+            if self.params.noise_on == "sum":  # the noise was divided by qn with the sum
+                per_entry /= expected_batch
             med = math.sqrt(max(0.0, med**2 - per_entry**2 * p))
         previous = c_hat if c_hat > 0.0 else clip / ad.tau
         return ad.beta * previous + (1.0 - ad.beta) * med

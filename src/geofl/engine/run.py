@@ -44,7 +44,7 @@ from geofl.io import (
 from geofl.privacy.accounting import (
     ACCOUNTANTS,
     DP_EVENTS_FILE,
-    dp_event_from_log,
+    dp_event_from_spec,
     dp_events_json,
     epsilon_summary,
 )
@@ -337,11 +337,9 @@ class FederatedRun:
         for k in range(len(self.clients)):
             specs = [dict(spec) for spec in self.comps.store.events(k)]
             for spec in specs:
-                event = dp_event_from_log({"dp_event": spec})
-                if event is not None:
-                    accountant.record(k, event)
-                    zs.add(float(spec["noise_multiplier"]))
-                    mechanisms.add(str(spec.get("mechanism")))
+                accountant.record(k, dp_event_from_spec(spec))
+                zs.add(float(spec["noise_multiplier"]))
+                mechanisms.add(str(spec.get("mechanism")))
             if specs:
                 ledgers[str(k)] = specs
         if not zs:

@@ -20,11 +20,13 @@ client's own releases (Mironov 2017, Prop. 1 and 3 for RDP; Koskela et al. 2020 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import dp_accounting as dpa
@@ -386,9 +388,6 @@ def dp_events_json(
 
 def read_dp_events(path: Any) -> dict[int, dpa.DpEvent]:
     """Each client's releases from a :data:`DP_EVENTS_FILE` as one ``ComposedDpEvent``."""
-    import json
-    from pathlib import Path
-
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     return {
         int(k): dpa.ComposedDpEvent([dp_event_from_spec(s) for s in specs])
