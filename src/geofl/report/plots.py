@@ -20,7 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from geofl.io import atomic_write
-from geofl.report.summary import ROLLING_WINDOW, SeedRun, metric_scale, metric_unit, num
+from geofl.report.run_data import ROLLING_WINDOW, SeedRun, num
+from geofl.report.stats import metric_scale, metric_unit
 from geofl.tasks.metrics import rolling_std
 
 __all__ = [

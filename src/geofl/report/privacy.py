@@ -19,7 +19,7 @@ from geofl.errors import RunDirError
 from geofl.report.fragments import figure_html, fmt_e, fmt_number, fmt_sci, slug
 from geofl.report.paper import display_names
 from geofl.report.privacy_plots import ATTRIBUTES, plot_aggregation_weights, plot_attack_auc
-from geofl.report.summary import RunData, num, read_json
+from geofl.report.run_data import RunData, num, read_json
 
 __all__ = [
     "ATTACK_FILE",

@@ -23,7 +23,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from geofl.report.plots import legend, new_figure, no_data, plain, save, style
-from geofl.report.summary import SeedRun, num
+from geofl.report.run_data import SeedRun, num
 
 __all__ = [
     "ATTRIBUTES",

@@ -17,7 +17,8 @@ from geofl.report.plots import (
     plot_per_class_accuracy,
     plot_rolling_std,
 )
-from geofl.report.summary import RunData, metric_unit
+from geofl.report.run_data import RunData
+from geofl.report.stats import metric_unit
 
 __all__ = ["task_figures"]
 
