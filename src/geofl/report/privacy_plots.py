@@ -22,8 +22,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from geofl.report.plots import legend, new_figure, no_data, plain, save, style
 from geofl.report.run_data import SeedRun, num
+from geofl.report.style import legend, new_figure, no_data, plain, save, style
 
 __all__ = [
     "ATTRIBUTES",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import yaml
 from geofl.errors import RunDirError
 from geofl.records import RoundRecord, TaskInfo
 
-__all__ = ["ROLLING_WINDOW", "RunData", "SeedRun", "load_run", "num", "read_json"]
+__all__ = ["ROLLING_WINDOW", "RunData", "Runs", "SeedRun", "load_run", "num", "read_json"]
 
 #: Default window of the rolling std of test accuracy (000 Fig. 6), if the config sets none.
 ROLLING_WINDOW = 10
@@ -69,6 +70,10 @@ class SeedRun:
         return xs, np.array(ys, dtype=np.float64)
 
 
+#: ``method -> seed -> SeedRun`` (:attr:`RunData.methods`, or a subset of it).
+Runs = Mapping[str, Mapping[int, "SeedRun"]]
+
+
 @dataclass(frozen=True)
 class RunData:
     """A loaded run directory.
@@ -98,6 +103,11 @@ class RunData:
         return [int(s) for s in self.info.get("seeds") or []]
 
     @property
+    def single_seed(self) -> bool:
+        """True when no method has more than one seed: there is no spread to show."""
+        return all(len(seeds) <= 1 for seeds in self.methods.values())
+
+    @property
     def task(self) -> TaskInfo:
         """The run's task (``run.json["task"]``; classification for older runs)."""
         return TaskInfo.from_json(self.info.get("task"))
@@ -115,6 +125,20 @@ class RunData:
         labels = self.info.get("labels")
         label = labels.get(method) if isinstance(labels, dict) else None
         return str(label) if label else method
+
+    def display_names(self) -> dict[str, str]:
+        """``method -> label`` (:meth:`label`), made unique by appending the method name to
+        labels that several methods share."""
+        labels = {m: self.label(m) for m in self.methods}
+        counts: dict[str, int] = {}
+        for label in labels.values():
+            counts[label] = counts.get(label, 0) + 1
+        return {m: (f"{lb} ({m})" if counts[lb] > 1 else lb) for m, lb in labels.items()}
+
+    def labelled(self) -> dict[str, dict[int, SeedRun]]:
+        """:attr:`methods` keyed by display name (for figure legends), in method order."""
+        names = self.display_names()
+        return {names[m]: seeds for m, seeds in self.methods.items()}
 
     def method_config(self, method: str) -> dict[str, Any]:
         """The ``methods`` entry of the config named ``method`` (``{}`` if not found)."""

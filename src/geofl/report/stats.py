@@ -55,7 +55,12 @@ def make_stat(values: Sequence[float]) -> Stat:
 
 
 def format_pm(stat: Stat, scale: float = 100.0, digits: int = 2) -> str:
-    """``"95.04 ± 0.32"`` from a Stat of fractions (``scale`` 100 → percent); ``"–"`` if empty."""
+    """``"95.04 ± 0.32"`` from a Stat of fractions (``scale`` 100 → percent); ``"–"`` if empty.
+
+    A single value has no spread and is shown alone (``"95.04"``, not ``"95.04 ± 0.00"``).
+    """
     if stat["n"] == 0 or not math.isfinite(stat["mean"]):
         return "–"
+    if stat["n"] == 1:
+        return f"{stat['mean'] * scale:.{digits}f}"
     return f"{stat['mean'] * scale:.{digits}f} ± {stat['std'] * scale:.{digits}f}"
