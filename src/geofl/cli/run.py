@@ -47,6 +47,13 @@ def run_cmd(
     ] = False,
     report: Annotated[bool, typer.Option(help="Write the HTML report at the end.")] = True,
     progress: Annotated[bool, typer.Option(help="Show the progress display.")] = True,
+    track: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Export to an experiment tracker: mlflow or tensorboard (repeatable; same as "
+            "--set tracking.NAME=true; needs the extra geofl[tracking])."
+        ),
+    ] = None,
 ) -> None:
     """Run an experiment (every method × seed) and write its run directory and report."""
     from geofl.config.load import load_config
@@ -54,7 +61,7 @@ def run_cmd(
 
     try:
         seed_list = parse_seeds(seeds)
-        cfg = load_config(source, set_ or [], seed_list)
+        cfg = load_config(source, [*(set_ or []), *_track_overrides(track)], seed_list)
         if out is None:
             if resume:
                 raise ConfigError("--out", "--resume needs the run directory as --out")
@@ -66,6 +73,7 @@ def run_cmd(
 
             index = write_report(run_dir)
             console.print(f"report: {escape(str(index))}")
+            _log_report(run_dir)
         _print_summary(run_dir)
     except RunStoppedError as err:
         where = out if out is not None else "RUN_DIR"
@@ -83,6 +91,29 @@ def run_cmd(
             f"{where}{err.strerror or err}; fix it (free space, permissions) and rerun with "
             "--resume"
         ) from None
+
+
+#: Trackers ``--track`` accepts (fields of the config's ``tracking`` section).
+TRACKERS = ("mlflow", "tensorboard")
+
+
+def _track_overrides(track: list[str] | None) -> list[str]:
+    """``--track NAME`` as the ``--set tracking.NAME=true`` it stands for."""
+    for name in track or []:
+        if name not in TRACKERS:
+            raise ConfigError("--track", f"unknown tracker {name!r}; use {' or '.join(TRACKERS)}")
+    return [f"tracking.{name}=true" for name in track or []]
+
+
+def _log_report(run_dir: Path) -> None:
+    """Add the report to the trackers the run was exported to (none: nothing happens)."""
+    from geofl.tracking.state import STATE_FILE
+
+    if (run_dir / STATE_FILE).is_file():
+        from geofl.tracking.subscriber import log_report
+
+        for tracker in log_report(run_dir):
+            console.print(f"report logged to {tracker}")
 
 
 def _run(
@@ -154,6 +185,7 @@ def report_cmd(run_dir: RunDirArg) -> None:
         if not (run_dir / "run.json").exists():
             raise ConfigError("RUN_DIR", f"{run_dir} is not a run directory (no run.json)")
         print(write_report(run_dir))
+        _log_report(run_dir)
     except GeoflError as err:
         raise fail(str(err)) from None
     except OSError as err:  # disk full, permissions: nothing half-written (atomic writes)

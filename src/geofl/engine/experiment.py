@@ -40,7 +40,7 @@ from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
 from geofl.engine.threat import check_attack_inputs
 from geofl.errors import ConfigError, RunDirError
-from geofl.events import Subscriber
+from geofl.events import ExperimentObserver, Subscriber
 from geofl.io import write_json_atomic, write_text_atomic
 from geofl.models.spec import MODEL_SPEC_FILE, write_model_spec
 from geofl.records import TaskInfo
@@ -198,6 +198,11 @@ def run_experiment(
     if cfg.governance is not None:
         governance = plugins.SUBSCRIBERS.build("governance", cfg.governance, experiment=resolved)
         subscribers = [*subscribers, governance]
+    if cfg.tracking is not None and (cfg.tracking.mlflow or cfg.tracking.tensorboard):
+        tracking = plugins.SUBSCRIBERS.build(
+            "tracking", cfg.tracking.model_dump(), experiment=resolved, run_dir=out_dir
+        )
+        subscribers = [*subscribers, tracking]
     created = not out_dir.exists()
     with lock_run_dir(out_dir):
         try:
@@ -229,6 +234,9 @@ def run_experiment(
     from geofl.report import write_summary
 
     write_summary(out_dir)
+    for sub in subscribers:
+        if isinstance(sub, ExperimentObserver):
+            sub.on_experiment_end(out_dir)
     return out_dir
 
 
@@ -251,8 +259,12 @@ def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
 
 def _resume_identity(cfg: Any) -> Any:
     """What must match to resume: the config less ``data.cache`` (how the decode cache is
-    held changes no result; run directories from before the field lack it)."""
-    if isinstance(cfg, dict) and isinstance(cfg.get("data"), dict):
+    held changes no result; run directories from before the field lack it) and less
+    ``tracking`` (exporting to a tracker observes only)."""
+    if not isinstance(cfg, dict):
+        return cfg
+    cfg = {k: v for k, v in cfg.items() if k != "tracking"}
+    if isinstance(cfg.get("data"), dict):
         return {**cfg, "data": {k: v for k, v in cfg["data"].items() if k != "cache"}}
     return cfg
 
