@@ -49,9 +49,8 @@ class TensorboardExport:
 
     def __init__(self, cfg: TrackingConfig, resolved: Mapping[str, Any], run_dir: Path) -> None:
         self._writer_cls = require("torch.utils.tensorboard", "tracking.tensorboard").SummaryWriter
-        self.log_dir = (
-            Path(cfg.tensorboard_dir) if cfg.tensorboard_dir else Path(run_dir) / "tensorboard"
-        )
+        where = Path(cfg.tensorboard_dir) if cfg.tensorboard_dir else Path(run_dir) / "tensorboard"
+        self.log_dir = where.resolve()  # absolute: tracking.json is read from any directory
         self.config_text = yaml.safe_dump(
             {k: v for k, v in resolved.items() if k != "tracking"},
             sort_keys=False,
