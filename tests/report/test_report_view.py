@@ -153,3 +153,14 @@ def test_run_facts_of_an_old_run_say_not_recorded(run_dir: Path) -> None:
 )
 def test_command_text(argv: list[str] | None, text: str) -> None:
     assert command_text(argv) == text
+
+
+@pytest.mark.parametrize(("seed", "said"), [(0, False), (1, True)])
+def test_per_class_caption_explains_only_marks_it_draws(
+    make_run_dir: MakeRunDir, seed: int, said: bool
+) -> None:
+    """The fake seed 1 has no value for class 3 (absent from its test split); seed 0 has
+    every class, none at 0 %."""
+    page = write_report(make_run_dir(seeds=(seed,), paper={})).read_text(encoding="utf-8")
+    assert ("A grey – marks a class without a value" in page) is said
+    assert "A bold 0 marks" not in page

@@ -22,6 +22,7 @@ from geofl.report.style import SIZE, colour, new_figure, no_data, plain, save, s
 
 __all__ = [
     "PARTITION_AXIS",
+    "empty_bars",
     "has_per_class",
     "plot_partition_heatmap",
     "plot_per_class_accuracy",
@@ -97,6 +98,14 @@ def _per_class_means(runs: Runs, key: str) -> dict[str, np.ndarray]:
 def has_per_class(runs: Runs, key: str = "accuracy") -> bool:
     """Whether some finished seed reports the per-class vector ``per_class_<key>``."""
     return bool(_per_class_means(runs, key))
+
+
+def empty_bars(runs: Runs, key: str = "accuracy") -> tuple[bool, bool]:
+    """Whether the per-class chart has bars of (rounded) zero height, and classes without
+    a value: ``(zeros, missing)`` (what its marks are, for the caption)."""
+    means = list(_per_class_means(runs, key).values())
+    zeros = any(bool(np.any(np.round(m, 1) == 0.0)) for m in means)
+    return zeros, any(bool(np.any(np.isnan(m))) for m in means)
 
 
 def _mark_empty_bars(ax: Axes, xs: np.ndarray, values: np.ndarray, c: str) -> None:

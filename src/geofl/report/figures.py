@@ -13,6 +13,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from geofl.report.class_plots import empty_bars
 from geofl.report.fragments import figure_html, partition_figure_name, slug
 from geofl.report.plots import (
     has_per_class,
@@ -126,7 +127,10 @@ def _per_class_figure(run: RunData, out: Path) -> list[str]:
     name = "per_class_accuracy.png" if key == "accuracy" else f"per_class_{slug(key)}.png"
     plot_per_class_accuracy(runs, out / name, classes=_classes(run), metric=key)
     over = "" if run.single_seed else ", mean over finished seeds"
-    marks = " A bold 0 marks a bar of height 0; a grey – a class without a value (absent)."
+    zeros, missing = empty_bars(runs, key)
+    marks = (" A bold 0 marks a bar of height 0." if zeros else "") + (
+        " A grey – marks a class without a value (absent from the test split)." if missing else ""
+    )
     what = (
         "Test accuracy (%) of each class"
         if key == "accuracy"
