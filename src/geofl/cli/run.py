@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -162,17 +162,21 @@ def _print_summary(run_dir: Path) -> None:
     table.add_column("method")
     table.add_column("mean ± std (seeds)")
     table.add_column("best-val round test " + ("acc" if pm == "accuracy" else pm))
+    labels = info.get("labels") if isinstance(info, dict) else None
+    labels = labels if isinstance(labels, dict) else {}
+
+    def pm_text(s: dict[str, Any]) -> str:  # one value has no spread
+        mean = f"{scale * s['mean']:.{digits}f}"
+        return mean if s.get("n") == 1 else f"{mean} ± {scale * s['std']:.{digits}f}"
+
     for name, m in summary["methods"].items():
         fa = m.get(f"final_test_{pm}") or {}
         bv = m.get(f"best_val_test_{pm}") or {}
+        label = str(labels.get(name) or name)
         if not fa.get("n"):
-            table.add_row(name, "incomplete", "")
+            table.add_row(label, "incomplete", "")
             continue
-        table.add_row(
-            name,
-            f"{scale * fa['mean']:.{digits}f} ± {scale * fa['std']:.{digits}f} (n={fa['n']})",
-            f"{scale * bv['mean']:.{digits}f} ± {scale * bv['std']:.{digits}f}",
-        )
+        table.add_row(label, f"{pm_text(fa)} (n={fa['n']})", pm_text(bv))
     Console().print(table)
     print(f"run directory: {run_dir}")
 

@@ -116,6 +116,18 @@ def _with_contents(body: str) -> tuple[str, str]:
     return '<nav class="toc">' + "".join(links) + "</nav>", body
 
 
+def _paired(run: RunData, summary: RunSummary, names: dict[str, str]) -> str:
+    """The paired statistics (``compare_to``); one line when one seed makes them undefined."""
+    paired = summary.get("paired") or {}
+    if paired and run.single_seed:
+        base = names.get(str(paired.get("baseline")), str(paired.get("baseline")))
+        return (
+            f'<p class="note">Paired t-tests against {escape(base)} need at least two '
+            "matched seeds; this run has one.</p>"
+        )
+    return paired_html(paired, names)
+
+
 def _body(run: RunData, summary: RunSummary, out: Path) -> str:
     """Every section of the page, in order (empty sections are ``""``)."""
     methods, names = summary["methods"], run.display_names()
@@ -133,7 +145,7 @@ def _body(run: RunData, summary: RunSummary, out: Path) -> str:
     sections = [
         incomplete_notice(run, methods),
         "<h2>Results</h2>\n" + results_html(run, methods),
-        paired_html(summary.get("paired") or {}, names),
+        _paired(run, summary, names),
         communication_html(run, methods),
         _privacy_html(run, out),
         paper,
