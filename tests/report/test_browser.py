@@ -67,7 +67,25 @@ def browser() -> Any:
 def test_report_renders_in_chromium(
     browser: Any, tmp_path: Path, name: str, seeds: list[int]
 ) -> None:
-    index = _report(tmp_path, name, seeds)
+    ids = _check_page(browser, _report(tmp_path, name, seeds), name)
+    assert {"results", "figures", "run-facts", "configuration"} <= ids
+
+
+def test_paper_report_renders_in_chromium(browser: Any, tmp_path: Path) -> None:
+    """Every paper-000 section: Table 1, ε, the attack chart, re-drawn figures, weights."""
+    from .conftest import ATTACK, FIGURES, LABELS, PAPER_TABLE1, write_fake_run
+
+    run_dir = write_fake_run(
+        tmp_path, paper=PAPER_TABLE1, labels=LABELS, figures=FIGURES, attack=ATTACK,
+        privacy={"consistency": {0: 5.5e7, 1: 4.0e7}, "fedavg": {0: 3.2, 1: 2.5}},
+        weighting={"consistency": {"name": "consistency", "beta": 5.0}}, rolling_window=5,
+    )  # fmt: skip
+    ids = _check_page(browser, write_report(run_dir), "paper-000")
+    assert {"privacy", "paper-figures-re-drawn-from-our-runs", "aggregation-weights"} <= ids
+
+
+def _check_page(browser: Any, index: Path, name: str) -> set[str]:
+    """Open ``index``: screenshot, images, links, anchors, console; returns the page's ids."""
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -94,4 +112,4 @@ def test_report_renders_in_chromium(
             assert url.scheme in ("", "file"), f"link leaves the report: {href}"
             target = (index.parent / unquote(url.path)).resolve()
             assert target.exists(), f"broken link {href}"
-    assert {"results", "figures", "run-facts", "configuration"} <= ids
+    return ids

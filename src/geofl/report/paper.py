@@ -89,8 +89,6 @@ def table1_html(run: RunData, methods: Mapping[str, MethodSummary]) -> str:
         paper = ms["paper"] or {}
         name = names.get(method, method)
         cell = escape(name) + (BADGE_INCOMPLETE if ms["incomplete"] else "")
-        if name != method:
-            cell += f"<br><small>{escape(method)}</small>"
         n_all = len(run.methods.get(method, {}))
         done = len(ms["seeds_done"])
         count = "" if run.single_seed else f"<br><small>{done}/{n_all} seeds</small>"
