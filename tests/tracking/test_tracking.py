@@ -5,6 +5,7 @@ TensorBoard's EventAccumulator."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -37,6 +38,7 @@ SEEDS = [3, 4]
 def _restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """The exporter may set MLFLOW_ALLOW_FILE_STORE; undo it after each test."""
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    monkeypatch.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
 
 
 def _config(tmp_path: Path, seeds: list[int] = SEEDS) -> Path:
@@ -72,6 +74,7 @@ def tracked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp / "run"
     mp = pytest.MonkeyPatch()
     mp.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    mp.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
     try:
         result = CliRunner().invoke(app, ["run", str(_config(tmp)), "--out", str(out),
                                           "--no-progress", "--track", "mlflow",
@@ -157,6 +160,7 @@ def test_resume_with_tracking_switched_on_backfills_earlier_rounds(tmp_path: Pat
         run_experiment(load_config(cfg_path, []), out, stop=stop)
     cfg = load_config(cfg_path, ["tracking.mlflow=true", "tracking.tensorboard=true"])
     run_experiment(cfg, out, resume=True)  # tracking is not part of the resume identity
+    assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true"  # no network at run time
     client, state = _client(out)
     child = state["runs"]["fedavg/3"]
     assert [m.step for m in client.get_metric_history(child, "test_accuracy")] == [1, 2, 3]

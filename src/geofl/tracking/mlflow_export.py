@@ -4,7 +4,7 @@ By default the runs go to a file store in ``RUN_DIR/mlruns`` (no server;
 ``mlflow ui --backend-store-uri RUN_DIR/mlruns`` shows them); ``tracking.mlflow_uri`` points
 elsewhere (a server, ``sqlite:///…``). MLflow keeps its file store in maintenance mode
 behind ``MLFLOW_ALLOW_FILE_STORE``; geofl sets that variable (when unset) for file stores
-only.
+only, and ``MLFLOW_DISABLE_TELEMETRY`` (when unset), since a run makes no network calls.
 
 * parent: params = the resolved config, flattened (:func:`~geofl.tracking.params.flatten`);
   at the end ``config.yaml``, ``run.json``, ``summary.json`` and the report as artefacts.
@@ -60,6 +60,9 @@ class MlflowExport:
     """
 
     def __init__(self, cfg: TrackingConfig, resolved: Mapping[str, Any], run_dir: Path) -> None:
+        # No network at run time: MLflow's usage telemetry stays off unless the user says
+        # otherwise (set before mlflow is first imported).
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         require("mlflow", "tracking.mlflow")
         self.run_dir = Path(run_dir)
         self.uri = cfg.mlflow_uri or (self.run_dir.resolve() / "mlruns").as_uri()
