@@ -229,3 +229,14 @@ def test_round_metrics_keep_finite_scalars() -> None:
         "bytes_down": 200.0, "participants": 2.0, "rejected": 1.0, "time_s": 1.5,
     }  # fmt: skip
     assert scalar_tag("test_accuracy") == "test/accuracy" and scalar_tag("wall") == "wall"
+
+
+def test_geofl_report_adds_the_rerendered_report(tracked: Path) -> None:
+    (tracked / "report" / "index.html").unlink()
+    result = CliRunner().invoke(app, ["report", str(tracked)])
+    assert result.exit_code == 0, result.output
+    assert "report logged to mlflow" in result.output
+    assert "report logged to tensorboard" in result.output
+    client, state = _client(tracked)
+    report = {a.path for a in client.list_artifacts(state["parent"], "report")}
+    assert "report/index.html" in report
