@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import deque
 import math
+from collections import deque
 from dataclasses import asdict
 from typing import Any
 
