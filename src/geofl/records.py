@@ -173,6 +173,9 @@ class RoundRecord:
         bytes_down: Bytes broadcast to the trained clients (model plus payload tensors).
         aggregation_error: The aggregator's refusal, when status is AGGREGATION_FAILED.
         update_norms: ‖Δw_k‖₂ of each participant's received update.
+        update_noise: σ̂_k = 1.4826·MAD of each participant's received update
+            (:func:`geofl.update.noise_scale`), the server's estimate of its perturbation
+            intensity (000 Eq. 20); empty in records written before it existed.
         client_log: Client-local logs by client id (kept client-side in a deployment).
         time_s: Wall time of the round's phases.
         model_sha256: Hash of the new global model (000 §3.5 commitments).
@@ -201,6 +204,7 @@ class RoundRecord:
     bytes_down: int = 0
     aggregation_error: str | None = None
     update_norms: list[float] = field(default_factory=list)
+    update_noise: list[float] = field(default_factory=list)
     client_log: dict[str, Any] = field(default_factory=dict)
     time_s: dict[str, float] = field(default_factory=dict)
     model_sha256: str = ""
@@ -261,6 +265,9 @@ class RoundRecord:
         eps = out.pop("epsilon")
         if eps:
             out["epsilon"] = eps
+        noise = out.pop("update_noise")
+        if noise:  # absent where nothing was aggregated, as in records before σ̂ existed
+            out["update_noise"] = noise
         lr = out.pop("lr")
         if lr is not None:  # only runs with a schedule: other records stay as they were
             out["lr"] = lr
@@ -304,6 +311,7 @@ class RoundRecord:
             bytes_down=int(data.get("bytes_down") or 0),
             aggregation_error=data.get("aggregation_error"),
             update_norms=[float(x) for x in data.get("update_norms") or []],
+            update_noise=[float(x) for x in data.get("update_noise") or []],
             client_log=dict(data.get("client_log") or {}),
             time_s={str(k): float(v) for k, v in (data.get("time_s") or {}).items()},
             model_sha256=str(data.get("model_sha256") or ""),

@@ -34,7 +34,7 @@ from geofl.rng import numpy_generator
 from geofl.server.sampling import Cohort
 from geofl.server.strategy import StrategyResult, UpdateBatch
 from geofl.server.validate import validate_header, validate_update
-from geofl.update import LR_DIRECTIVE, ClientDirectives, ClientUpdate
+from geofl.update import LR_DIRECTIVE, ClientDirectives, ClientUpdate, noise_scale
 
 __all__ = ["RoundOutcome", "Scheduler", "SyncScheduler"]
 
@@ -283,6 +283,7 @@ class SyncScheduler:
             bytes_down=trained * (self.dim * 4 + got.payload_bytes),
             aggregation_error=error,
             update_norms=torch.linalg.vector_norm(batch.deltas, dim=1).tolist() if metas else [],
+            update_noise=noise_scale(batch.deltas).tolist() if metas else [],
             client_log=got.client_log,
             strategy=dict(result.info) if result is not None else {},
             epsilon=got.epsilon,
