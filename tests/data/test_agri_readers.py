@@ -204,3 +204,13 @@ def test_season_start_parses_from_config_text(root: Path) -> None:
         {"task": "stress", "root": str(root), "season_start": "2024-04-01", "weeks": 12}
     )
     assert p.season_start == dt.date(2024, 4, 1)
+
+
+def test_sensor_column_without_values_names_file_and_column(root: Path) -> None:
+    path = root / "weekly" / "B2.csv"
+    lines = path.read_text().splitlines()
+    col = lines[0].split(",").index("soil_moisture")
+    rows = [",".join("" if i == col else c for i, c in enumerate(r.split(","))) for r in lines[1:]]
+    path.write_text("\n".join([lines[0], *rows]) + "\n")
+    with pytest.raises(DataError, match=r"B2\.csv: column 'soil_moisture' has no value"):
+        read_field_blocks(_params(root))
