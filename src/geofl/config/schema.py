@@ -199,7 +199,7 @@ class TargetConfig(_Strict):
 class EvalConfig(_OmitUnset):
     """When and how to evaluate, which model is best, when to stop early."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("early_stopping", "select_by", "target")
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("early_stopping", "select_by", "target", "group_by")
 
     every: int = Field(1, ge=1, description="evaluate val and test every N rounds (and last)")
     batch_size: int = Field(256, ge=1)
@@ -219,6 +219,12 @@ class EvalConfig(_OmitUnset):
     )
     target: TargetConfig | None = Field(
         None, description="report the first round (and bytes) reaching a metric value"
+    )
+    group_by: str | None = Field(
+        None,
+        min_length=1,
+        description="per-sample metadata key whose groups get their own metrics and the "
+        "primary metric's std and min across groups (003 Table 12: region); absent: none",
     )
 
 
