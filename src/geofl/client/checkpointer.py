@@ -15,8 +15,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["GateDecision", "cosine_gate", "row_cosine"]
+__all__ = ["CheckpointParams", "GateDecision", "cosine_gate", "row_cosine"]
+
+
+class CheckpointParams(BaseModel):
+    """Thresholds of the checkpointer (Alg. 1's (τ_cos, τ_dot); the paper gives no values)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tau_cos: float = Field(
+        0.05, ge=0.0, le=2.0, description="hold when 1 − cos(update, last sent) < τ_cos; 0: off"
+    )
+    tau_dot: float | None = Field(
+        None, gt=0.0, description="also require |s_dot − s_dot_prev| < τ_dot; None: cosine only"
+    )
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,13 @@ from pydantic import (
     model_validator,
 )
 
+from geofl.client.checkpointer import CheckpointParams
 from geofl.errors import ConfigError
+from geofl.network.nqi import NqiParams
+from geofl.network.pipelines import PipelineParams
+from geofl.network.rural import RuralParams
 from geofl.registry import printable
+from geofl.security.params import SecurityParams
 
 __all__ = [
     "DEFAULT_TASK",
@@ -235,11 +240,25 @@ class PrivacyConfig(_Strict):
     )
 
 
+class UplinkConfig(_Strict):
+    """The 003 ground-layer uplink (Alg. 1, §2.1.2(3), §2.1.8, §2.3.1): checkpointer, NQI
+    gate and pipeline choice, real encoding, per-hop envelopes, rural 3G/4G/5G links."""
+
+    pipelines: PipelineParams = Field(default_factory=PipelineParams)
+    nqi: NqiParams = Field(default_factory=NqiParams)
+    network: RuralParams = Field(default_factory=RuralParams)
+    checkpoint: CheckpointParams = Field(default_factory=CheckpointParams)
+    security: SecurityParams = Field(default_factory=SecurityParams)
+    neighbour_group: int = Field(
+        4, ge=1, le=MAX_COUNT, description="forwarding groups: ids k // g share a group"
+    )
+
+
 class MethodConfig(_OmitUnset):
     """One compared method: partition, algorithm, local trainer, release steps, weighting,
     defenses and aggregator (the last three compose inside the algorithm's strategy)."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment",)
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment", "uplink")
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
     label: str | None = Field(None, description="display name in reports")
@@ -261,6 +280,20 @@ class MethodConfig(_OmitUnset):
         "FL-SPDP's spectral augmentation against baselines without it, 001 Table 4); "
         "None: train.augment",
     )
+    uplink: UplinkConfig | None = Field(
+        None,
+        description="003 ground-layer uplink (pipelines, NQI, envelopes, rural links); "
+        "replaces `network`, which must stay `ideal`; None: uploads go through `network`",
+    )
+
+    @model_validator(mode="after")
+    def _uplink_replaces_network(self) -> MethodConfig:
+        if self.uplink is not None and self.network.name != "ideal":
+            raise ValueError(
+                f"network {self.network.name!r} and uplink are both set; the uplink models "
+                "the links itself: drop `network` or set it to ideal"
+            )
+        return self
 
 
 class PaperValue(_Strict):
