@@ -28,6 +28,7 @@ SMOKE = {
     "bench_dual_shield_overhead.py": ["--quick", "--threads", "1"],
     "bench_envelope.py": ["--quick"],
     "bench_uplink_codec.py": ["--quick"],
+    "bench_nqi_policy.py": ["--quick"],
 }
 
 

@@ -10,7 +10,11 @@ pipeline (§3.1.3) → its real encoded byte size → delivered iff the link is 
   outage fails). A candidate that never attempts has no p_fail and is infeasible — else
   "never send" would win;
 * ``latency``: mean seconds of the delivered updates;
-* ``bytes``: mean uplink bytes per scheduled update (skips count 0), the budget c̄.
+* ``bytes``: mean uplink bytes per scheduled update (skips count 0), the budget c̄;
+* ``delivery``: delivered ÷ scheduled updates. With the paper's attempted-basis p_fail the
+  objective favours sending only on the best links (few attempts, low failure and
+  latency); ``min_delivery`` (our addition, 0 = the paper's problem) makes a candidate
+  infeasible below a delivery ratio.
 
 All 231 candidates are evaluated at once as ``[W, N]`` arrays.
 """
@@ -59,8 +63,8 @@ class TuningResult:
 
     Attributes:
         candidates: ``[M, 3]`` weights.
-        p_fail, latency_s, bytes, objective: ``[M]`` (NaN/inf where undefined).
-        feasible: ``[M]`` bool: attempted at least once and c̄ ≤ C_max.
+        p_fail, latency_s, bytes, delivery, objective: ``[M]`` (NaN where undefined).
+        feasible: ``[M]`` bool: attempted at least once, c̄ ≤ C_max, delivery ≥ minimum.
         best: Index of w* in ``candidates``.
     """
 
@@ -68,6 +72,7 @@ class TuningResult:
     p_fail: np.ndarray
     latency_s: np.ndarray
     bytes: np.ndarray
+    delivery: np.ndarray
     objective: np.ndarray
     feasible: np.ndarray
     best: int
@@ -87,6 +92,7 @@ def tune_weights(
     deadline_s: float,
     lam: float = 0.05,
     c_max: float = float("inf"),
+    min_delivery: float = 0.0,
     step: float = 0.05,
 ) -> TuningResult:
     """Eq. 5 by grid search.
@@ -98,6 +104,7 @@ def tune_weights(
         deadline_s: ℓ_max.
         lam: λ, per second of latency.
         c_max: C_max, bytes per scheduled update.
+        min_delivery: Smallest delivered ÷ scheduled ratio a candidate may have.
         step: Grid step.
     """
     cands = simplex_grid(step)
@@ -121,8 +128,9 @@ def tune_weights(
     sent = np.where(attempted & ~trace.outage, size, 0.0)  # an outage sends nothing
     mean_bytes = sent.mean(1)
     objective = p_fail + lam * np.nan_to_num(latency, nan=0.0)
-    feasible = (n_att > 0) & (mean_bytes <= c_max)
+    delivery = n_ok / score.shape[1]
+    feasible = (n_att > 0) & (mean_bytes <= c_max) & (delivery >= min_delivery)
     if not feasible.any():
         raise ValueError("no weight vector is feasible: raise C_max or check the trace")
     best = int(np.argmin(np.where(feasible, objective, np.inf)))
-    return TuningResult(cands, p_fail, latency, mean_bytes, objective, feasible, best)
+    return TuningResult(cands, p_fail, latency, mean_bytes, delivery, objective, feasible, best)
