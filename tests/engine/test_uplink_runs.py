@@ -74,6 +74,14 @@ def test_uplink_round_records_and_determinism(tmp_path: Path) -> None:
     assert dim_bytes is not None
 
 
+def test_report_has_the_uplink_table(tmp_path: Path) -> None:
+    from geofl.report.html import write_report
+
+    _run(tmp_path, "rep", _raw(UPLINK, rounds=2))
+    page = write_report(tmp_path / "rep").read_text()
+    assert "<h2>Uplink</h2>" in page and "tractor → server" in page
+
+
 def test_resume_with_uplink_is_identical(tmp_path: Path) -> None:
     from tests.engine.test_stateful_resume import _CrashAfter  # the kill subscriber
 
@@ -88,7 +96,7 @@ def test_resume_with_uplink_is_identical(tmp_path: Path) -> None:
 def test_without_uplink_records_have_no_uplink_key(tmp_path: Path) -> None:
     recs = _run(tmp_path, "plain", _raw(None, rounds=1))
     assert "uplink" not in recs[0]
-    cfg = (seed_dir(tmp_path / "plain", "ground", SEED).parent.parent / "config.yaml")
+    cfg = seed_dir(tmp_path / "plain", "ground", SEED).parent.parent / "config.yaml"
     if cfg.exists():
         assert "uplink" not in cfg.read_text()
 

@@ -108,10 +108,17 @@ class Uplink:
         self._nqi = np.zeros(0)
 
     # -- per round -------------------------------------------------------------------------
-    def begin_round(self, round_idx: int) -> None:
-        """Draw every tractor's link state and NQI for ``round_idx``; rotate key epochs."""
+    def begin_round(self, round_idx: int, links: LinkStates | None = None) -> None:
+        """Draw every tractor's link state and NQI for ``round_idx``; rotate key epochs.
+
+        Args:
+            round_idx: 1-based round.
+            links: Use these link states instead of drawing them (replayed traces, tests).
+        """
         self._round = round_idx
-        self._links = sample_link_states(self.profiles, self.cfg.network, self.seed, round_idx)
+        if links is None:
+            links = sample_link_states(self.profiles, self.cfg.network, self.seed, round_idx)
+        self._links = links
         self._nqi = nqi(self._links.values, self.ranges, np.array(self.cfg.nqi.weights))
         epoch = (round_idx - 1) // self.cfg.security.epoch_rounds
         for sealer in self.sealers.values():
