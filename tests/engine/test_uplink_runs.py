@@ -48,6 +48,7 @@ UPLINK = {
 }
 
 
+@pytest.mark.slow
 def test_uplink_round_records_and_determinism(tmp_path: Path) -> None:
     recs = _run(tmp_path, "a", _raw(UPLINK))
     again = _run(tmp_path, "b", _raw(UPLINK))
@@ -74,6 +75,7 @@ def test_uplink_round_records_and_determinism(tmp_path: Path) -> None:
     assert dim_bytes is not None
 
 
+@pytest.mark.slow
 def test_report_has_the_uplink_table(tmp_path: Path) -> None:
     from geofl.report.html import write_report
 
@@ -82,6 +84,7 @@ def test_report_has_the_uplink_table(tmp_path: Path) -> None:
     assert "<h2>Uplink</h2>" in page and "tractor → server" in page
 
 
+@pytest.mark.slow
 def test_resume_with_uplink_is_identical(tmp_path: Path) -> None:
     from tests.engine.test_stateful_resume import _CrashAfter  # the kill subscriber
 
