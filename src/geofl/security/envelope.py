@@ -250,9 +250,10 @@ class Opener:
             return self._reject(head, None)
         slot = self._slots.get((head.sender, head.epoch))
         if slot is None:
-            slot = self._slot(head)
-            if isinstance(slot, RejectReason):
-                return self._reject(slot, head)
+            made = self._slot(head)
+            if isinstance(made, RejectReason):
+                return self._reject(made, head)
+            slot = made
         key, window = slot
         if head.counter <= window.highest:  # only then can it be a replay
             verdict = window.check(head.counter)
