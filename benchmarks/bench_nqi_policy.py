@@ -34,6 +34,7 @@ from geofl.network.rural import RuralParams, assign_profiles, sample_link_states
 from geofl.network.tuning import Trace, tune_weights
 
 TABLE8 = {"compressed": 52.0, "chunked": 31.0, "fallback": 17.0}
+PAPER = (Pipeline.COMPRESSED, Pipeline.CHUNKED, Pipeline.FALLBACK)
 
 
 def trace(k: int, rounds: int, params: RuralParams, norm: str, seed: int) -> Trace:
@@ -71,11 +72,11 @@ def main() -> None:
             score = nqi(tr.values, tr.ranges, np.array(nq.weights))
             choice = [choose_pipeline(float(s), nq.tau, nq.t_chunked, nq.t_fallback) for s in score]
             sent = [c for c in choice if c is not None]
-            share = {p: 100.0 * sum(c is p for c in sent) / max(1, len(sent)) for p in Pipeline}
+            share = {p: 100.0 * sum(c is p for c in sent) / max(1, len(sent)) for p in PAPER}
             up = np.array([c is not None for c in choice]) & ~tr.outage
             rows.append([
                 norm, dist, 100.0 * (1 - len(sent) / len(choice)),
-                *(share[p] for p in Pipeline), 100.0 * up.mean(),
+                *(share[p] for p in PAPER), 100.0 * up.mean(),
             ])  # fmt: skip
     print_table(
         ["normalisation", "draws", "skip %", "compressed %", "chunked %", "fallback %",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from geofl.config.schema import UplinkConfig
@@ -91,3 +92,14 @@ def test_pipeline_follows_nqi_and_deadline_loses_late_frames() -> None:
     slow.begin_round(1, _links([GOOD] * 4, [False] * 4))
     late = slow.transmit(_x(0), 0)  # chunked: 3 frames of ~1.1 kB end at 20.14, 20.28, 20.42 ms
     assert late.status is TransmitStatus.DEADLINE and "frames past the deadline" in late.detail
+
+
+def test_fixed_raw_pipeline_is_fedavg_over_the_same_links() -> None:
+    up = _uplink(fixed_pipeline="raw")
+    up.begin_round(1, _links([BAD, GOOD, GOOD, GOOD], [False] * 4))
+    tx = up.transmit(_x(0), 0)  # NQI −0.2: no gate with a fixed pipeline
+    assert tx.status is TransmitStatus.DELIVERED and tx.values is not None
+    assert torch.equal(tx.values, _x(0))
+    assert tx.bytes_by_hop == {"tractor_server": 8 + 4 * 3000 + 40}
+    # 12 kB at 0.2 Mbps + 0.5 s latency = 0.98 s of latency
+    assert tx.latency_s == pytest.approx(0.5 + 8 * 12048 / 0.2e6)

@@ -11,8 +11,10 @@ from geofl.network.payload import (
     PayloadError,
     decode_dense,
     decode_payload,
+    decode_raw,
     decode_sparse,
     encode_dense,
+    encode_raw,
     encode_sparse,
 )
 from geofl.network.quantize import dequantise, pack_codes, quantise, unpack_codes
@@ -121,9 +123,20 @@ def test_dense_payload_round_trip_and_bound() -> None:
     assert float((out - x).abs().max()) <= 0.2 / 255 / 2 * 1.001  # chunk range ≈ 0.198
 
 
+def test_raw_payload_is_float32_bytes() -> None:
+    x = torch.randn(100, generator=torch.Generator().manual_seed(4))
+    payload, recon = encode_raw(x)
+    assert len(payload) == 8 + 400 and torch.equal(recon, x)
+    assert torch.equal(decode_payload(payload, 100), x)
+    nan = payload[:8] + np.full(100, np.nan, np.float32).tobytes()
+    for bad in (payload[:-1], nan, payload[:4] + b"\x65\0\0\0" + payload[8:]):
+        with pytest.raises(PayloadError):
+            decode_raw(bad, 100)
+
+
 def test_malformed_payloads_raise_payload_error_only() -> None:
     x = torch.randn(300, generator=torch.Generator().manual_seed(3))
-    for payload in (encode_sparse(x, 0.2)[0], encode_dense(x)[0]):
+    for payload in (encode_sparse(x, 0.2)[0], encode_dense(x)[0], encode_raw(x)[0]):
         bad_inputs = [payload[:n] for n in range(0, len(payload), 7)] + [payload + b"\0"]
         rng = np.random.default_rng(0)
         for _ in range(200):

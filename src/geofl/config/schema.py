@@ -28,7 +28,7 @@ from pydantic import (
 from geofl.client.checkpointer import CheckpointParams
 from geofl.errors import ConfigError
 from geofl.network.nqi import NqiParams
-from geofl.network.pipelines import PipelineParams
+from geofl.network.pipelines import Pipeline, PipelineParams
 from geofl.network.rural import RuralParams
 from geofl.registry import printable
 from geofl.security.params import SecurityParams
@@ -251,6 +251,11 @@ class UplinkConfig(_Strict):
     security: SecurityParams = Field(default_factory=SecurityParams)
     neighbour_group: int = Field(
         4, ge=1, le=MAX_COUNT, description="forwarding groups: ids k // g share a group"
+    )
+    fixed_pipeline: Pipeline | None = Field(
+        None,
+        description="send every update through this pipeline, without the NQI gate "
+        "(ablations; `raw`: FedAvg's float32 upload over the same links); None: by NQI",
     )
 
 

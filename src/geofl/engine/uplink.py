@@ -6,7 +6,8 @@ lost earlier, dropped once it has waited ``max_retries`` rounds: "superseded by 
 updates"); the cosine checkpointer may hold it back; below τ_NQI it is buffered; in an
 outage it is forwarded through the group neighbour with the highest NQI (groups of
 ``neighbour_group`` consecutive ids; the cluster layer is not built yet) or buffered;
-otherwise the NQI picks a pipeline, the update is really encoded (with error feedback),
+otherwise the NQI picks a pipeline (or ``fixed_pipeline`` is used, without the NQI gate),
+the update is really encoded (with error feedback),
 every frame is sealed per hop, sent over the sampled link (transfer time from its byte
 size, B and L; frames past the deadline ℓ_max are lost), opened and decoded by the
 server. Anything not delivered is buffered for a later round; error-feedback residuals
@@ -203,7 +204,7 @@ class Uplink:
                 return self._buffer(st, x, age, Transmission(client, TransmitStatus.OUTAGE, score))
             origin, score = via, float(self._nqi[via])
         p = self.cfg.nqi
-        pipe = choose_pipeline(score, p.tau, p.t_chunked, p.t_fallback)
+        pipe = self.cfg.fixed_pipeline or choose_pipeline(score, p.tau, p.t_chunked, p.t_fallback)
         if pipe is None:
             skip = Transmission(client, TransmitStatus.SKIPPED, score, detail=f"NQI {score:.3f}")
             return self._buffer(st, x, age, skip)

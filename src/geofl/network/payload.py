@@ -16,6 +16,10 @@ Dense (pipeline c, "fallback skipper + light quantisation", 8-bit by default)::
     <BBHII> id=3, bits, 0, D, chunk
     lo [C] f32 ‖ scale [C] f32 ‖ packed codes of all D values
 
+Raw (no compression: FedAvg's dense float32 upload, the baseline over the same links)::
+
+    <BBHI> id=4, 0, 0, D ‖ D float32
+
 Chunked frames (pipeline b) are in :mod:`geofl.network.chunking`.
 """
 
@@ -46,18 +50,22 @@ from geofl.network.sparse import (
 
 __all__ = [
     "DENSE_ID",
+    "RAW_ID",
     "SPARSE_ID",
     "PayloadError",
     "decode_dense",
     "decode_payload",
+    "decode_raw",
     "decode_sparse",
     "encode_dense",
+    "encode_raw",
     "encode_sparse",
 ]
 
-SPARSE_ID, CHUNK_ID, DENSE_ID = 1, 2, 3
+SPARSE_ID, CHUNK_ID, DENSE_ID, RAW_ID = 1, 2, 3, 4
 _SPARSE = struct.Struct("<BBBBIIII")
 _DENSE = struct.Struct("<BBHII")
+_RAW = struct.Struct("<BBHI")
 _MAX_U32 = 2**32 - 1
 
 
@@ -177,12 +185,32 @@ def decode_dense(payload: bytes, dim: int) -> torch.Tensor:
     return torch.from_numpy(read_body(buf[_DENSE.size :], dim, bits, chunk))
 
 
+def encode_raw(delta: torch.Tensor) -> tuple[bytes, torch.Tensor]:
+    """Δw as float32 bytes (no compression), the reference the pipelines are compared to."""
+    x = _as_numpy(delta)
+    return _RAW.pack(RAW_ID, 0, 0, x.size) + x.tobytes(), torch.from_numpy(x.copy())
+
+
+def decode_raw(payload: bytes, dim: int) -> torch.Tensor:
+    """``[dim]`` float32 update from a raw payload (non-finite values refused)."""
+    buf = memoryview(payload)
+    if len(buf) != _RAW.size + 4 * dim:
+        raise PayloadError(f"raw payload of {len(buf)} B, want {_RAW.size + 4 * dim} B")
+    pid, reserved, reserved2, d = _RAW.unpack_from(buf)
+    if pid != RAW_ID or reserved or reserved2 or d != dim:
+        raise PayloadError(f"raw header (id {pid}, D {d}) does not fit D = {dim}")
+    values = np.frombuffer(buf[_RAW.size :], np.float32).copy()
+    if not np.isfinite(values).all():
+        raise PayloadError("non-finite values")
+    return torch.from_numpy(values)
+
+
 def decode_payload(payload: bytes, dim: int) -> torch.Tensor:
-    """Decode a sparse or dense payload by its first byte (the pipeline id)."""
+    """Decode a sparse, dense or raw payload by its first byte (the pipeline id)."""
     if not payload:
         raise PayloadError("empty payload")
-    if payload[0] == SPARSE_ID:
-        return decode_sparse(payload, dim)
-    if payload[0] == DENSE_ID:
-        return decode_dense(payload, dim)
-    raise PayloadError(f"unknown payload id {payload[0]}")
+    decoders = {SPARSE_ID: decode_sparse, DENSE_ID: decode_dense, RAW_ID: decode_raw}
+    decoder = decoders.get(payload[0])
+    if decoder is None:
+        raise PayloadError(f"unknown payload id {payload[0]}")
+    return decoder(payload, dim)

@@ -35,6 +35,7 @@ from geofl.network.payload import (
     PayloadError,
     decode_payload,
     encode_dense,
+    encode_raw,
     encode_sparse,
 )
 
@@ -56,6 +57,9 @@ class Pipeline(StrEnum):
     COMPRESSED = "compressed"
     CHUNKED = "chunked"
     FALLBACK = "fallback"
+    #: Not one of the paper's: Δw as raw float32 (FedAvg's upload) over the same links,
+    #: the reference for byte and energy reductions (Tables 6–7).
+    RAW = "raw"
 
 
 class PipelineParams(BaseModel):
@@ -144,6 +148,9 @@ def encode_update(
             chunk=params.quant_chunk,
         )
         return EncodedUpdate(pipeline, tuple(frames), recon)
+    if pipeline is Pipeline.RAW:
+        payload, recon = encode_raw(delta)
+        return EncodedUpdate(pipeline, (payload,), recon)
     payload, recon = encode_dense(delta, params.fallback_bits, params.quant_chunk)
     return EncodedUpdate(pipeline, (payload,), recon)
 
