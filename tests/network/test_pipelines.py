@@ -99,3 +99,20 @@ def test_decode_update_rejects_garbage() -> None:
     for frames in ([], [b""], [b"\x09abc"], [b"\x01" * 5, b"\x01"]):
         with pytest.raises(PayloadError):
             decode_update(frames, 10)
+
+
+def test_corrupt_frames_raise_payload_error_only() -> None:
+    x = torch.randn(500, generator=torch.Generator().manual_seed(5))
+    frames, _ = encode_frames(x, round_idx=1, timestamp=0.0, frame_values=200, chunk=64)
+    rng = torch.Generator().manual_seed(6)
+    for _ in range(300):
+        j = int(torch.randint(len(frames), (1,), generator=rng))
+        bad = bytearray(frames[j])
+        pos = int(torch.randint(len(bad), (1,), generator=rng))
+        bad[pos] ^= 1 << int(torch.randint(8, (1,), generator=rng))
+        mutated = [*frames[:j], bytes(bad), *frames[j + 1 :]]
+        try:
+            out = reassemble(mutated, 500)
+        except PayloadError:
+            continue
+        assert out.values.shape == (500,) and bool(torch.isfinite(out.values).all())

@@ -162,3 +162,17 @@ def test_replay_window_by_hand() -> None:
     assert w.check(3) is ReplayVerdict.REPLAYED and w.check(4) is ReplayVerdict.FRESH
     with pytest.raises(ValueError, match="window"):
         ReplayWindow(0)
+
+
+def test_opener_never_raises_on_random_bytes() -> None:
+    import random
+
+    rnd = random.Random(0)
+    opener = Opener(100, {7: SECRET, 0: SECRET})
+    for _ in range(500):
+        n = rnd.choice([0, 1, 23, 24, 39, 40, 41, 64, 200])
+        junk = bytes(rnd.getrandbits(8) for _ in range(n))
+        if n >= 2 and rnd.random() < 0.5:  # a plausible header: version 1, reserved 0
+            junk = b"\x01\x00" + junk[2:]
+        assert not opener.open(junk).ok
+    assert sum(opener.rejected.values()) == 500 and opener.accepted == 0
