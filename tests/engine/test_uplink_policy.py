@@ -103,3 +103,16 @@ def test_fixed_raw_pipeline_is_fedavg_over_the_same_links() -> None:
     assert tx.bytes_by_hop == {"tractor_server": 8 + 4 * 3000 + 40}
     # 12 kB at 0.2 Mbps + 0.5 s latency = 0.98 s of latency
     assert tx.latency_s == pytest.approx(0.5 + 8 * 12048 / 0.2e6)
+
+
+def test_checkpointer_with_tau_dot_needs_a_stable_inner_product_too() -> None:
+    up = _uplink(checkpoint={"tau_cos": 0.5, "tau_dot": 5.0})
+    up.begin_round(1, _links([GOOD] * 4, [False] * 4))
+    assert up.transmit(_x(0), 1).status is TransmitStatus.DELIVERED
+    up.begin_round(2, _links([GOOD] * 4, [False] * 4))
+    # cos ≈ 1 but s_dot jumps from 0 (no previous test) to ≈ ‖x0‖² ≈ 3000: sent
+    assert up.transmit(_x(0), 1).status is TransmitStatus.DELIVERED
+    up.begin_round(3, _links([GOOD] * 4, [False] * 4))
+    # the reference is now round 2's reconstruction (≈ x0 again, 8-bit error), so s_dot
+    # stays ≈ ‖x0‖² as in round 2's test (|Δ s_dot| < 5) and cos ≈ 1: held
+    assert up.transmit(_x(0), 1).status is TransmitStatus.HELD

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from geofl.client.checkpointer import row_cosine
+from geofl.client.checkpointer import cosine_gate
 from geofl.config.schema import UplinkConfig
 from geofl.network.nqi import nqi, ranges_for
 from geofl.network.payload import PayloadError
@@ -84,6 +84,7 @@ class _Tractor:
     last_sent: torch.Tensor | None = None
     pending: torch.Tensor | None = None
     pending_age: int = 0
+    dot_prev: float = 0.0  # s_dot of the last checkpointer test (Alg. 1 line 3)
 
 
 def _secret(seed: int, client: int) -> bytes:
@@ -193,8 +194,17 @@ class Uplink:
         score = float(self._nqi[client])
         ck = self.cfg.checkpoint
         if ck.tau_cos > 0 and st.last_sent is not None:
-            cos = float(row_cosine(x[None], st.last_sent[None])[0][0])
-            if 1.0 - cos < ck.tau_cos:
+            gate = cosine_gate(
+                x[None],
+                st.last_sent[None],
+                torch.ones(1, dtype=torch.bool),
+                ck.tau_cos,
+                tau_dot=ck.tau_dot,
+                dot_prev=torch.tensor([st.dot_prev]),
+            )
+            st.dot_prev = float(gate.dot[0])
+            if not bool(gate.send[0]):
+                cos = float(gate.cosine[0])
                 held = Transmission(client, TransmitStatus.HELD, score, detail=f"cos {cos:.4f}")
                 return self._buffer(st, x, age, held)
         via, origin = None, client
