@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from geofl.config.schema import UplinkConfig
+from geofl.config.uplink import UplinkConfig
 from geofl.engine.uplink import TransmitStatus, Uplink
 from geofl.network.rural import LinkStates
 

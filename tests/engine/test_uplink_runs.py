@@ -132,7 +132,7 @@ def test_uplink_and_network_both_set_rejected(tmp_path: Path) -> None:
 
 
 def test_delivered_update_is_the_decoded_one() -> None:
-    from geofl.config.schema import UplinkConfig
+    from geofl.config.uplink import UplinkConfig
     from geofl.engine.uplink import TransmitStatus, Uplink
 
     cfg = UplinkConfig.model_validate(

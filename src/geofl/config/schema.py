@@ -25,13 +25,9 @@ from pydantic import (
     model_validator,
 )
 
-from geofl.client.checkpointer import CheckpointParams
+from geofl.config.uplink import UplinkConfig
 from geofl.errors import ConfigError
-from geofl.network.nqi import NqiParams
-from geofl.network.pipelines import Pipeline, PipelineParams
-from geofl.network.rural import RuralParams
 from geofl.registry import printable
-from geofl.security.params import SecurityParams
 
 __all__ = [
     "DEFAULT_TASK",
@@ -237,25 +233,6 @@ class PrivacyConfig(_Strict):
         gt=0.0,
         description="a client declines any round that would take its ε(δ) past this "
         "(logged; the run continues with the others); None: no limit",
-    )
-
-
-class UplinkConfig(_Strict):
-    """The 003 ground-layer uplink (Alg. 1, §2.1.2(3), §2.1.8, §2.3.1): checkpointer, NQI
-    gate and pipeline choice, real encoding, per-hop envelopes, rural 3G/4G/5G links."""
-
-    pipelines: PipelineParams = Field(default_factory=PipelineParams)
-    nqi: NqiParams = Field(default_factory=NqiParams)
-    network: RuralParams = Field(default_factory=RuralParams)
-    checkpoint: CheckpointParams = Field(default_factory=CheckpointParams)
-    security: SecurityParams = Field(default_factory=SecurityParams)
-    neighbour_group: int = Field(
-        4, ge=1, le=MAX_COUNT, description="forwarding groups: ids k // g share a group"
-    )
-    fixed_pipeline: Pipeline | None = Field(
-        None,
-        description="send every update through this pipeline, without the NQI gate "
-        "(ablations; `raw`: FedAvg's float32 upload over the same links); None: by NQI",
     )
 
 

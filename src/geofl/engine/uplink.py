@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from geofl.client.checkpointer import cosine_gate
-from geofl.config.schema import UplinkConfig
+from geofl.config.uplink import UplinkConfig
 from geofl.network.nqi import nqi, ranges_for
 from geofl.network.payload import PayloadError
 from geofl.network.pipelines import (
