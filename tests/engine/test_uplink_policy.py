@@ -56,6 +56,7 @@ def test_buffered_update_is_coalesced_then_superseded() -> None:
     up.begin_round(2, _links([GOOD] * 4, [False] * 4))
     tx = up.transmit(_x(1), 2)  # 0.8 ≥ 0.75: 8-bit fallback, close to x0 + x1
     assert tx.status is TransmitStatus.DELIVERED and tx.values is not None
+    assert tx.buffered_rounds == 1
     assert float((tx.values - (_x(0) + _x(1))).abs().max()) < 0.05
     for r in (3, 4):  # two rounds down: the buffer ages to R_max = 2
         up.begin_round(r, down)

@@ -63,7 +63,24 @@ class TransmitStatus(StrEnum):
 
 @dataclass(frozen=True)
 class Transmission:
-    """One tractor's uplink in one round (the server's copy is ``values``)."""
+    """One tractor's uplink in one round (003 §3.1.4's per-update figures).
+
+    Attributes:
+        client: The tractor.
+        status: What became of its update.
+        nqi: NQI of the link used (the neighbour's when forwarded).
+        pipeline: The pipeline that encoded it (None when not sent).
+        via: The neighbour it was forwarded through, or None.
+        bytes_by_hop: Sealed bytes per hop (``tractor_server``, ``tractor_neighbour``,
+            ``neighbour_server``), as transmitted (late frames are not sent).
+        airtime_s: Σ transmission seconds over its hops.
+        energy: Σ P_tx · airtime (the energy proxy E_comm).
+        latency_s: Creation → arrival at the server (local hop + L + bytes / B).
+        local_s: The tractor → neighbour part of ``latency_s``.
+        buffered_rounds: Rounds its oldest content waited in the buffer before delivery.
+        detail: Why it was not delivered.
+        values: ``[D]`` the server's decoded update (delivered only).
+    """
 
     client: int
     status: TransmitStatus
@@ -74,6 +91,8 @@ class Transmission:
     airtime_s: float = 0.0
     energy: float = 0.0
     latency_s: float = 0.0
+    local_s: float = 0.0
+    buffered_rounds: int = 0
     detail: str = ""
     values: torch.Tensor | None = None
 
@@ -85,6 +104,10 @@ class _Tractor:
     pending: torch.Tensor | None = None
     pending_age: int = 0
     dot_prev: float = 0.0  # s_dot of the last checkpointer test (Alg. 1 line 3)
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
 
 
 def _secret(seed: int, client: int) -> bytes:
@@ -225,7 +248,7 @@ class Uplink:
         if tx.status is not TransmitStatus.DELIVERED:
             return self._buffer(st, x, age, tx)
         st.residual, st.last_sent = residual, enc.recon
-        return tx
+        return replace(tx, buffered_rounds=age)
 
     def _neighbour(self, client: int) -> int | None:
         """The up, above-τ group member with the highest NQI (ties: lowest id), or None."""
@@ -267,7 +290,7 @@ class Uplink:
         arrived, why = self._hop(frames[:done], origin, SERVER_ID)
         latency = elapsed + l_ms / 1e3 + 8.0 * sum(sizes) / (b * 1e6)
         tx = Transmission(client, TransmitStatus.DELIVERED, score, enc.pipeline, via, hops,
-                          airtime, energy, latency)  # fmt: skip
+                          airtime, energy, latency, local_s=elapsed)  # fmt: skip
         if reason or why or len(frames) < len(enc.frames):
             return replace(tx, status=TransmitStatus.REJECTED, detail=f"envelope {reason or why}")
         if done < len(frames):
@@ -294,8 +317,10 @@ class Uplink:
             "forwarded": sum(tx.via is not None for tx in delivered),
             "airtime_s": sum(tx.airtime_s for tx in sent),
             "energy": sum(tx.energy for tx in sent),
-            "latency_s": float(np.mean([tx.latency_s for tx in delivered])) if delivered else None,
-            "nqi_mean": float(np.mean([tx.nqi for tx in sent])) if sent else None,
+            "latency_s": _mean([tx.latency_s for tx in delivered]),
+            "latency_local_s": _mean([tx.local_s for tx in delivered]),
+            "buffered_rounds": _mean([float(tx.buffered_rounds) for tx in delivered]),
+            "nqi_mean": _mean([tx.nqi for tx in sent]),
             "envelope_rejections": dict(sorted(self.envelope_rejections.items())),
             "replays_accepted": self.replays_accepted,
         }
