@@ -170,16 +170,19 @@ class Uplink:
         return self.openers[receiver]
 
     # -- one hop ---------------------------------------------------------------------------
-    def _hop(self, frames: list[bytes], sender: int, receiver: int) -> tuple[list[bytes], str]:
+    def _hop(
+        self, frames: list[bytes], sender: int, receiver: int, owner: int
+    ) -> tuple[list[bytes], str]:
         """Seal, let the simulated adversary act, open: the payloads that got through and
-        the reason of the last refused envelope ("" if none)."""
+        the reason of the last refused envelope ("" if none). ``owner`` is the tractor whose
+        update this is (the adversary's generator is per owner and hop)."""
         sec = self.cfg.security
         if not sec.enabled or not frames:
             return list(frames), ""
         sealer, opener = self._sealer(sender, receiver), self._opener(receiver)
         wires = [sealer.seal(f, self._round) for f in frames]
         rng = numpy_generator(
-            self.seed, "round", self._round, "client", sender, "adversary", receiver
+            self.seed, "round", self._round, "client", owner, "adversary", sender, receiver
         )
         old = self.last_wire.get((sender, receiver))
         if sec.replay_prob and rng.random() < sec.replay_prob and old is not None:
@@ -281,13 +284,13 @@ class Uplink:
             elapsed = 8.0 * sum(sizes) / (net.neighbour_mbps * 1e6)
             hops["tractor_neighbour"] = sum(sizes)
             airtime, energy = elapsed, net.tx_power_w[int(self.profiles[client])] * elapsed
-            frames, reason = self._hop(frames, client, via)
+            frames, reason = self._hop(frames, client, via, client)
         _, b, l_ms = (float(v) for v in self._links.values[origin])
         done, t_air = frames_delivered(sizes[: len(frames)], b, l_ms, net.deadline_s - elapsed)
         hops["neighbour_server" if via is not None else "tractor_server"] = sum(sizes[:done])
         airtime += t_air
         energy += net.tx_power_w[int(self.profiles[origin])] * t_air
-        arrived, why = self._hop(frames[:done], origin, SERVER_ID)
+        arrived, why = self._hop(frames[:done], origin, SERVER_ID, client)
         latency = elapsed + l_ms / 1e3 + 8.0 * sum(sizes) / (b * 1e6)
         tx = Transmission(client, TransmitStatus.DELIVERED, score, enc.pipeline, via, hops,
                           airtime, energy, latency, local_s=elapsed)  # fmt: skip
