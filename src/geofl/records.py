@@ -128,6 +128,9 @@ class RejectionReason(enum.StrEnum):
     MALFORMED = "malformed"
     #: The client declined: the round would have taken it past its target ε.
     BUDGET_EXHAUSTED = "privacy budget exhausted"
+    #: The 003 uplink kept it on the tractor (checkpointer or NQI below τ_NQI); it is
+    #: coalesced into a later upload.
+    HELD_BACK = "held back"
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,8 @@ class RoundRecord:
             control-variate norm).
         epsilon: ε(δ) each client that released something private this round reports
             after it, by client id (written only when non-empty).
+        uplink: The 003 uplink's figures of the round (bytes by hop, pipeline and status
+            counts, airtime, energy proxy, envelope rejections), when the method has one.
         lr: The client learning rate η_l sent for this round when the run schedules it
             (``train.lr_schedule``, 001 §6.1.2); None (and absent from the JSON) otherwise.
     """
@@ -214,6 +219,7 @@ class RoundRecord:
     strategy: dict[str, float] = field(default_factory=dict)
     epsilon: dict[str, float] = field(default_factory=dict)
     lr: float | None = None
+    uplink: dict[str, Any] | None = None
 
     @property
     def evaluated(self) -> bool:
@@ -271,6 +277,9 @@ class RoundRecord:
         lr = out.pop("lr")
         if lr is not None:  # only runs with a schedule: other records stay as they were
             out["lr"] = lr
+        uplink = out.pop("uplink")
+        if uplink is not None:  # only runs with an uplink
+            out["uplink"] = uplink
         return out
 
     @classmethod
@@ -321,6 +330,7 @@ class RoundRecord:
             strategy={str(k): float(v) for k, v in (data.get("strategy") or {}).items()},
             epsilon={str(k): float(v) for k, v in (data.get("epsilon") or {}).items()},
             lr=_opt_float(data.get("lr")),
+            uplink=dict(data["uplink"]) if data.get("uplink") is not None else None,
         )
 
 

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from geofl.config.uplink import UplinkConfig
 from geofl.errors import ConfigError
 from geofl.registry import printable
 
@@ -245,7 +246,7 @@ class MethodConfig(_OmitUnset):
     """One compared method: partition, algorithm, local trainer, release steps, weighting,
     defenses and aggregator (the last three compose inside the algorithm's strategy)."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment",)
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment", "uplink")
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
     label: str | None = Field(None, description="display name in reports")
@@ -267,6 +268,20 @@ class MethodConfig(_OmitUnset):
         "FL-SPDP's spectral augmentation against baselines without it, 001 Table 4); "
         "None: train.augment",
     )
+    uplink: UplinkConfig | None = Field(
+        None,
+        description="003 ground-layer uplink (pipelines, NQI, envelopes, rural links); "
+        "replaces `network`, which must stay `ideal`; None: uploads go through `network`",
+    )
+
+    @model_validator(mode="after")
+    def _uplink_replaces_network(self) -> MethodConfig:
+        if self.uplink is not None and self.network.name != "ideal":
+            raise ValueError(
+                f"network {self.network.name!r} and uplink are both set; the uplink models "
+                "the links itself: drop `network` or set it to ideal"
+            )
+        return self
 
 
 class PaperValue(_Strict):

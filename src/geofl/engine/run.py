@@ -253,6 +253,11 @@ class FederatedRun:
                 "strategy": self.comps.strategy.state_dict(),
                 "clients": self.comps.store.state_dict(),
                 "rounds": self._lines,
+                **(
+                    {"uplink": self.comps.uplink.state_dict()}
+                    if self.comps.uplink is not None
+                    else {}
+                ),
             },
         )
 
@@ -286,6 +291,8 @@ class FederatedRun:
         if "strategy" in ckpt:
             self.comps.strategy.load_state_dict(ckpt["strategy"])
             self.comps.store.load_state_dict(ckpt["clients"])
+            if self.comps.uplink is not None and "uplink" in ckpt:
+                self.comps.uplink.load_state_dict(ckpt["uplink"])
         else:  # format 1: stateless strategies; ledgers rebuilt from the client logs
             self._replay_ledgers(kept)
         if obs_path.exists():
