@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
     # the plug-in index and the config that names plug-ins
     "plugins": 4, "config": 4,
     # the engine and what observes it
-    "engine": 5, "report": 5, "governance": 5, "inference": 5,
+    "engine": 5, "report": 5, "governance": 5, "inference": 5, "tracking": 5,
     # user interface
     "cli": 6,
     # the package root's lazy public entry points (see _facade_nodes)

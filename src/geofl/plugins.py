@@ -95,6 +95,7 @@ _PLUGIN_MODULES = (
     "geofl.attacks.backdoor",
     "geofl.attacks.adaptive",
     "geofl.governance.subscriber",
+    "geofl.tracking.subscriber",
 )
 
 #: Entry-point group through which other packages add plug-ins.

@@ -81,7 +81,7 @@ def test_report_has_the_uplink_table(tmp_path: Path) -> None:
 
     _run(tmp_path, "rep", _raw(UPLINK, rounds=2))
     page = write_report(tmp_path / "rep").read_text()
-    assert "<h2>Uplink</h2>" in page and "tractor → server" in page
+    assert '<h2 id="uplink">Uplink</h2>' in page and "tractor → server" in page
 
 
 @pytest.mark.slow

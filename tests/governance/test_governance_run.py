@@ -251,8 +251,8 @@ def test_report_has_a_governance_section_for_governed_runs(runs: dict[str, Path]
     from geofl.report import write_report
 
     html = write_report(runs["on"]).read_text()
-    assert "<h2>Governance</h2>" in html and "rule_B_fedavg_seed3" in html
+    assert '<h2 id="governance">Governance</h2>' in html and "rule_B_fedavg_seed3" in html
     assert "client4 0→1 (consecutive_failures" in html
     png = runs["on"] / "report" / "reputation-fedavg-seed-3-client4.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.name in html
-    assert "<h2>Governance</h2>" not in write_report(runs["off"]).read_text()
+    assert ">Governance</h2>" not in write_report(runs["off"]).read_text()

@@ -45,6 +45,7 @@ __all__ = [
     "PrivacyConfig",
     "SplitConfig",
     "TargetConfig",
+    "TrackingConfig",
     "TrainConfig",
 ]
 
@@ -298,6 +299,28 @@ class PaperValue(_Strict):
     aggregation: str | None = None
 
 
+class TrackingConfig(_Strict):
+    """Export of a run to experiment trackers (:mod:`geofl.tracking`); observes only.
+
+    Needs the optional extra ``tracking`` (``pip install 'geofl[tracking]'``). Not part of a
+    run's resume identity: a run may be resumed with tracking switched on or off.
+    """
+
+    mlflow: bool = Field(False, description="log params, per-round metrics and artefacts to MLflow")
+    tensorboard: bool = Field(False, description="write TensorBoard event files")
+    mlflow_uri: str | None = Field(
+        None,
+        description="MLflow tracking URI (a server, sqlite:///…); default: a file store in "
+        "RUN_DIR/mlruns",
+    )
+    experiment: str | None = Field(
+        None, description="MLflow experiment name; default: the config's name"
+    )
+    tensorboard_dir: str | None = Field(
+        None, description="TensorBoard log directory; default: RUN_DIR/tensorboard"
+    )
+
+
 class FigureSpec(_Strict):
     """A paper figure re-drawn from a subset of the methods."""
 
@@ -327,6 +350,9 @@ class ExperimentConfig(_Strict):
         description="on-chain governance layer (000 §3.5); absent = off. Validated and "
         "completed with defaults by the governance plug-in at load time",
     )
+    tracking: TrackingConfig | None = Field(
+        None, description="export to MLflow and/or TensorBoard; absent = off"
+    )
     methods: list[MethodConfig] = Field(..., min_length=1)
     analyses: list[Component] = Field(
         default_factory=list, description="post-run analyses, e.g. attribute_inference"
@@ -352,6 +378,8 @@ class ExperimentConfig(_Strict):
             out.pop("task", None)
         if self.compare_to is None:  # likewise for configs without paired statistics
             out.pop("compare_to", None)
+        if self.tracking is None:  # and without tracking
+            out.pop("tracking", None)
         return out
 
     @field_validator("seeds")

@@ -43,7 +43,7 @@ def _seed_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
 
 def uplink_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     """``<h2>Uplink</h2>`` and a table of the methods whose rounds carry uplink figures."""
-    rows = []
+    rows, names = [], run.display_names()
     for method, ms in methods.items():
         seeds = [int(s) for s in ms["seeds_done"]]
         figs = [
@@ -55,7 +55,7 @@ def uplink_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
         if not figs:
             continue
         stat: dict[str, Stat] = {k: make_stat([f[k] for f in figs]) for k in figs[0]}
-        cells = [f"<td>{escape(method)}</td>"]
+        cells = [f"<td>{escape(names.get(method, method))}</td>"]
         cells += [f'<td class="num">{format_pm(stat[h], scale=1e-3, digits=1)}</td>' for h in HOPS]
         cells += [f'<td class="num">{format_pm(stat[k], digits=1)}</td>'
                   for k in ("delivery", *PIPELINES, "forwarded")]  # fmt: skip
