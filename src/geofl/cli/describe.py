@@ -61,7 +61,13 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
 
 
 #: What ``classes`` name, per target kind.
-_TARGET_NOUN = {"class": "classes", "binary": "classes", "multi_hot": "labels", "real": "targets"}
+_TARGET_NOUN = {
+    "class": "classes",
+    "binary": "classes",
+    "multi_hot": "labels",
+    "real": "targets",
+    "boxes": "object classes",
+}
 #: What a partition histogram counts, per target kind.
 _HIST_NOUN = {
     "class": "samples per class",
