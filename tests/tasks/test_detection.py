@@ -101,7 +101,9 @@ def test_accumulator_and_task_registration() -> None:
     task = TASKS.build("detection", {}, num_classes=1, train_targets=torch.zeros(2, 1, 5))
     assert task.primary_metric == "map_50" and task.model_takes_targets
     truth, dets = _hand_example()
-    target = [{"boxes": torch.tensor(truth[0].boxes, dtype=torch.float32), "labels": torch.tensor([0, 0])}]
+    target = [
+        {"boxes": torch.tensor(truth[0].boxes, dtype=torch.float32), "labels": torch.tensor([0, 0])}
+    ]
     det = {
         "boxes": torch.tensor(dets[0].boxes, dtype=torch.float32),
         "labels": torch.tensor([0, 0, 0]),

@@ -18,12 +18,14 @@ scene               objects (co-occurrence)                      background
                     the odd ship on the river
 ==================  ===========================================  ======================
 
-Sizes (pixels at ``size = 256``; scaled with ``size``): airplane 24–40 span, ship 14–30 ×
-4–7, storage tank 10–22 diameter, baseball diamond 30–46, tennis court 9×18, basketball
-court 13×22, ground track field 70–100 × 40–56, harbor pier 24–48 × 6–10, bridge river
-width + 8 × 6–10, vehicle 5×9. Objects are painted as masks (rotated where the real ones
-are: ships, airplanes, vehicles) and each box is its mask's tight extent, so boxes and
-pixels agree exactly. Placement rejects overlaps above 10 % of the smaller box.
+Sizes (pixels at ``size = 256``; by default scaled with ``size``): airplane 24–40 span,
+ship 14–30 × 4–7, storage tank 10–22 diameter, baseball diamond 30–46, tennis court 9×18,
+basketball court 13×22, ground track field 70–100 × 40–56, harbor pier 24–48 × 6–10, bridge
+river width + 8 × 6–10, vehicle 5×9. ``object_scale`` sets another multiplier (1: these
+sizes on a smaller canvas, i.e. a crop of a 256 px scene rather than the whole scene
+resampled). Objects are painted as masks (rotated where the real ones are: ships,
+airplanes, vehicles) and each box is its mask's tight extent, so boxes and pixels agree
+exactly. Placement rejects overlaps above 10 % of the smaller box.
 
 Every image draws from its own generator ``(seed, "synthetic_aerial", image)``; the arrays
 are cached under a key of the parameters (:func:`~geofl.data.cache.cached_arrays`).
@@ -81,6 +83,12 @@ class AerialParams(BaseModel):
 
     num_samples: int = Field(600, gt=0, le=100_000, description="Number of scenes.")
     size: int = Field(128, ge=64, le=1024, description="Scene side length in pixels.")
+    object_scale: float | None = Field(
+        None,
+        gt=0.1,
+        le=8.0,
+        description="object size multiplier; null: size / 256 (a 256 px scene, resampled)",
+    )
     seed: int = Field(0, description="Seed of all random draws.")
     max_objects: int = Field(24, ge=1, le=200, description="Most objects per scene.")
     noise_std: float = Field(0.02, ge=0, le=0.5, description="Pixel noise std (0..1 scale).")
@@ -92,9 +100,11 @@ class AerialParams(BaseModel):
 class _Canvas:
     """An RGB image being painted and the boxes of the objects on it."""
 
-    def __init__(self, size: int, rng: np.random.Generator, max_objects: int) -> None:
+    def __init__(
+        self, size: int, rng: np.random.Generator, max_objects: int, scale: float | None
+    ) -> None:
         self.s = size
-        self.k = size / 256.0
+        self.k = size / 256.0 if scale is None else scale
         self.rng = rng
         self.max_objects = max_objects
         self.img = np.zeros((3, size, size), np.float32)
@@ -114,7 +124,8 @@ class _Canvas:
 
     def rect(self, cx: float, cy: float, length: float, width: float, angle: float) -> np.ndarray:
         u, v = self._uv(cx, cy, angle)
-        return (np.abs(u) <= length / 2) & (np.abs(v) <= width / 2)
+        mask: np.ndarray = (np.abs(u) <= length / 2) & (np.abs(v) <= width / 2)
+        return mask
 
     def _uv(self, cx: float, cy: float, angle: float) -> tuple[np.ndarray, np.ndarray]:
         c, s = np.cos(angle), np.sin(angle)
@@ -168,7 +179,7 @@ def _vehicle(c: _Canvas, region: np.ndarray | None = None) -> bool:
     ang = float(c.rng.choice([0.0, np.pi / 2])) + c.uniform(-0.2, 0.2)
     m = c.rect(cx, cy, max(9 * c.k, 4.0), max(5 * c.k, 2.5), ang)
     colour = tuple(c.rng.choice([0.15, 0.8, 0.6], 3).tolist())
-    return c.place(VEHICLE, m, [(m, colour)])  # type: ignore[list-item]
+    return c.place(VEHICLE, m, [(m, colour)])
 
 
 def _ship(c: _Canvas, water: np.ndarray, near: tuple[float, float] | None) -> bool:
@@ -321,7 +332,7 @@ def render_scene(
     rng = numpy_generator(params.seed, "synthetic_aerial", index)
     w = np.asarray(params.scene_weights, np.float64)
     scene = int(rng.choice(len(SCENES), p=w / w.sum()))
-    c = _Canvas(params.size, rng, params.max_objects)
+    c = _Canvas(params.size, rng, params.max_objects, params.object_scale)
     _PAINTERS[scene](c)
     img = c.img * np.float32(np.exp(rng.normal(0, 0.1)))
     img += rng.normal(0, params.noise_std, img.shape).astype(np.float32)

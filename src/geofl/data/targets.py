@@ -246,7 +246,8 @@ def label_counts(
     if kind == "multi_hot":
         return np.asarray(np.asarray(targets).sum(axis=0).round(), dtype=np.int64)
     if kind == "boxes":
-        return box_class_counts(np.asarray(targets), width).sum(axis=0)
+        per_class: np.ndarray = box_class_counts(np.asarray(targets), width).sum(axis=0)
+        return per_class
     if kind == "real":
         if codes is None:
             raise ValueError("label_counts of real targets needs the pool's bin codes")

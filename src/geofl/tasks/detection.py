@@ -177,7 +177,8 @@ class DetectionTask:
     def label_summary(self, targets: Any) -> np.ndarray:
         """``[C]`` int64 objects per class (consistency weighting, label histograms)."""
         t = targets.numpy() if isinstance(targets, torch.Tensor) else np.asarray(targets)
-        return box_class_counts(t, self.num_outputs).sum(axis=0)
+        counts: np.ndarray = box_class_counts(t, self.num_outputs).sum(axis=0)
+        return counts
 
     def collate(self, targets: Any, index: torch.Tensor) -> list[ImageDict]:
         """The per-image target dicts of the samples ``index``."""

@@ -154,12 +154,12 @@ def _no_resize(net: nn.Module, in_channels: int) -> None:
     """Replace the detector's transform by one that neither resizes nor normalises."""
     from torchvision.models.detection.transform import GeneralizedRCNNTransform
 
-    class AsIs(GeneralizedRCNNTransform):
+    class AsIs(GeneralizedRCNNTransform):  # type: ignore[misc]
         def resize(self, image: torch.Tensor, target: Any = None) -> tuple[torch.Tensor, Any]:
             return image, target
 
     net.transform = AsIs(1, 1, [0.0] * in_channels, [1.0] * in_channels)
-    net.transform.normalize = lambda image: image  # type: ignore[method-assign]
+    net.transform.normalize = lambda image: image
 
 
 def _pyramid_anchors(size: int, levels: int, ratios: tuple[float, ...], octaves: int) -> Any:

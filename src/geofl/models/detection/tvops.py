@@ -89,6 +89,9 @@ SCHEMAS: tuple[str, ...] = (
 )
 
 _state: dict[str, Any] = {"done": False, "native": None, "libs": []}
+# torch.library and torch.ops are untyped; the typed names keep mypy strict elsewhere.
+_LIBRARY: Any = torch.library.Library
+_TORCH_OPS: Any = torch.ops
 
 
 def torchvision_ops_native() -> bool:
@@ -109,7 +112,7 @@ def _probe_native() -> bool:
     for folder in spec.submodule_search_locations:
         for lib in sorted(Path(folder).glob("_C*.so")) + sorted(Path(folder).glob("_C*.pyd")):
             try:
-                torch.ops.load_library(str(lib))
+                _TORCH_OPS.load_library(str(lib))
             except (OSError, RuntimeError) as err:
                 log.debug("torchvision _C does not load (%s); using geofl's CPU ops", err)
                 return False
@@ -135,7 +138,7 @@ def ensure_torchvision_ops() -> None:
         tv_roi_align = sys.modules["torchvision.ops.roi_align"]
         # ``_assert_has_ops`` reads the extension module's ``_has_ops``; ``roi_align`` bound
         # its own copy at import (without ops it would torch.compile a Python fallback).
-        torchvision.extension._has_ops = _available  # type: ignore[attr-defined]
+        torchvision.extension._has_ops = _available
         tv_roi_align._has_ops = _available  # type: ignore[attr-defined]
     _state["done"] = True
 
@@ -145,10 +148,10 @@ def _available() -> bool:
 
 
 def _register_fallback() -> None:
-    lib = torch.library.Library("torchvision", "DEF")
+    lib = _LIBRARY("torchvision", "DEF")
     for schema in SCHEMAS:
         lib.define(schema)
-    impl = torch.library.Library("torchvision", "IMPL")
+    impl = _LIBRARY("torchvision", "IMPL")
     impl.impl("nms", nms_cpu, "CPU")
     impl.impl("roi_align", _roi_align_op, "CPU")
     impl.impl("_roi_align_backward", _roi_align_backward_op, "CPU")
@@ -199,14 +202,14 @@ def nms_cpu(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> t
     wh = (rb - lt).clamp(min=0)
     inter = wh[..., 0] * wh[..., 1]
     over = (inter / (area[:, None] + area[None, :] - inter)) > iou_threshold
-    over = torch.triu(over, diagonal=1).numpy()  # only lower-ranked boxes are suppressed
-    n = over.shape[0]
+    later = torch.triu(over, diagonal=1).numpy()  # only lower-ranked boxes are suppressed
+    n = later.shape[0]
     removed = np.zeros(n, dtype=bool)
     keep = []
     for i in range(n):
         if not removed[i]:
             keep.append(i)
-            removed |= over[i]
+            removed |= later[i]
     return order[torch.as_tensor(keep, dtype=torch.long)]
 
 
@@ -369,7 +372,7 @@ def roi_align_cpu(
         w,
     )
     x = input.permute(0, 2, 3, 1).reshape(b * h * w, c)
-    out = torch.sparse.mm(m, x)  # [K·PH·PW, C]
+    out: torch.Tensor = torch.sparse.mm(m, x)  # [K·PH·PW, C]
     return out.view(k, pooled_height, pooled_width, c).permute(0, 3, 1, 2).contiguous()
 
 
@@ -418,7 +421,7 @@ def _roi_align_backward_op(
         transpose=True,
     )
     g = grad.permute(0, 2, 3, 1).reshape(k * pooled_height * pooled_width, channels)
-    out = torch.sparse.mm(mt, g)  # [B·H·W, C]
+    out: torch.Tensor = torch.sparse.mm(mt, g)  # [B·H·W, C]
     return out.view(batch_size, height, width, channels).permute(0, 3, 1, 2).contiguous()
 
 
