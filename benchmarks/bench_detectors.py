@@ -109,13 +109,14 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--quick", action="store_true", help="speed at 128 px, 1 repeat, no accuracy")
+    p.add_argument("--quick", action="store_true", help="speed at 64 px, 1 repeat, no accuracy")
     args = p.parse_args()
     if args.quick:
-        args.size, args.repeats, args.batch = 128, 1, 2
+        args.size, args.repeats, args.batch = 64, 1, 2
     set_threads(args.threads)
     header("bench_detectors", args)
-    arrays = generate_aerial(AerialParams(num_samples=544, size=args.size, seed=0))
+    n = args.batch if args.quick else 544
+    arrays = generate_aerial(AerialParams(num_samples=n, size=args.size, seed=0))
     x = torch.from_numpy(arrays["images"]).float() / 255.0
     x = (x - x.mean(dim=(0, 2, 3), keepdim=True)) / x.std(dim=(0, 2, 3), keepdim=True)
     data = {"x": x, "t": torch.from_numpy(arrays["boxes"])}
