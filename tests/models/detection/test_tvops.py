@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 
-from geofl.models.detection.tvops import ensure_torchvision_ops, nms_cpu, roi_align_cpu
+from geofl.models.detection.cpu_kernels import nms_cpu, roi_align_cpu
+from geofl.models.detection.tvops import ensure_torchvision_ops
 
 ensure_torchvision_ops()
 
