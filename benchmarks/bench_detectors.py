@@ -4,7 +4,8 @@ check of FCOS, RetinaNet and SSDlite (and Faster R-CNN, the two-stage model) on 
 Usage::
 
     .venv/bin/python benchmarks/bench_detectors.py [--size 256] [--threads 2]
-        [--steps 60] [--batch 8] [--quick]
+        [--steps 60] [--batch 8] [--models fcos ...] [--no-speed] [--object-scale 1.0]
+        [--quick]
 
 What is measured. Each detector is built from scratch (GroupNorm, no pretrained weights):
 ``fcos``, ``retinanet`` and ``faster_rcnn`` as registered in geofl (GroupNorm ResNet-18
@@ -17,7 +18,9 @@ with GroupNorm in its MobileNetV3 (``width_mult`` 0.5; SSDlite has no FPN). Then
    and the ratio to FCOS are printed.
 2. **Accuracy** (skipped with ``--quick``): ``--steps`` Adam steps (lr 2e-3) on 480
    synthetic scenes, then COCO mAP@0.5 on 64 held-out scenes (same seed and data for all).
-   A short check of which model learns fastest per step, not converged accuracy.
+   A short check of which model learns fastest per step, not converged accuracy. On a busy
+   2-core machine run one model per process (``--models X --no-speed --threads 1``) at
+   ``--size 128 --object-scale 1.0`` (the preset's scenes): 256 px costs 4× as much.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ def ssdlite(num_classes: int, size: int, seed: int) -> nn.Module:
         )
     _no_resize(net, 3)
     return TorchvisionDetector(net, 1, torch.Generator().manual_seed(seed))
+
+
+MODEL_NAMES = ("fcos", "retinanet", "ssdlite", "faster_rcnn")
 
 
 def build_all(size: int) -> dict[str, nn.Module]:
@@ -109,6 +115,9 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--models", nargs="+", default=list(MODEL_NAMES), choices=MODEL_NAMES)
+    p.add_argument("--object-scale", type=float, default=None, help="synthetic_aerial's")
+    p.add_argument("--no-speed", action="store_true", help="accuracy check only")
     p.add_argument("--quick", action="store_true", help="speed at 64 px, 1 repeat, no accuracy")
     args = p.parse_args()
     if args.quick:
@@ -116,11 +125,28 @@ def main() -> None:
     set_threads(args.threads)
     header("bench_detectors", args)
     n = args.batch if args.quick else 544
-    arrays = generate_aerial(AerialParams(num_samples=n, size=args.size, seed=0))
+    scene = AerialParams(num_samples=n, size=args.size, seed=0, object_scale=args.object_scale)
+    arrays = generate_aerial(scene)
     x = torch.from_numpy(arrays["images"]).float() / 255.0
     x = (x - x.mean(dim=(0, 2, 3), keepdim=True)) / x.std(dim=(0, 2, 3), keepdim=True)
     data = {"x": x, "t": torch.from_numpy(arrays["boxes"])}
-    models = build_all(args.size)
+    if not args.no_speed:
+        speed(args, data)
+    if not args.quick:
+        acc_rows = []
+        for name in args.models:
+            fresh = build_all(args.size)[name]
+            m50, train_s = accuracy(fresh, data, args.steps, args.batch)
+            acc_rows.append([name, args.steps, train_s, m50])
+        title = f"short accuracy check, {args.size} px, batch {args.batch}"
+        print_table(["model", "steps", "train s", "mAP@0.5"], acc_rows, title)
+    footer(t_start)
+
+
+def speed(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """Training images/s of every model, interleaved."""
+    x = data["x"]
+    models = {k: v for k, v in build_all(args.size).items() if k in args.models}
     xb, yb = x[: args.batch], targets_to_dicts(data["t"][: args.batch])
     steps: dict[str, Callable[[], Any]] = {}
     for name, m in models.items():
@@ -130,18 +156,11 @@ def main() -> None:
     rows: list[list[Any]] = []
     for name, m in models.items():
         n = sum(p.numel() for p in m.parameters())
-        rows.append([name, n, args.batch / secs[name], secs["fcos"] / secs[name]])
+        ref = secs.get("fcos", secs[name])
+        rows.append([name, n, args.batch / secs[name], ref / secs[name]])
     print_table(
         ["model", "params", "train img/s", "speed vs fcos"], rows, f"training step, {args.size} px"
     )
-    if not args.quick:
-        acc_rows = []
-        for name in ("fcos", "retinanet", "ssdlite", "faster_rcnn"):
-            fresh = build_all(args.size)[name]
-            m50, train_s = accuracy(fresh, data, args.steps, args.batch)
-            acc_rows.append([name, args.steps, train_s, m50])
-        print_table(["model", "steps", "train s", "mAP@0.5"], acc_rows, "short accuracy check")
-    footer(t_start)
 
 
 if __name__ == "__main__":
