@@ -64,6 +64,8 @@ _PLUGIN_MODULES = (
     "geofl.tasks.classification",
     "geofl.data.synthetic",
     "geofl.data.synthetic_tabular",
+    "geofl.data.agri.dataset",
+    "geofl.data.agri.files",
     "geofl.data.synthetic_multilabel",
     "geofl.data.synthetic_sen12ms",
     "geofl.data.synthetic_bigearthnet",

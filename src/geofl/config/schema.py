@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from geofl.config.uplink import UplinkConfig
 from geofl.errors import ConfigError
 from geofl.registry import printable
 
@@ -199,7 +200,7 @@ class TargetConfig(_Strict):
 class EvalConfig(_OmitUnset):
     """When and how to evaluate, which model is best, when to stop early."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("early_stopping", "select_by", "target")
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("early_stopping", "select_by", "target", "group_by")
 
     every: int = Field(1, ge=1, description="evaluate val and test every N rounds (and last)")
     batch_size: int = Field(256, ge=1)
@@ -220,6 +221,12 @@ class EvalConfig(_OmitUnset):
     target: TargetConfig | None = Field(
         None, description="report the first round (and bytes) reaching a metric value"
     )
+    group_by: str | None = Field(
+        None,
+        min_length=1,
+        description="per-sample metadata key whose groups get their own metrics and the "
+        "primary metric's std and min across groups (003 Table 12: region); absent: none",
+    )
 
 
 class PrivacyConfig(_Strict):
@@ -239,7 +246,7 @@ class MethodConfig(_OmitUnset):
     """One compared method: partition, algorithm, local trainer, release steps, weighting,
     defenses and aggregator (the last three compose inside the algorithm's strategy)."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment",)
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment", "uplink")
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
     label: str | None = Field(None, description="display name in reports")
@@ -261,6 +268,20 @@ class MethodConfig(_OmitUnset):
         "FL-SPDP's spectral augmentation against baselines without it, 001 Table 4); "
         "None: train.augment",
     )
+    uplink: UplinkConfig | None = Field(
+        None,
+        description="003 ground-layer uplink (pipelines, NQI, envelopes, rural links); "
+        "replaces `network`, which must stay `ideal`; None: uploads go through `network`",
+    )
+
+    @model_validator(mode="after")
+    def _uplink_replaces_network(self) -> MethodConfig:
+        if self.uplink is not None and self.network.name != "ideal":
+            raise ValueError(
+                f"network {self.network.name!r} and uplink are both set; the uplink models "
+                "the links itself: drop `network` or set it to ideal"
+            )
+        return self
 
 
 class PaperValue(_Strict):

@@ -52,6 +52,7 @@ from geofl.report.summary import (
     write_text_atomic,
 )
 from geofl.report.task_figures import task_figures
+from geofl.report.uplink import uplink_html
 
 __all__ = ["write_report"]
 
@@ -397,6 +398,7 @@ def write_report(run_dir: Path) -> Path:
 {_results_html(run, summary["methods"])}
 {paired_html(summary.get("paired") or {}, {m: run.label(m) for m in run.methods})}
 {communication_html(run, summary["methods"])}
+{uplink_html(run, summary["methods"])}
 {_privacy_html(run, out)}
 {paper}
 <h2>Figures</h2>
