@@ -47,7 +47,9 @@ def test_nms_matches_greedy_reference(thr: float) -> None:
     g = torch.Generator().manual_seed(0)
     boxes = _random_boxes(g, 200)
     scores = torch.rand(200, generator=g)
-    assert nms_cpu(boxes, scores, thr).tolist() == greedy_nms(boxes, scores, thr)
+    want = greedy_nms(boxes, scores, thr)
+    assert nms_cpu(boxes, scores, thr).tolist() == want
+    assert nms_cpu(boxes, scores, thr, block=7).tolist() == want  # row blocks of the matrix
 
 
 def test_nms_ties_and_identical_boxes() -> None:

@@ -20,7 +20,9 @@ import torch
 __all__ = ["nms_cpu", "roi_align_backward_cpu", "roi_align_cpu"]
 
 
-def nms_cpu(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+def nms_cpu(
+    dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float, *, block: int = 1024
+) -> torch.Tensor:
     """Greedy non-maximum suppression, as ``torchvision/csrc/ops/cpu/nms_kernel.cpp``.
 
     Boxes are visited by descending score (stable sort: ties keep input order); a box is
@@ -32,6 +34,8 @@ def nms_cpu(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> t
         dets: ``[N, 4]`` xyxy boxes.
         scores: ``[N]`` scores.
         iou_threshold: Suppression threshold.
+        block: Rows of the ``[N, N]`` overlap matrix computed at once (bounds the float
+            temporaries to ``block × N``; the boolean matrix itself is N² bytes).
 
     Returns:
         ``[K]`` int64 indices of kept boxes, by descending score.
@@ -41,13 +45,16 @@ def nms_cpu(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> t
     order = torch.sort(scores, descending=True, stable=True).indices
     b = dets[order]
     area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    lt = torch.maximum(b[:, None, :2], b[None, :, :2])
-    rb = torch.minimum(b[:, None, 2:], b[None, :, 2:])
-    wh = (rb - lt).clamp(min=0)
-    inter = wh[..., 0] * wh[..., 1]
-    over = (inter / (area[:, None] + area[None, :] - inter)) > iou_threshold
-    later = torch.triu(over, diagonal=1).numpy()  # only lower-ranked boxes are suppressed
-    n = later.shape[0]
+    n = b.shape[0]
+    later = np.zeros((n, n), dtype=bool)  # later[i, j]: j ranks below i and overlaps it
+    for lo in range(0, n, block):
+        r = b[lo : lo + block]
+        lt = torch.maximum(r[:, None, :2], b[None, :, :2])
+        rb = torch.minimum(r[:, None, 2:], b[None, :, 2:])
+        wh = (rb - lt).clamp(min=0)
+        inter = wh[..., 0] * wh[..., 1]
+        over = (inter / (area[lo : lo + block, None] + area[None, :] - inter)) > iou_threshold
+        later[lo : lo + block] = torch.triu(over, diagonal=lo + 1).numpy()
     removed = np.zeros(n, dtype=bool)
     keep = []
     for i in range(n):
