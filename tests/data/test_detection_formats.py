@@ -162,6 +162,30 @@ def test_neon_layout_fixture(tmp_path: Path) -> None:
     assert [int((r[:, 4] >= 0).sum()) for r in ds.targets] == [1, 0, 0, 1]  # centre box split
 
 
+def test_neon_csv_annotations_and_bad_rows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _jpg(tmp_path / "A.png", 60, 40)
+    _jpg(tmp_path / "B.png", 40, 40, 1)
+    rows = [
+        "image_path,xmin,ymin,xmax,ymax,label",
+        "A.png,10,10,30,20,Tree",
+        "A.png,50,30,70,50,Dead",  # reaches outside: clipped to 60 × 40
+        "B.png,5,5,5,9,Alive",  # degenerate: skipped with file and line
+    ]
+    (tmp_path / "boxes.csv").write_text("\n".join(rows) + "\n")
+    params = NeonParams(root=tmp_path, tile=None, size=40, annotations="csv")
+    with caplog.at_level(logging.WARNING, logger="geofl"):
+        ds = build_neon_tree_crowns(params, cache_dir=tmp_path / "c")
+    assert "boxes.csv:4" in caplog.text and "degenerate" in caplog.text
+    t = ds.targets.numpy()  # A: 60 × 40 → 40 × 40 scales x by 2/3
+    np.testing.assert_allclose(t[0, :, :4], [[10 * 2 / 3, 10, 20, 20], [50 * 2 / 3, 30, 40, 40]])
+    assert (t[1, :, 4] == -1).all()
+    (tmp_path / "boxes.csv").write_text("\n".join([*rows[:2], "A.png,1,1,5,5,Palm"]) + "\n")
+    with pytest.raises(DataError, match=r"boxes\.csv:3: label 'Palm' is not one of"):
+        build_neon_tree_crowns(params, cache_dir=tmp_path / "c2")
+
+
 @pytest.mark.skipif(not NEON.is_dir(), reason="NEON tree crowns absent (/work/shared/data)")
 def test_real_neon_tree_crowns(tmp_path: Path) -> None:
     ds = build_neon_tree_crowns(NeonParams(root=NEON), cache_dir=tmp_path)
@@ -169,3 +193,10 @@ def test_real_neon_tree_crowns(tmp_path: Path) -> None:
     assert ds.inputs.shape == (170, 3, 128, 128)
     counts = (ds.targets[..., 4] >= 0).sum()
     assert 700 < int(counts) <= 951  # 951 crowns in the XML files, some split by tiles
+
+
+@pytest.mark.skipif(not NEON.is_dir(), reason="NEON tree crowns absent (/work/shared/data)")
+def test_real_neon_csv_annotations(tmp_path: Path) -> None:
+    ds = build_neon_tree_crowns(NeonParams(root=NEON, annotations="csv"), cache_dir=tmp_path)
+    # The CSVs cover OSBS_029 and SOAP_061 (400², 4 tiles each) and one YELL crop (30 tiles).
+    assert len(ds) == 38 and set(np.unique(ds.metadata["source"])) == {0, 1, 2}

@@ -20,7 +20,8 @@ dataset             layout under ``root``
                     general-object subset
 ``neon_tree_crowns``  NEON RGB tiles with VOC XML per image (DeepForest's bundled data,
                     ``/work/shared/data/neon_tree_crowns``); every crown is class ``tree``
-                    (``Tree``, ``Alive`` and ``Dead`` alike)
+                    (``Tree``, ``Alive`` and ``Dead`` alike); ``annotations: csv`` reads
+                    DeepForest's CSV files instead
 ==================  ========================================================================
 """
 
@@ -37,7 +38,13 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.data.base import DATASETS, ArrayDataset
-from geofl.data.boxfiles import BoxRecord, read_coco_json, read_nwpu_txt, read_voc_xml
+from geofl.data.boxfiles import (
+    BoxRecord,
+    read_coco_json,
+    read_csv_boxes,
+    read_nwpu_txt,
+    read_voc_xml,
+)
 from geofl.data.cache import cache_key, cached_arrays
 from geofl.data.synthetic_aerial import AERIAL_CLASSES
 from geofl.errors import DataError
@@ -256,20 +263,37 @@ class NeonParams(_Common):
     """Parameters of ``neon_tree_crowns``."""
 
     root: Path = Field(Path("/work/shared/data/neon_tree_crowns"), description="Data folder.")
+    annotations: Literal["xml", "csv"] = Field(
+        "xml", description="per-image VOC XML files, or the DeepForest CSV files"
+    )
     tile: int | None = Field(200, ge=32, description="Crop side in source pixels.")
     size: int = Field(128, ge=32, le=2048, description="Output side length in pixels.")
 
 
 @DATASETS.register("neon_tree_crowns", params=NeonParams)
 def build_neon_tree_crowns(params: NeonParams, *, cache_dir: Path) -> ArrayDataset:
-    """NEON tree crowns: every ``*.xml`` and its image, one class ``tree``."""
+    """NEON tree crowns: every ``*.xml`` (or ``*.csv``) and its images, one class ``tree``.
+
+    CSV rows naming an image that another CSV already listed are refused (an image's boxes
+    must come from one file).
+    """
     if not params.root.is_dir():
         raise DataError(f"{params.root} does not exist; set data.params.root to the NEON folder")
     classes = {"tree": 0, "alive": 0, "dead": 0}
     find = _finder([params.root])
-    records = [
-        r
-        for x in sorted(params.root.glob("*.xml"))
-        if (r := read_voc_xml(x, classes, find)) is not None
-    ]
+    if params.annotations == "csv":
+        records: list[BoxRecord] = []
+        for c in sorted(params.root.glob("*.csv")):
+            for rec in read_csv_boxes(c, classes, params.root, _image_size):
+                if any(rec.image == o.image for o in records):
+                    raise DataError(
+                        f"{c}: boxes of {rec.image.name} were already read from another CSV"
+                    )
+                records.append(rec)
+    else:
+        records = [
+            r
+            for x in sorted(params.root.glob("*.xml"))
+            if (r := read_voc_xml(x, classes, find)) is not None
+        ]
     return records_to_dataset(records, ("tree",), params, "neon_tree_crowns", cache_dir)
