@@ -61,13 +61,20 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
 
 
 #: What ``classes`` name, per target kind.
-_TARGET_NOUN = {"class": "classes", "binary": "classes", "multi_hot": "labels", "real": "targets"}
+_TARGET_NOUN = {
+    "class": "classes",
+    "binary": "classes",
+    "multi_hot": "labels",
+    "real": "targets",
+    "boxes": "object classes",
+}
 #: What a partition histogram counts, per target kind.
 _HIST_NOUN = {
     "class": "samples per class",
     "binary": "samples per class",
     "multi_hot": "positives per label",
     "real": "samples per quantile bin of the target",
+    "boxes": "objects per class",
 }
 
 #: Column options of class / label / target names: shown whole, wrapped (folded inside a
@@ -92,7 +99,7 @@ def _target_table(ds: ArrayDataset) -> Table:
         return table
     table = Table(title="label counts" if ds.target_kind == "multi_hot" else "class counts")
     table.add_column("label" if ds.target_kind == "multi_hot" else "class", **_NAME_COLUMN)
-    table.add_column("samples", justify="right")
+    table.add_column("objects" if ds.target_kind == "boxes" else "samples", justify="right")
     for name, c in zip(ds.classes, ds.label_histogram(), strict=True):
         table.add_row(name, str(int(c)))
     return table

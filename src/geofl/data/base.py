@@ -199,7 +199,9 @@ class ArrayDataset:
         """``[N]`` int64 label attribute per sample (:func:`geofl.data.targets.label_codes`):
         the class id, the rarest present label (``C`` for none) or a quantile bin of the
         first real target. Stratify splits on this."""
-        return label_codes(self.targets.numpy(), self.target_kind, bins)
+        return label_codes(
+            self.targets.numpy(), self.target_kind, bins, num_classes=self.num_classes
+        )
 
     def histogram_columns(self) -> tuple[str, ...]:
         """Names of the columns of a label histogram or partition histogram of this data:

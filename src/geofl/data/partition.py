@@ -148,7 +148,7 @@ def make_partition(
                 "pass the dataset's target_kind to make_partition"
             )
         targets = targets.astype(np.int64, copy=False)
-    labels = label_codes(targets, kind)
+    labels = label_codes(targets, kind, num_classes=num_classes)
     n = labels.size
     if num_clients > n:
         raise PartitionError(

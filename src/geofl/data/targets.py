@@ -12,13 +12,21 @@ kind            targets                      ``classes`` names
 ``binary``      ``[N]`` int64 in ``{0, 1}``  the two outcomes, negative first
 ``multi_hot``   ``[N, C]`` float32 in {0,1}  the ``C`` labels (columns)
 ``real``        ``[N]`` / ``[N, T]`` float   the ``T`` target variables (``T = 1`` for ``[N]``)
+``boxes``       ``[N, M, 5]`` float32        the ``C`` object classes
 ==============  ===========================  ================================================
+
+``boxes`` (object detection) pads each image's objects to ``M`` rows ``(x1, y1, x2, y2,
+label)`` in pixels, label in ``[0, C)``; padding rows are ``(0, 0, 0, 0, -1)``. One tensor
+keeps subsets, splits and client slices the plain row indexing of every other kind; the
+detection task turns a batch's rows into torchvision's per-image ``{"boxes", "labels"}``.
 
 Splits and label-skew partitioners need one *discrete* value per sample. The **label
 attribute** (:func:`label_codes`) is the class id for ``class`` and ``binary`` targets, the
 **rarest present label** for ``multi_hot`` targets (the label, among those a sample carries,
 with the fewest positives in the pool, ties to the lower index; samples with no label get
-the extra code ``C``), and an **equal-frequency quantile bin** of the first target column for
+the extra code ``C``), the **dominant class** of ``boxes`` targets (the class with the most
+objects in the image, ties to the lower index; images without objects get ``C``), and an
+**equal-frequency quantile bin** of the first target column for
 ``real`` targets. A metadata attribute is discretised the same way: integer, boolean and
 string values are categories, floating-point values are quantile-binned
 (:func:`attribute_codes`).
@@ -39,14 +47,16 @@ __all__ = [
     "TARGET_KINDS",
     "TargetKind",
     "attribute_codes",
+    "box_class_counts",
     "check_targets",
+    "dominant_class",
     "label_codes",
     "label_counts",
     "quantile_bins",
     "rarest_present_label",
 ]
 
-TargetKind = Literal["class", "multi_hot", "real", "binary"]
+TargetKind = Literal["class", "multi_hot", "real", "binary", "boxes"]
 #: Every :data:`TargetKind`, in declaration order.
 TARGET_KINDS: tuple[str, ...] = get_args(TargetKind)
 #: Quantile bins of a real-valued attribute unless a caller states another number.
@@ -85,6 +95,9 @@ def check_targets(targets: torch.Tensor, kind: TargetKind, num_classes: int, n: 
         return
     if targets.dtype != torch.float32:
         raise DataError(f"{kind} targets must be float32, got {targets.dtype}")
+    if kind == "boxes":
+        _check_boxes(targets, num_classes, n)
+        return
     if kind == "multi_hot":
         if shape != (n, num_classes):
             raise DataError(f"multi_hot targets must be [{n}, {num_classes}], got {shape}")
@@ -99,6 +112,44 @@ def check_targets(targets: torch.Tensor, kind: TargetKind, num_classes: int, n: 
         )
     if not bool(torch.isfinite(targets).all()):
         raise DataError("real targets contain NaN or inf; drop or impute those samples")
+
+
+def _check_boxes(targets: torch.Tensor, num_classes: int, n: int) -> None:
+    shape = tuple(targets.shape)
+    if targets.ndim != 3 or shape[0] != n or shape[2] != 5:
+        raise DataError(f"boxes targets must be [{n}, M, 5] (x1, y1, x2, y2, label), got {shape}")
+    if not bool(torch.isfinite(targets).all()):
+        raise DataError("boxes targets contain NaN or inf; drop those boxes in the loader")
+    labels = targets[..., 4]
+    real = labels >= 0
+    bad_label = (labels != labels.round()) | (labels < -1) | (labels >= num_classes)
+    if bool(bad_label.any()):
+        raise DataError(f"boxes labels must be integers in [0, {num_classes}) or -1 (padding)")
+    b = targets[..., :4]
+    if bool((real & ((b[..., 2] <= b[..., 0]) | (b[..., 3] <= b[..., 1]))).any()):
+        raise DataError("boxes targets hold degenerate boxes (x2 <= x1 or y2 <= y1)")
+
+
+def box_class_counts(boxes: np.ndarray, num_classes: int) -> np.ndarray:
+    """``[N, C]`` int64 objects per class in each image of ``[N, M, 5]`` boxes targets."""
+    t = np.asarray(boxes)
+    n = t.shape[0]
+    labels = t[..., 4].astype(np.int64).reshape(n, -1)
+    rows = np.repeat(np.arange(n), labels.shape[1])
+    flat = labels.reshape(-1)
+    keep = flat >= 0
+    out = np.zeros((n, num_classes), np.int64)
+    np.add.at(out, (rows[keep], flat[keep]), 1)
+    return out
+
+
+def dominant_class(boxes: np.ndarray, num_classes: int) -> np.ndarray:
+    """``[N]`` int64: per image the class with the most objects (ties to the lower index),
+    ``C`` for images without objects."""
+    counts = box_class_counts(boxes, num_classes)
+    out = counts.argmax(axis=1).astype(np.int64) if num_classes else np.zeros(len(counts), np.int64)
+    out[counts.sum(axis=1) == 0] = num_classes
+    return out
 
 
 def rarest_present_label(multi_hot: np.ndarray) -> np.ndarray:
@@ -142,13 +193,21 @@ def quantile_bins(values: np.ndarray, bins: int) -> np.ndarray:
     return np.searchsorted(edges, v, side="right").astype(np.int64)
 
 
-def label_codes(targets: np.ndarray, kind: TargetKind, bins: int = DEFAULT_BINS) -> np.ndarray:
+def label_codes(
+    targets: np.ndarray,
+    kind: TargetKind,
+    bins: int = DEFAULT_BINS,
+    *,
+    num_classes: int | None = None,
+) -> np.ndarray:
     """The label attribute of each sample (see the module docstring).
 
     Args:
-        targets: ``[N]`` / ``[N, C]`` / ``[N, T]`` targets of ``kind``.
+        targets: ``[N]`` / ``[N, C]`` / ``[N, T]`` / ``[N, M, 5]`` targets of ``kind``.
         kind: Target kind.
         bins: Quantile bins for ``real`` targets.
+        num_classes: C; required for ``boxes`` targets (the code of images without
+            objects).
 
     Returns:
         ``[N]`` int64 codes (class ids, rarest present labels or quantile bins).
@@ -156,6 +215,10 @@ def label_codes(targets: np.ndarray, kind: TargetKind, bins: int = DEFAULT_BINS)
     t = np.asarray(targets)
     if kind == "multi_hot":
         return rarest_present_label(t)
+    if kind == "boxes":
+        if num_classes is None:
+            raise ValueError("label_codes of boxes targets needs num_classes")
+        return dominant_class(t, num_classes)
     if kind == "real":
         return quantile_bins(t if t.ndim == 1 else t[:, 0], bins)
     return t.astype(np.int64, copy=False)
@@ -176,11 +239,15 @@ def label_counts(
 
     Returns:
         ``[width]`` int64: samples per class (``class``, ``binary``), positives per label
-        (``multi_hot``, so the sum may exceed the sample count), or samples per quantile
+        (``multi_hot``, so the sum may exceed the sample count), objects per class
+        (``boxes``), or samples per quantile
         bin (``real``).
     """
     if kind == "multi_hot":
         return np.asarray(np.asarray(targets).sum(axis=0).round(), dtype=np.int64)
+    if kind == "boxes":
+        per_class: np.ndarray = box_class_counts(np.asarray(targets), width).sum(axis=0)
+        return per_class
     if kind == "real":
         if codes is None:
             raise ValueError("label_counts of real targets needs the pool's bin codes")

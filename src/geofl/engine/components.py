@@ -197,7 +197,7 @@ def client_datasets(data: PreparedData, partition: Partition, task: Task) -> lis
     meta = {k: train.metadata[k] for k in CLIENT_METADATA if k in train.metadata}
     out = []
     for k, idx in enumerate(torch.as_tensor(p) for p in partition.indices):
-        targets = task.collate(train.targets, idx)
+        targets = train.targets[idx]  # the rows; batches collate them (task.collate)
         out.append(
             ClientData(
                 k,

@@ -124,8 +124,9 @@ def build_partition(
 
 def split_labels(ds: ArrayDataset) -> np.ndarray:
     """``[N]`` int64 label attribute that stratifies the split (class ids; the rarest
-    present label of multi-hot targets; a quantile bin of real targets)."""
-    return label_codes(ds.targets.numpy(), ds.target_kind)
+    present label of multi-hot targets; a quantile bin of real targets; the dominant class
+    of an image's boxes)."""
+    return label_codes(ds.targets.numpy(), ds.target_kind, num_classes=ds.num_classes)
 
 
 def _partition_json(

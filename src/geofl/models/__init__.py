@@ -1,6 +1,6 @@
 """Model families and the flat-parameter workspace; importing registers them."""
 
-from geofl.models import cnn, mlp, resnet
+from geofl.models import cnn, detection, mlp, resnet
 from geofl.models.base import MODELS, FlatModel, ParamSpec
 
-__all__ = ["MODELS", "FlatModel", "ParamSpec", "cnn", "mlp", "resnet"]
+__all__ = ["MODELS", "FlatModel", "ParamSpec", "cnn", "detection", "mlp", "resnet"]

@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from geofl.tasks import binary, classification, multilabel, regression
+from geofl.tasks import binary, classification, detection, multilabel, regression
 from geofl.tasks.base import TASKS, MetricAccumulator, SplitMetrics, Task, TaskBuilder
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "TaskBuilder",
     "binary",
     "classification",
+    "detection",
     "multilabel",
     "regression",
 ]
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # mypy proves that every task class implements the Task proto
     _IMPLEMENTATIONS: tuple[type[Task], ...] = (
         binary.BinaryTask,
         classification.ClassificationTask,
+        detection.DetectionTask,
         multilabel.MultilabelTask,
         regression.RegressionTask,
     )
