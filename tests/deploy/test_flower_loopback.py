@@ -22,6 +22,7 @@ import yaml
 pytest.importorskip("flwr")
 
 from geofl.config.load import load_config
+from geofl.deploy.flower import ERROR_FILE
 from geofl.deploy.loopback import Loopback, free_port
 from geofl.engine.experiment import run_experiment
 from geofl.rundir import seed_dir
@@ -104,6 +105,8 @@ def test_bad_sites_end_in_one_clear_error(tmp_path: Path) -> None:
         assert "geofl deploy error" in output, output[-3000:]
         assert f"{missing} not found" in output
         assert time.monotonic() - t0 < 300
+    error = (tmp_path / "dep" / ERROR_FILE).read_text()
+    assert error.count("\n") == 1 and f"{missing} not found" in error
     sites = [{"clients": "0"}, {"clients": "1", "config": str(other)}]
     with Loopback(tmp_path / "flwr2", sites) as lb:
         output = lb.run(_run_config(config, tmp_path / "dep2"), timeout=300)

@@ -33,7 +33,10 @@ from geofl.deploy.site import Site, parse_clients
 from geofl.deploy.wire import decode_request
 from geofl.errors import GeoflError
 
-__all__ = ["client_app", "server_app"]
+__all__ = ["ERROR_FILE", "client_app", "server_app"]
+
+#: Where the server writes the one-line error that stopped a deployment (run directory).
+ERROR_FILE = "deploy_error.txt"
 
 log = logging.getLogger("geofl")
 
@@ -67,9 +70,13 @@ def server_main(grid: Grid, context: Context) -> None:
             connect_timeout=float(rc.get("connect-timeout", 60.0)),
         )
     except GeoflError as err:
-        log.error("geofl deploy error: %s", err)
+        # One line in the run's log stream (returning normally, so that Flower flushes the
+        # stream; an exception's exit loses its last lines) and in the run directory.
+        out = Path(str(rc["out"]))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ERROR_FILE).write_text(f"{err}\n", encoding="utf-8")
         print(f"geofl deploy error: {err}", flush=True)
-        raise SystemExit(2) from None
+        return
     print(f"geofl deploy finished: {json.dumps(final.get('final'))}", flush=True)
 
 
