@@ -26,6 +26,7 @@ SMOKE = {
     "bench_augment.py": ["--quick", "--threads", "1"],
     "bench_dual_shield.py": ["--quick", "--threads", "1"],
     "bench_dual_shield_overhead.py": ["--quick", "--threads", "1"],
+    "bench_workers.py": ["--quick"],
 }
 
 

@@ -110,6 +110,7 @@ class Loopback:
     port: int = 0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
+    nodes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def __enter__(self) -> Loopback:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -163,13 +164,37 @@ class Loopback:
         cfg = " ".join(f'{k}="{v}"' for k, v in node.items())
         port = free_port()
         self.ports.append(port)
-        return self._spawn(
+        proc = self._spawn(
             f"supernode{i}",
             [_bin("flower-supernode"), "--insecure",
              "--superlink", superlink or f"127.0.0.1:{self.port}",
              "--port", str(port), "--max-retries", "3", "--max-wait-time", "20",
              "--node-config", cfg],
         )  # fmt: skip
+        self.nodes.append(proc)
+        return proc
+
+    @property
+    def flwr(self) -> str:
+        """The ``flwr`` command."""
+        return _bin("flwr")
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment Flower's commands run in here."""
+        return _env(self.home)
+
+    def write_run_config(self, run_config: Mapping[str, Any]) -> str:
+        """Write ``run_config`` as the TOML file ``flwr run --run-config`` reads; its path."""
+        rc = self.workdir / "run-config.toml"
+        rc.write_text(tomli_w.dumps(dict(run_config)), encoding="utf-8")
+        return str(rc)
+
+    def kill_supernode(self, i: int) -> None:
+        """Kill SuperNode ``i`` and its app processes (a site that fails)."""
+        proc = self.nodes[i]
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait(timeout=10)
 
     def run(self, run_config: Mapping[str, Any], timeout: float) -> str:
         """``flwr run`` the app with ``run_config`` and stream its logs; the output.
@@ -177,9 +202,8 @@ class Loopback:
         Raises:
             DeployError: when it does not finish within ``timeout`` seconds.
         """
-        rc = self.workdir / "run-config.toml"
-        rc.write_text(tomli_w.dumps(dict(run_config)), encoding="utf-8")
-        args = [_bin("flwr"), "run", str(self.app), "loop", "--run-config", str(rc), "--stream"]
+        rc = self.write_run_config(run_config)
+        args = [self.flwr, "run", str(self.app), "loop", "--run-config", rc, "--stream"]
         try:
             proc = subprocess.run(
                 args, capture_output=True, timeout=timeout, env=_env(self.home), cwd=self.workdir
