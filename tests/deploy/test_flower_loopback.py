@@ -125,14 +125,14 @@ def test_unreachable_superlink_fails_within_its_retry_bound(tmp_path: Path) -> N
         assert "SuperLink" in log or "connect" in log.lower()
 
 
-def test_supernode_killed_mid_run_round_completes_with_the_survivor(tmp_path: Path) -> None:
-    raw = _raw()
-    raw["federation"]["rounds"] = 3
-    config = _write(tmp_path / "exp.yaml", raw)
+def test_supernode_killed_after_round_1_round_2_completes_with_the_survivor(tmp_path: Path) -> None:
+    config = _write(tmp_path / "exp.yaml", _raw())
     out = tmp_path / "dep"
     rounds = seed_dir(out, "dpsgd", SEED) / "rounds.jsonl"
     with Loopback(tmp_path / "flwr", [{"clients": "0"}, {"clients": "1"}]) as lb:
-        rc = _run_config(config, out, **{"round-timeout": 20.0})
+        # the deadline must exceed a live site's step: Flower starts a ClientApp process
+        # per message (tens of seconds on a loaded 2-core machine)
+        rc = _run_config(config, out, **{"round-timeout": 75.0})
         args = [lb.flwr, "run", str(lb.app), "loop", "--run-config", lb.write_run_config(rc)]
         proc = subprocess.Popen(
             [*args, "--stream"],
@@ -146,11 +146,10 @@ def test_supernode_killed_mid_run_round_completes_with_the_survivor(tmp_path: Pa
         output, _ = proc.communicate(timeout=400)
     assert b"geofl deploy finished" in output, output[-3000:]
     recs = [json.loads(x) for x in rounds.read_text().splitlines()]
-    assert [r["participants"] for r in recs] == [[0, 1], [0], [0]]
-    for rec in recs[1:]:
-        (lost,) = rec["rejected"]
-        assert lost["client"] == 1 and lost["reason"] == "lost_in_transit"
-        assert "within 20 s" in lost["detail"] or "failed" in lost["detail"]
+    assert [r["participants"] for r in recs] == [[0, 1], [0]], recs
+    (lost,) = recs[1]["rejected"]
+    assert lost["client"] == 1 and lost["reason"] == "lost in transit"
+    assert "within 75 s" in lost["detail"] or "failed" in lost["detail"]
     final = json.loads((seed_dir(out, "dpsgd", SEED) / "final.json").read_text())
     eps = final["privacy"]["epsilon_per_client"]
-    assert eps["0"] > eps["1"]  # site 1 released once, site 0 three times
+    assert eps["0"] > eps["1"]  # site 1 released once, site 0 twice

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import yaml
 from tests.conftest import tiny_raw
@@ -71,3 +72,19 @@ def test_two_workers_bit_identical_to_in_process(tmp_path: Path) -> None:
         assert fa["clients"]["events"] == fb["clients"]["events"]
     final = json.loads((seed_dir(two, "dpsgd", SEED) / "final.json").read_text())
     assert final["privacy"]["epsilon_max"] > 0
+
+
+def test_workers_read_an_mmap_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``data.cache: mmap``: the split's stored rows reach the workers as the store's path
+    (reopened read-only, not pickled); the run equals the in-process one."""
+    monkeypatch.setenv("GEOFL_CACHE", str(tmp_path / "cache"))
+    outs = []
+    for workers in (1, 2):
+        raw = tiny_raw()
+        raw["data"]["cache"] = "mmap"
+        raw["methods"] = raw["methods"][1:]
+        raw["federation"].update(rounds=2, workers=workers)
+        path = tmp_path / f"m{workers}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        outs.append(run_experiment(load_config(path), tmp_path / f"mm{workers}"))
+    assert _records(outs[0], "fedavg") == _records(outs[1], "fedavg")
