@@ -26,6 +26,9 @@ SMOKE = {
     "bench_augment.py": ["--quick", "--threads", "1"],
     "bench_dual_shield.py": ["--quick", "--threads", "1"],
     "bench_dual_shield_overhead.py": ["--quick", "--threads", "1"],
+    "bench_envelope.py": ["--quick"],
+    "bench_uplink_codec.py": ["--quick"],
+    "bench_nqi_policy.py": ["--quick"],
     "bench_workers.py": ["--quick"],
 }
 

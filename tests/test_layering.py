@@ -22,13 +22,13 @@ LAYERS: dict[str, int] = {
     # what flows: tasks, models, data, the update and round-record types, run events
     "tasks": 1, "models": 1, "data": 1, "update": 1, "records": 1, "events": 1,
     # mechanisms: client and server functions, privacy, network, attacks
-    "client": 2, "server": 2, "privacy": 2, "network": 2, "attacks": 2,
+    "client": 2, "server": 2, "privacy": 2, "network": 2, "attacks": 2, "security": 2,
     # algorithms: a strategy plus a client half each
     "algorithms": 3,
     # the plug-in index and the config that names plug-ins
     "plugins": 4, "config": 4,
     # the engine and what observes it
-    "engine": 5, "report": 5, "governance": 5, "inference": 5,
+    "engine": 5, "report": 5, "governance": 5, "inference": 5, "tracking": 5,
     # deployment on a distributed runtime (Flower): runs the engine's rounds across sites
     "deploy": 6,
     # user interface

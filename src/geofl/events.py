@@ -17,6 +17,7 @@ from geofl.registry import Registry
 
 __all__ = [
     "SUBSCRIBERS",
+    "ExperimentObserver",
     "LogSubscriber",
     "ParticipationGate",
     "RunInfo",
@@ -72,6 +73,15 @@ class ParticipationGate(Protocol):
     """
 
     def allows(self, client: int, round_idx: int) -> bool: ...
+
+
+@runtime_checkable
+class ExperimentObserver(Protocol):
+    """A subscriber that also wants to know when the whole experiment is done: every
+    (method, seed) run finished and ``summary.json`` written (the tracking export closes
+    its run-level records then)."""
+
+    def on_experiment_end(self, run_dir: Path) -> None: ...
 
 
 #: Subscriber registry: ``log``, ...

@@ -64,6 +64,8 @@ _PLUGIN_MODULES = (
     "geofl.tasks.classification",
     "geofl.data.synthetic",
     "geofl.data.synthetic_tabular",
+    "geofl.data.agri.dataset",
+    "geofl.data.agri.files",
     "geofl.data.synthetic_multilabel",
     "geofl.data.synthetic_sen12ms",
     "geofl.data.synthetic_bigearthnet",
@@ -93,6 +95,7 @@ _PLUGIN_MODULES = (
     "geofl.attacks.backdoor",
     "geofl.attacks.adaptive",
     "geofl.governance.subscriber",
+    "geofl.tracking.subscriber",
 )
 
 #: Entry-point group through which other packages add plug-ins.

@@ -128,6 +128,9 @@ class RejectionReason(enum.StrEnum):
     MALFORMED = "malformed"
     #: The client declined: the round would have taken it past its target ε.
     BUDGET_EXHAUSTED = "privacy budget exhausted"
+    #: The 003 uplink kept it on the tractor (checkpointer or NQI below τ_NQI); it is
+    #: coalesced into a later upload.
+    HELD_BACK = "held back"
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,9 @@ class RoundRecord:
         bytes_down: Bytes broadcast to the trained clients (model plus payload tensors).
         aggregation_error: The aggregator's refusal, when status is AGGREGATION_FAILED.
         update_norms: ‖Δw_k‖₂ of each participant's received update.
+        update_noise: σ̂_k = 1.4826·MAD of each participant's received update
+            (:func:`geofl.update.noise_scale`), the server's estimate of its perturbation
+            intensity (000 Eq. 20); empty in records written before it existed.
         client_log: Client-local logs by client id (kept client-side in a deployment).
         time_s: Wall time of the round's phases.
         model_sha256: Hash of the new global model (000 §3.5 commitments).
@@ -183,6 +189,8 @@ class RoundRecord:
             control-variate norm).
         epsilon: ε(δ) each client that released something private this round reports
             after it, by client id (written only when non-empty).
+        uplink: The 003 uplink's figures of the round (bytes by hop, pipeline and status
+            counts, airtime, energy proxy, envelope rejections), when the method has one.
         lr: The client learning rate η_l sent for this round when the run schedules it
             (``train.lr_schedule``, 001 §6.1.2); None (and absent from the JSON) otherwise.
     """
@@ -201,6 +209,7 @@ class RoundRecord:
     bytes_down: int = 0
     aggregation_error: str | None = None
     update_norms: list[float] = field(default_factory=list)
+    update_noise: list[float] = field(default_factory=list)
     client_log: dict[str, Any] = field(default_factory=dict)
     time_s: dict[str, float] = field(default_factory=dict)
     model_sha256: str = ""
@@ -210,6 +219,7 @@ class RoundRecord:
     strategy: dict[str, float] = field(default_factory=dict)
     epsilon: dict[str, float] = field(default_factory=dict)
     lr: float | None = None
+    uplink: dict[str, Any] | None = None
 
     @property
     def evaluated(self) -> bool:
@@ -261,9 +271,15 @@ class RoundRecord:
         eps = out.pop("epsilon")
         if eps:
             out["epsilon"] = eps
+        noise = out.pop("update_noise")
+        if noise:  # absent where nothing was aggregated, as in records before σ̂ existed
+            out["update_noise"] = noise
         lr = out.pop("lr")
         if lr is not None:  # only runs with a schedule: other records stay as they were
             out["lr"] = lr
+        uplink = out.pop("uplink")
+        if uplink is not None:  # only runs with an uplink
+            out["uplink"] = uplink
         return out
 
     @classmethod
@@ -304,6 +320,7 @@ class RoundRecord:
             bytes_down=int(data.get("bytes_down") or 0),
             aggregation_error=data.get("aggregation_error"),
             update_norms=[float(x) for x in data.get("update_norms") or []],
+            update_noise=[float(x) for x in data.get("update_noise") or []],
             client_log=dict(data.get("client_log") or {}),
             time_s={str(k): float(v) for k, v in (data.get("time_s") or {}).items()},
             model_sha256=str(data.get("model_sha256") or ""),
@@ -313,6 +330,7 @@ class RoundRecord:
             strategy={str(k): float(v) for k, v in (data.get("strategy") or {}).items()},
             epsilon={str(k): float(v) for k, v in (data.get("epsilon") or {}).items()},
             lr=_opt_float(data.get("lr")),
+            uplink=dict(data["uplink"]) if data.get("uplink") is not None else None,
         )
 
 

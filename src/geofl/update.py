@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["LR_DIRECTIVE", "ClientDirectives", "ClientUpdate", "UpdateMeta", "payload_bytes"]
+__all__ = [
+    "LR_DIRECTIVE",
+    "NOISE_SCALE_COORDS",
+    "ClientDirectives",
+    "ClientUpdate",
+    "UpdateMeta",
+    "noise_scale",
+    "payload_bytes",
+]
 
 #: Key of the round's client learning rate η_l in :attr:`ClientDirectives.extra`, sent when
 #: the run schedules η_l over rounds (``train.lr_schedule``, 001 §6.1.2).
@@ -112,3 +120,46 @@ def payload_bytes(delta: torch.Tensor, tensors: Mapping[str, torch.Tensor] = {})
     return delta.numel() * delta.element_size() + sum(
         t.numel() * t.element_size() for t in tensors.values()
     )
+
+
+#: At most this many coordinates (an evenly strided subset) enter :func:`noise_scale`.
+NOISE_SCALE_COORDS = 1 << 15
+
+#: Consistency constant of the MAD for a Gaussian: 1.4826·MAD estimates σ.
+_MAD_TO_SIGMA = 1.4826
+
+
+def noise_scale(deltas: torch.Tensor, *, max_coords: int = NOISE_SCALE_COORDS) -> torch.Tensor:
+    """Robust per-coordinate spread of each released update: σ̂_k = 1.4826·MAD(Δw̃_k).
+
+    The server-side estimate of an update's perturbation intensity σ (000 Eq. 20's
+    behaviour vector). Gaussian noise N(0, s²) added to every coordinate sets the bulk of
+    the coordinate distribution, while a trained update's signal is concentrated in a
+    minority of large coordinates; the median absolute deviation about the median ignores
+    those, so σ̂ ≈ s once the noise exceeds the bulk of the signal, and σ̂ ≈ the signal's
+    bulk spread without noise. Unlike ‖Δw̃‖/√D (the root mean square), σ̂ is not a
+    function of the norm: a sparse update and pure noise of the same norm differ by orders
+    of magnitude (``tests/core/test_noise_scale.py``). Removing the median first makes it
+    blind to a common offset of all coordinates.
+
+    Cost is bounded by estimating from an evenly strided subset of at most ``max_coords``
+    coordinates (every ⌈D / max_coords⌉-th), which crosses every layer of the flat vector.
+
+    Args:
+        deltas: ``[K, D]`` released updates (or ``[D]`` for one).
+        max_coords: Coordinate budget of the estimate.
+
+    Returns:
+        ``[K]`` float64 σ̂ (``[]`` for a ``[D]`` input); 0 for an empty update.
+    """
+    x = deltas if deltas.dim() == 2 else deltas.reshape(1, -1)
+    if x.shape[1] == 0:
+        out = np.zeros(x.shape[0], dtype=np.float64)
+    else:
+        stride = max(1, -(-x.shape[1] // max(1, max_coords)))
+        sub = x[:, ::stride].detach().cpu().numpy().astype(np.float64)
+        mid = (sub.shape[1] - 1) // 2  # lower median (introselect: O(n), unlike a sort)
+        med = np.partition(sub, mid, axis=1)[:, mid : mid + 1]
+        out = _MAD_TO_SIGMA * np.partition(np.abs(sub - med), mid, axis=1)[:, mid]
+    t = torch.from_numpy(out)
+    return t if deltas.dim() == 2 else t[0]

@@ -54,16 +54,16 @@ def test_entropy_of_a_one_class_client_is_zero_not_minus_zero() -> None:
 def test_multilabel_names_whole_and_heatmaps_named_and_labelled_as_the_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from geofl.report import plots
+    from geofl.report import class_plots
 
     xlabels: list[str] = []
-    real = plots.style
+    real = class_plots.style
 
     def spy(ax: Any, title: str, xlabel: str, ylabel: str, grid: bool = True) -> None:
         xlabels.append(xlabel)
         real(ax, title, xlabel, ylabel, grid)
 
-    monkeypatch.setattr(plots, "style", spy)
+    monkeypatch.setattr(class_plots, "style", spy)
     out = _describe(
         "multilabel-example", "--set", "data.params.num_samples=300",
         "--set", "methods.1.partition.min_samples=10", "--plot", str(tmp_path),

@@ -130,6 +130,18 @@ def test_paper000_presets_match_the_paper_settings() -> None:
     assert len(table1.methods) == 7 and set(table1.paper) == {m.name for m in table1.methods}
 
 
+def test_integrated_seeds_preset_repeats_table1_rows() -> None:
+    """Its first three seeds are table 1's rows 6–7 exactly (runs are deterministic)."""
+    five, table1 = load_config("paper000-integrated-seeds"), load_config("paper000-table1")
+    assert five.seeds[:3] == table1.seeds and len(set(five.seeds)) == 5
+    for key in ("data", "model", "train", "federation", "privacy"):
+        assert getattr(five, key) == getattr(table1, key), key
+    rows = {m.name: m for m in table1.methods}
+    assert [m.name for m in five.methods] == ["risk-aware-noise", "integrated"]
+    for m in five.methods:
+        assert m.model_dump(exclude={"label"}) == rows[m.name].model_dump(exclude={"label"})
+
+
 def test_krum_needs_more_than_2f_plus_2_participants(tmp_path: Path) -> None:
     raw = tiny_raw()
     raw["methods"][1]["aggregator"] = {"name": "krum", "num_byzantine": 1}  # 4 clients ≤ 2·1+2

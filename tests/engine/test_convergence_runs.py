@@ -95,7 +95,10 @@ def test_select_by_and_target_and_communication(tmp_path: Path) -> None:
     assert summary["bytes_total"]["mean"] == total
     assert summary["target"]["per_seed"] == {str(SEED): 1}
     html = write_report(run_dir).read_text()
-    assert "<h2>Communication</h2>" in html and "rounds to test accuracy ≥ 0" in html
+    assert (
+        '<h2 id="communication">Communication</h2>' in html
+        and "rounds to test accuracy ≥ 0" in html
+    )
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,7 @@ def test_per_round_epsilon_matches_an_offline_recomputation(tmp_path: Path) -> N
     assert "record-level" in final["neighbouring"]
     for k, event in read_dp_events(events_file).items():
         acc = rdp_privacy_accountant.RdpAccountant(
-            sorted(set(rdp_privacy_accountant.DEFAULT_RDP_ORDERS) | {1.001, 1.01, 1.05})
+            sorted(set(rdp_privacy_accountant.DEFAULT_RDP_ORDERS) | {1.05})
         )
         acc.compose(event)
         assert acc.get_epsilon(1e-5) == pytest.approx(final["epsilon_per_client"][str(k)])

@@ -25,9 +25,12 @@ def test_demo_preset_end_to_end_with_report(tmp_path: Path) -> None:
     assert set(accs) == {"centralized", "fedavg-iid", "fedavg-dir0.1"}
     assert all(a > 0.2 for a in accs.values()), accs  # well above chance (0.1) after 3 rounds
     html = (out / "report" / "index.html").read_text()
-    for png in ("accuracy_trajectories.png", "rolling_std.png", "convergence.png"):
+    for png in ("accuracy_trajectories.png", "convergence.png", "per_class_accuracy.png"):
         assert png in html
         assert (out / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # 3 rounds < the rolling window (10): no empty rolling-std figure, a note instead
+    assert "rolling_std.png" not in html and "not drawn, it needs ≥ 10 evaluated" in html
+    assert "FedAvg (Dirichlet α=0.1)" in html and "n = 1" in html  # labels, one seed
 
 
 #: Final test (accuracy, loss) of the shortened demo below, measured with the engine before

@@ -159,3 +159,39 @@ def test_reelection_schedule() -> None:
 def test_bad_params_name_the_field(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(ValidationError, match=field):
         CommitteeParams.model_validate(kwargs)
+
+
+def test_protection_term_hand_numbers() -> None:
+    # α = 1, γ = 1: w = Rep·(1 + p) = .9·1 .8·2 .6·1.5 → .9 1.6 .9, Σ = 3.4
+    p = election_probabilities(
+        reputation=[0.9, 0.8, 0.6], alpha=1.0, protection=[0.0, 1.0, 0.5], protection_weight=1.0
+    )
+    assert p == pytest.approx([0.9 / 3.4, 1.6 / 3.4, 0.9 / 3.4])
+    # γ = 0 is Eq. 23 whatever p says
+    p0 = election_probabilities(
+        reputation=[0.9, 0.8], alpha=1.0, protection=[0.0, 1.0], protection_weight=0.0
+    )
+    assert p0 == pytest.approx([0.9 / 1.7, 0.8 / 1.7])
+    with pytest.raises(GovernanceError, match="protection"):
+        election_probabilities(
+            reputation=[0.9, 0.8], alpha=1.0, protection=[0.0, 1.5], protection_weight=1.0
+        )
+
+
+def test_protection_recorded_verified_and_absent_from_plain_records() -> None:
+    params = CommitteeParams(size=2, tau=0.5, protection_weight=2.0)
+    prot = {1: 0.0, 2: 0.2, 3: 1.0, 4: 0.6}
+    rec = elect_committee(
+        reputation=REP, params=params, seed=7, election_id=3, round_id=3, protection=prot
+    )
+    assert [c.protection for c in rec.candidates] == [0.0, 0.2, 1.0, 0.6, 0.0]
+    # 0.9·1, 0.8·1.4, 0.6·3, 0.55·2.2 → .9 1.12 1.8 1.21, Σ = 5.03
+    assert rec.candidates[2].probability == pytest.approx(1.8 / 5.03)
+    assert rec.to_dict()["protection_weight"] == 2.0
+    assert verify_election(rec, seed=7)
+    plain = elect_committee(
+        reputation=REP, params=CommitteeParams(size=2), seed=7, election_id=3, round_id=3,
+        protection=prot,
+    )  # fmt: skip
+    d = plain.to_dict()
+    assert "protection_weight" not in d and "protection" not in d["candidates"][0]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,19 @@ def test_audit_cli_show_committee_permissions_reputation(
     assert bad.exit_code == 2 and "client 99" in bad.output
 
 
+def _model_byte(path: Path) -> int:
+    """Offset of a byte in the middle of the largest tensor stored in a torch zip file
+    (the flat model parameters), so that the flip lands in what the chain commits."""
+    with zipfile.ZipFile(path) as zf:
+        storages = [z for z in zf.infolist() if "/data/" in z.filename]
+        info = max(storages, key=lambda z: z.file_size)
+    raw = path.read_bytes()
+    name_len, extra_len = struct.unpack(
+        "<HH", raw[info.header_offset + 26 : info.header_offset + 30]
+    )
+    return info.header_offset + 30 + name_len + extra_len + info.file_size // 2
+
+
 def test_verify_passes_untouched_and_fails_after_one_flipped_byte(
     runs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -123,7 +138,7 @@ def test_verify_passes_untouched_and_fails_after_one_flipped_byte(
         shutil.copytree(runs["on"], copy)
         path = seed_dir(copy, "fedavg", 3) / target
         data = bytearray(path.read_bytes())
-        i = len(data) // 2
+        i = _model_byte(path) if target.endswith(".pt") else len(data) // 2
         data[i] = data[i] ^ 0x01 if data[i] not in b"\n" else data[i]
         path.write_bytes(bytes(data))
         bad = _cli("verify", str(copy))
@@ -236,8 +251,8 @@ def test_report_has_a_governance_section_for_governed_runs(runs: dict[str, Path]
     from geofl.report import write_report
 
     html = write_report(runs["on"]).read_text()
-    assert "<h2>Governance</h2>" in html and "rule_B_fedavg_seed3" in html
+    assert '<h2 id="governance">Governance</h2>' in html and "rule_B_fedavg_seed3" in html
     assert "client4 0→1 (consecutive_failures" in html
     png = runs["on"] / "report" / "reputation-fedavg-seed-3-client4.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.name in html
-    assert "<h2>Governance</h2>" not in write_report(runs["off"]).read_text()
+    assert ">Governance</h2>" not in write_report(runs["off"]).read_text()

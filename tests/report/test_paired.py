@@ -124,3 +124,12 @@ def test_no_baseline_no_paired_statistics(tmp_path: Path) -> None:
     run = write_fake_run(tmp_path)
     assert "paired" not in write_summary(run)
     assert paired_html({}, {}) == ""
+
+
+def test_one_seed_says_paired_tests_need_two(tmp_path: Path) -> None:
+    run = write_fake_run(tmp_path, seeds=(0,), labels={"fedavg": "FedAvg"})
+    cfg = run / "config.yaml"
+    cfg.write_text(cfg.read_text() + "compare_to: fedavg\n")
+    html = write_report(run).read_text()
+    assert "Paired t-tests against FedAvg need at least two matched seeds" in html
+    assert "too few matched seeds" not in html and '<table class="paired">' not in html

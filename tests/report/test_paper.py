@@ -79,7 +79,7 @@ def test_table1_layout_ours_next_to_paper(rendered: tuple[Path, str]) -> None:
     assert fedavg[1:4] == ["α=0.1", "None", "FedAvg"]
     assert fedavg[4] == "92.00 ± 2.83<br><small>2/2 seeds</small>"
     assert fedavg[5] == "72.91 ± 2.82<br><small>000 Table 1 row 4</small>"
-    assert integrated[0] == "Integrated Method<br><small>consistency</small>"
+    assert integrated[0] == "Integrated Method"  # the label, not the method key
     assert integrated[3] == "Consistency-based weighting"
     assert integrated[4].startswith("92.50 ± 0.71")
     assert integrated[5].startswith("76.21 ± 1.21")
@@ -204,7 +204,7 @@ def test_rolling_window_from_config(rendered: tuple[Path, str]) -> None:
 
 def test_rerender_drops_stale_paper_sections(tmp_path: Path) -> None:
     small = {"methods": {"fedavg": ("dirichlet", {"alpha": 0.1}, 4, {0: 0.9})}, "seeds": (0,)}
-    run_dir = paper_run(tmp_path, rounds=3, labels=None, **small)
+    run_dir = paper_run(tmp_path, rounds=5, labels=None, **small)
     out = write_report(run_dir).parent
     assert (out / "attack_auc.png").is_file()
     assert len(list(out.glob("paper-fig-*.png"))) == 2
@@ -217,3 +217,17 @@ def test_rerender_drops_stale_paper_sections(tmp_path: Path) -> None:
     assert not list(out.glob("paper-fig-*.png"))
     assert "Passive attribute inference" not in page
     assert "fedavg: ε = 3.2" in page  # no labels: the method name
+
+
+def test_paper_figure_without_data_is_a_note(tmp_path: Path) -> None:
+    """A rolling-std figure on a run shorter than the window is not drawn, but said."""
+    small = {"methods": {"fedavg": ("dirichlet", {"alpha": 0.1}, 4, {0: 0.9})}, "seeds": (0,)}
+    run_dir = paper_run(tmp_path, rounds=3, labels=None, **small)
+    out = write_report(run_dir).parent
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert [p.name for p in out.glob("paper-fig-*.png")] == [
+        "paper-fig-00-Fig.-12-noise-vs-integrated.png"
+    ]
+    assert (
+        "<strong>Fig. 11: rolling std</strong>: not drawn, no run has the data (needs ≥ 5" in page
+    )

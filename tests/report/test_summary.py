@@ -71,7 +71,7 @@ def test_format_pm() -> None:
     stat = Stat(mean=0.9504, std=0.0032, values=[], n=3)
     assert format_pm(stat) == "95.04 ± 0.32"
     assert format_pm(stat, digits=1) == "95.0 ± 0.3"
-    assert format_pm(make_stat([12.5]), scale=1.0, digits=0) == "12 ± 0"
+    assert format_pm(make_stat([12.5]), scale=1.0, digits=0) == "12"  # n = 1: no spread
     assert format_pm(make_stat([])) == "–"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -47,6 +47,13 @@ def run_cmd(
     ] = False,
     report: Annotated[bool, typer.Option(help="Write the HTML report at the end.")] = True,
     progress: Annotated[bool, typer.Option(help="Show the progress display.")] = True,
+    track: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Export to an experiment tracker: mlflow or tensorboard (repeatable; same as "
+            "--set tracking.NAME=true; needs the extra geofl[tracking])."
+        ),
+    ] = None,
 ) -> None:
     """Run an experiment (every method × seed) and write its run directory and report."""
     from geofl.config.load import load_config
@@ -54,7 +61,7 @@ def run_cmd(
 
     try:
         seed_list = parse_seeds(seeds)
-        cfg = load_config(source, set_ or [], seed_list)
+        cfg = load_config(source, [*(set_ or []), *_track_overrides(track)], seed_list)
         if out is None:
             if resume:
                 raise ConfigError("--out", "--resume needs the run directory as --out")
@@ -66,6 +73,7 @@ def run_cmd(
 
             index = write_report(run_dir)
             console.print(f"report: {escape(str(index))}")
+            _log_report(run_dir)
         _print_summary(run_dir)
     except RunStoppedError as err:
         where = out if out is not None else "RUN_DIR"
@@ -83,6 +91,29 @@ def run_cmd(
             f"{where}{err.strerror or err}; fix it (free space, permissions) and rerun with "
             "--resume"
         ) from None
+
+
+#: Trackers ``--track`` accepts (fields of the config's ``tracking`` section).
+TRACKERS = ("mlflow", "tensorboard")
+
+
+def _track_overrides(track: list[str] | None) -> list[str]:
+    """``--track NAME`` as the ``--set tracking.NAME=true`` it stands for."""
+    for name in track or []:
+        if name not in TRACKERS:
+            raise ConfigError("--track", f"unknown tracker {name!r}; use {' or '.join(TRACKERS)}")
+    return [f"tracking.{name}=true" for name in track or []]
+
+
+def _log_report(run_dir: Path) -> None:
+    """Add the report to the trackers the run was exported to (none: nothing happens)."""
+    from geofl.tracking.state import STATE_FILE
+
+    if (run_dir / STATE_FILE).is_file():
+        from geofl.tracking.subscriber import log_report
+
+        for tracker in log_report(run_dir):
+            console.print(f"report logged to {tracker}")
 
 
 def _run(
@@ -131,17 +162,21 @@ def _print_summary(run_dir: Path) -> None:
     table.add_column("method")
     table.add_column("mean ± std (seeds)")
     table.add_column("best-val round test " + ("acc" if pm == "accuracy" else pm))
+    labels = info.get("labels") if isinstance(info, dict) else None
+    labels = labels if isinstance(labels, dict) else {}
+
+    def pm_text(s: dict[str, Any]) -> str:  # one value has no spread
+        mean = f"{scale * s['mean']:.{digits}f}"
+        return mean if s.get("n") == 1 else f"{mean} ± {scale * s['std']:.{digits}f}"
+
     for name, m in summary["methods"].items():
         fa = m.get(f"final_test_{pm}") or {}
         bv = m.get(f"best_val_test_{pm}") or {}
+        label = str(labels.get(name) or name)
         if not fa.get("n"):
-            table.add_row(name, "incomplete", "")
+            table.add_row(label, "incomplete", "")
             continue
-        table.add_row(
-            name,
-            f"{scale * fa['mean']:.{digits}f} ± {scale * fa['std']:.{digits}f} (n={fa['n']})",
-            f"{scale * bv['mean']:.{digits}f} ± {scale * bv['std']:.{digits}f}",
-        )
+        table.add_row(label, f"{pm_text(fa)} (n={fa['n']})", pm_text(bv))
     Console().print(table)
     print(f"run directory: {run_dir}")
 
@@ -154,6 +189,7 @@ def report_cmd(run_dir: RunDirArg) -> None:
         if not (run_dir / "run.json").exists():
             raise ConfigError("RUN_DIR", f"{run_dir} is not a run directory (no run.json)")
         print(write_report(run_dir))
+        _log_report(run_dir)
     except GeoflError as err:
         raise fail(str(err)) from None
     except OSError as err:  # disk full, permissions: nothing half-written (atomic writes)

@@ -365,6 +365,9 @@ def validate_config(cfg: ExperimentConfig) -> None:
         _component(plugins.ANALYSES, a, replace(top, path=f"analyses.{i}"))
     if cfg.governance is not None:
         plugins.SUBSCRIBERS.check("governance", cfg.governance, replace(top, path="governance"))
+    if cfg.tracking is not None:
+        tracking = cfg.tracking.model_dump()
+        plugins.SUBSCRIBERS.check("tracking", tracking, replace(top, path="tracking"))
     _check_sample_count(cfg)
 
 

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from geofl.config.uplink import UplinkConfig
 from geofl.errors import ConfigError
 from geofl.registry import printable
 
@@ -44,6 +45,7 @@ __all__ = [
     "PrivacyConfig",
     "SplitConfig",
     "TargetConfig",
+    "TrackingConfig",
     "TrainConfig",
 ]
 
@@ -208,7 +210,7 @@ class TargetConfig(_Strict):
 class EvalConfig(_OmitUnset):
     """When and how to evaluate, which model is best, when to stop early."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("early_stopping", "select_by", "target")
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("early_stopping", "select_by", "target", "group_by")
 
     every: int = Field(1, ge=1, description="evaluate val and test every N rounds (and last)")
     batch_size: int = Field(256, ge=1)
@@ -229,6 +231,12 @@ class EvalConfig(_OmitUnset):
     target: TargetConfig | None = Field(
         None, description="report the first round (and bytes) reaching a metric value"
     )
+    group_by: str | None = Field(
+        None,
+        min_length=1,
+        description="per-sample metadata key whose groups get their own metrics and the "
+        "primary metric's std and min across groups (003 Table 12: region); absent: none",
+    )
 
 
 class PrivacyConfig(_Strict):
@@ -248,7 +256,7 @@ class MethodConfig(_OmitUnset):
     """One compared method: partition, algorithm, local trainer, release steps, weighting,
     defenses and aggregator (the last three compose inside the algorithm's strategy)."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment",)
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment", "uplink")
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
     label: str | None = Field(None, description="display name in reports")
@@ -270,6 +278,20 @@ class MethodConfig(_OmitUnset):
         "FL-SPDP's spectral augmentation against baselines without it, 001 Table 4); "
         "None: train.augment",
     )
+    uplink: UplinkConfig | None = Field(
+        None,
+        description="003 ground-layer uplink (pipelines, NQI, envelopes, rural links); "
+        "replaces `network`, which must stay `ideal`; None: uploads go through `network`",
+    )
+
+    @model_validator(mode="after")
+    def _uplink_replaces_network(self) -> MethodConfig:
+        if self.uplink is not None and self.network.name != "ideal":
+            raise ValueError(
+                f"network {self.network.name!r} and uplink are both set; the uplink models "
+                "the links itself: drop `network` or set it to ideal"
+            )
+        return self
 
 
 class PaperValue(_Strict):
@@ -284,6 +306,28 @@ class PaperValue(_Strict):
     setting: str | None = None
     perturbation: str | None = None
     aggregation: str | None = None
+
+
+class TrackingConfig(_Strict):
+    """Export of a run to experiment trackers (:mod:`geofl.tracking`); observes only.
+
+    Needs the optional extra ``tracking`` (``pip install 'geofl[tracking]'``). Not part of a
+    run's resume identity: a run may be resumed with tracking switched on or off.
+    """
+
+    mlflow: bool = Field(False, description="log params, per-round metrics and artefacts to MLflow")
+    tensorboard: bool = Field(False, description="write TensorBoard event files")
+    mlflow_uri: str | None = Field(
+        None,
+        description="MLflow tracking URI (a server, sqlite:///…); default: a file store in "
+        "RUN_DIR/mlruns",
+    )
+    experiment: str | None = Field(
+        None, description="MLflow experiment name; default: the config's name"
+    )
+    tensorboard_dir: str | None = Field(
+        None, description="TensorBoard log directory; default: RUN_DIR/tensorboard"
+    )
 
 
 class FigureSpec(_Strict):
@@ -315,6 +359,9 @@ class ExperimentConfig(_Strict):
         description="on-chain governance layer (000 §3.5); absent = off. Validated and "
         "completed with defaults by the governance plug-in at load time",
     )
+    tracking: TrackingConfig | None = Field(
+        None, description="export to MLflow and/or TensorBoard; absent = off"
+    )
     methods: list[MethodConfig] = Field(..., min_length=1)
     analyses: list[Component] = Field(
         default_factory=list, description="post-run analyses, e.g. attribute_inference"
@@ -340,6 +387,8 @@ class ExperimentConfig(_Strict):
             out.pop("task", None)
         if self.compare_to is None:  # likewise for configs without paired statistics
             out.pop("compare_to", None)
+        if self.tracking is None:  # and without tracking
+            out.pop("tracking", None)
         return out
 
     @field_validator("seeds")

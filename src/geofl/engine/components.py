@@ -31,6 +31,7 @@ from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
 from geofl.engine.threat import build_attack
+from geofl.engine.uplink import Uplink
 from geofl.errors import ConfigError
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
@@ -97,6 +98,8 @@ class RunComponents:
         probe: The backdoor's ASR probe on the test split (004 Eq. 15), or None.
         threat: The data-poisoning threat of the run (attackers, poisoned counts, trigger),
             JSON-ready for ``final.json["threat"]``, or None.
+        uplink: The 003 ground-layer uplink (``method.uplink``), or None: uploads go
+            through ``network`` unencoded.
     """
 
     task: Task
@@ -110,6 +113,7 @@ class RunComponents:
     lr_schedule: LrSchedule | None = None
     probe: BackdoorProbe | None = None
     threat: dict[str, Any] | None = None
+    uplink: Uplink | None = None
 
 
 def build_task(cfg: ExperimentConfig, num_classes: int, train_targets: Any) -> Task:
@@ -338,6 +342,7 @@ def build_components(
         lr_schedule=_lr_schedule(cfg),
         probe=None if poisoning is None else poisoning.probe(data.test.targets),
         threat=None if poisoning is None else poisoning.describe(clients),
+        uplink=None if method.uplink is None else Uplink(method.uplink, fed.num_clients, seed),
     )
 
 

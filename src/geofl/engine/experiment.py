@@ -40,7 +40,7 @@ from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
 from geofl.engine.threat import check_attack_inputs
 from geofl.errors import ConfigError, RunDirError
-from geofl.events import Subscriber
+from geofl.events import ExperimentObserver, Subscriber
 from geofl.io import write_json_atomic, write_text_atomic
 from geofl.models.spec import MODEL_SPEC_FILE, write_model_spec
 from geofl.records import TaskInfo
@@ -183,21 +183,8 @@ def run_experiment(
     # Validate the task and model against the data, then every split and partition,
     # before anything is written.
     task = task_info(cfg, ds)
-    labels = split_labels(ds)
-    splits = {seed: stratified_split(labels, cfg.data.split, seed) for seed in cfg.seeds}
-    if ds.target_kind in ("class", "binary"):
-        _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
-    partitions: dict[int, dict[str, Partition]] = {
-        seed: {m.name: build_partition(cfg, m, ds, splits[seed].train, seed) for m in cfg.methods}
-        for seed in cfg.seeds
-    }
-    for seed_parts in partitions.values():
-        for m in cfg.methods:
-            sizes = [len(ix) for ix in seed_parts[m.name].indices]
-            check_first_round_budget(cfg, m, sizes)
-    if cfg.governance is not None:
-        governance = plugins.SUBSCRIBERS.build("governance", cfg.governance, experiment=resolved)
-        subscribers = [*subscribers, governance]
+    splits, partitions = _plan(cfg, ds)
+    subscribers = [*subscribers, *_config_subscribers(cfg, resolved, out_dir)]
     created = not out_dir.exists()
     with lock_run_dir(out_dir):
         try:
@@ -229,7 +216,47 @@ def run_experiment(
     from geofl.report import write_summary
 
     write_summary(out_dir)
+    for sub in subscribers:
+        if isinstance(sub, ExperimentObserver):
+            sub.on_experiment_end(out_dir)
     return out_dir
+
+
+def _plan(
+    cfg: ExperimentConfig, ds: ArrayDataset
+) -> tuple[dict[int, Split], dict[int, dict[str, Partition]]]:
+    """Every seed's split and every (seed, method)'s partition, checked against the first
+    round's budget: everything that can fail on the data, before anything is written."""
+    labels = split_labels(ds)
+    splits = {seed: stratified_split(labels, cfg.data.split, seed) for seed in cfg.seeds}
+    if ds.target_kind in ("class", "binary"):
+        _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
+    partitions: dict[int, dict[str, Partition]] = {
+        seed: {m.name: build_partition(cfg, m, ds, splits[seed].train, seed) for m in cfg.methods}
+        for seed in cfg.seeds
+    }
+    for seed_parts in partitions.values():
+        for m in cfg.methods:
+            sizes = [len(ix) for ix in seed_parts[m.name].indices]
+            check_first_round_budget(cfg, m, sizes)
+    return splits, partitions
+
+
+def _config_subscribers(
+    cfg: ExperimentConfig, resolved: dict[str, Any], out_dir: Path
+) -> list[Subscriber]:
+    """The subscribers the config asks for: governance (000 §3.5) and tracking (MLflow,
+    TensorBoard). Built before the run directory exists, so a missing library or a bad
+    ledger backend leaves nothing behind."""
+    subs: list[Subscriber] = []
+    if cfg.governance is not None:
+        subs.append(plugins.SUBSCRIBERS.build("governance", cfg.governance, experiment=resolved))
+    if cfg.tracking is not None and (cfg.tracking.mlflow or cfg.tracking.tensorboard):
+        tracking = cfg.tracking.model_dump()
+        subs.append(
+            plugins.SUBSCRIBERS.build("tracking", tracking, experiment=resolved, run_dir=out_dir)
+        )
+    return subs
 
 
 def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
@@ -250,12 +277,13 @@ def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
 
 
 def _resume_identity(cfg: Any) -> Any:
-    """What must match to resume: the config less ``data.cache`` and
-    ``federation.workers`` (how the decode cache is held and how many processes train
-    change no result; run directories from before the fields lack them)."""
+    """What must match to resume: the config less ``data.cache``, ``federation.workers``
+    (how the decode cache is held and how many processes train change no result; run
+    directories from before the fields lack them) and ``tracking`` (exporting to a
+    tracker observes only)."""
     if not isinstance(cfg, dict):
         return cfg
-    out = dict(cfg)
+    out = {k: v for k, v in cfg.items() if k != "tracking"}
     for section, key in (("data", "cache"), ("federation", "workers")):
         if isinstance(out.get(section), dict):
             out[section] = {k: v for k, v in out[section].items() if k != key}

@@ -28,6 +28,7 @@ from geofl.engine.checkpoint import load_checkpoint, restore_round_log, save_che
 from geofl.engine.components import PreparedData, build_components
 from geofl.engine.convergence import EarlyStopper, communication, rounds_to_target, watch
 from geofl.engine.evaluate import evaluate
+from geofl.engine.groups import check_group_key, with_group_metrics
 from geofl.engine.scheduler import ClientRunner, SyncScheduler
 from geofl.engine.stop import StopRequest
 from geofl.engine.workers import ClientWorkers
@@ -95,6 +96,8 @@ class FederatedRun:
         self.workspace = self.comps.workspace
         self.dim = self.workspace.spec.numel
         self.init_params = self.workspace.snapshot()
+        if cfg.eval.group_by is not None:
+            check_group_key(data.test, cfg.eval.group_by)
         self._layers = layer_bounds(self.workspace.spec)
         ev, task = cfg.eval, self.comps.task
         self._select = watch(task, ev.select_by, "eval.select_by")
@@ -157,6 +160,10 @@ class FederatedRun:
         test = evaluate(model, d.test.inputs, d.test.targets, task, bs)
         if probe is not None:  # a backdoored run: ASR next to CDA (004 Eq. 14–15)
             test = probe.extend(test, model, d.test.inputs, bs)
+        key = self.cfg.eval.group_by
+        if key is not None:  # per-region metrics and their spread (003 Table 12)
+            val = with_group_metrics(val, model, d.val, task, key, bs) if val.n else val
+            test = with_group_metrics(test, model, d.test, task, key, bs)
         return {"val": val, "test": test}
 
     # ------------------------------------------------------------------ whole run
@@ -280,6 +287,11 @@ class FederatedRun:
                 "strategy": self.comps.strategy.state_dict(),
                 "clients": self.comps.store.state_dict(),
                 "rounds": self._lines,
+                **(
+                    {"uplink": self.comps.uplink.state_dict()}
+                    if self.comps.uplink is not None
+                    else {}
+                ),
             },
         )
 
@@ -313,6 +325,8 @@ class FederatedRun:
         if "strategy" in ckpt:
             self.comps.strategy.load_state_dict(ckpt["strategy"])
             self.comps.store.load_state_dict(ckpt["clients"])
+            if self.comps.uplink is not None and "uplink" in ckpt:
+                self.comps.uplink.load_state_dict(ckpt["uplink"])
         else:  # format 1: stateless strategies; ledgers rebuilt from the client logs
             self._replay_ledgers(kept)
         if obs_path.exists():

@@ -27,6 +27,7 @@ from geofl.client.data import ClientData
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
 from geofl.engine.components import RunComponents
+from geofl.engine.uplink import Transmission, TransmitStatus
 from geofl.errors import AggregationError, BudgetExhaustedError
 from geofl.hashing import params_sha256, update_set_sha256
 from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
@@ -34,7 +35,7 @@ from geofl.rng import numpy_generator
 from geofl.server.sampling import Cohort
 from geofl.server.strategy import StrategyResult, UpdateBatch
 from geofl.server.validate import validate_header, validate_update
-from geofl.update import LR_DIRECTIVE, ClientDirectives, ClientUpdate
+from geofl.update import LR_DIRECTIVE, ClientDirectives, ClientUpdate, noise_scale
 
 __all__ = ["ClientJob", "ClientRunner", "LostUpload", "RoundOutcome", "Scheduler", "SyncScheduler"]
 
@@ -100,6 +101,7 @@ class _Collected:
     epsilon: dict[str, float] = field(default_factory=dict)
     train_time: float = 0.0
     payload_bytes: int = 0
+    transmissions: list[Transmission] = field(default_factory=list)
 
 
 class SyncScheduler:
@@ -201,6 +203,31 @@ class SyncScheduler:
         detail = self._malformed(update, sender)
         return None if detail is None else Rejection(sender, RejectionReason.MALFORMED, detail)
 
+    def _transmit(
+        self, update: ClientUpdate, sender: int, out: _Collected
+    ) -> tuple[ClientUpdate, Rejection | None]:
+        """The 003 uplink (``method.uplink``): Δw leaves encoded and sealed, the server opens
+        and decodes it; what does not arrive is refused like a lost upload (or held back).
+
+        A malformed upload never enters the uplink (its buffer would carry it on); the
+        decoded Δw replaces the client's, and ``bytes_sent`` becomes the bytes of every
+        hop (envelopes included) plus any extra uploaded tensors, sent dense.
+        """
+        uplink = self.c.uplink
+        detail = self._malformed(update, sender)
+        if uplink is None or detail is not None:
+            return update, None
+        tx = uplink.transmit(update.delta, sender)
+        out.transmissions.append(tx)
+        if tx.values is None:
+            held = tx.status in (TransmitStatus.HELD, TransmitStatus.SKIPPED)
+            reason = RejectionReason.HELD_BACK if held else RejectionReason.LOST_IN_TRANSIT
+            why = f"uplink {tx.status.value}" + (f": {tx.detail}" if tx.detail else "")
+            return update, Rejection(sender, reason, why)
+        extra = sum(t.numel() * t.element_size() for t in update.tensors.values())
+        meta = replace(update.meta, bytes_sent=sum(tx.bytes_by_hop.values()) + extra)
+        return replace(update, delta=tx.values, meta=meta), None
+
     def _malformed(self, update: ClientUpdate, sender: int) -> str | None:
         """Why ``sender``'s upload is malformed (:func:`validate_update`, or it claims to
         come from another client), or None. The round record, the update-set hash and
@@ -223,6 +250,8 @@ class SyncScheduler:
         names = self.c.strategy.uploads
         out = _Collected()
         out.payload_bytes = sum(t.numel() * t.element_size() for t in plan.payload.values())
+        if self.c.uplink is not None:
+            self.c.uplink.begin_round(round_idx)
         lr = self.lr(round_idx)
         directives = []
         for k in trained:
@@ -247,8 +276,11 @@ class SyncScheduler:
                 out.client_log[str(k)] = dict(res.local_log)
             if res.epsilon is not None:
                 out.epsilon[str(k)] = res.epsilon
-            update = res.update
-            rejection = self._admit(update, k, round_idx)
+            update, rejection = res.update, None
+            if self.c.uplink is not None:
+                update, rejection = self._transmit(update, k, out)
+            if rejection is None:
+                rejection = self._admit(update, k, round_idx)
             if rejection is not None:
                 self._forget_state(k)
                 log.warning(
@@ -343,10 +375,12 @@ class SyncScheduler:
             bytes_down=trained * (self.dim * 4 + got.payload_bytes),
             aggregation_error=error,
             update_norms=torch.linalg.vector_norm(batch.deltas, dim=1).tolist() if metas else [],
+            update_noise=noise_scale(batch.deltas).tolist() if metas else [],
             client_log=got.client_log,
             strategy=dict(result.info) if result is not None else {},
             epsilon=got.epsilon,
             lr=self.lr(round_idx),
+            uplink=None if self.c.uplink is None else self.c.uplink.summary(got.transmissions),
         )
 
     def _observe(

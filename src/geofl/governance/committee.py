@@ -11,6 +11,12 @@ every remaining candidate has Rep^α = 0 the draw among them is uniform.
 α > 1 favours high-reputation nodes, α < 1 flattens the odds (more randomness); α = 1 is
 plain reputation-proportional sampling.
 
+Data protection (§3.5.2 item 2 says nodes with stronger data protection get higher
+election weights but gives no formula): with ``protection_weight`` γ > 0 every weight
+Rep^α becomes Rep^α·(1 + γ·p), p ∈ [0, 1] the node's relative protection (the governance
+process passes its mean observed perturbation σ̂ over the reputation window divided by
+the largest candidate's). γ = 0, the default, is Eq. 23 as printed.
+
 The draw takes its generator from :func:`geofl.rng.numpy_generator` of
 ``(seed, "committee", election_id)``, so an election depends only on the seed, its id and
 the reputations: anyone holding the seed can re-run and audit it
@@ -50,6 +56,7 @@ __all__ = [
     "elect_committee",
     "election_id_for_round",
     "election_probabilities",
+    "election_weights",
     "is_election_round",
     "seed_commitment",
     "verify_election",
@@ -69,6 +76,12 @@ class CommitteeParams(BaseModel):
     size: int = Field(2, ge=1, description="committee seats (000 §4.7: 2)")
     tau: float = Field(0.5, ge=0.0, description="τ: candidates need Rep ≥ τ")
     alpha: float = Field(1.0, gt=0.0, description="α of Eq. 23: >1 favours high reputation")
+    protection_weight: float = Field(
+        0.0,
+        ge=0.0,
+        description="γ: election weight Rep^α·(1 + γ·p) with p ∈ [0, 1] the node's relative "
+        "data protection (000 §3.5.2 item 2); 0 = Eq. 23 as printed",
+    )
     every: int = Field(1, ge=1, description="R: re-elect every R rounds (000 §4.7: 1)")
     first_round: int = Field(1, description="round of the first election")
     shortfall: Literal["fill", "raise"] = Field(
@@ -101,12 +114,48 @@ def election_id_for_round(round_id: int, *, every: int, first_round: int = 1) ->
     return (round_id - first_round) // every
 
 
-def election_probabilities(*, reputation: npt.ArrayLike, alpha: float) -> FloatArray:
-    """P(i) = Rep_i^α / Σ_j Rep_j^α over the given candidates (000 Eq. 23).
+def election_weights(
+    *,
+    reputation: npt.ArrayLike,
+    alpha: float,
+    protection: npt.ArrayLike | None = None,
+    protection_weight: float = 0.0,
+) -> FloatArray:
+    """``[C]`` draw weights Rep_i^α·(1 + γ·p_i) (Eq. 23's numerator, with the protection term).
+
+    Raises:
+        GovernanceError: on γ < 0, or ``protection`` of the wrong length or outside [0, 1].
+    """
+    rep = np.asarray(reputation, dtype=np.float64)
+    w = rep**alpha
+    if protection is None or protection_weight == 0.0:
+        return w
+    if not protection_weight >= 0:
+        raise GovernanceError(f"protection_weight: must be >= 0, got {protection_weight}")
+    p = np.asarray(protection, dtype=np.float64)
+    if p.shape != rep.shape or not np.all((p >= 0) & (p <= 1)):
+        raise GovernanceError(f"protection: need {rep.size} values in [0, 1], got {p.tolist()}")
+    return w * (1.0 + protection_weight * p)
+
+
+def election_probabilities(
+    *,
+    reputation: npt.ArrayLike,
+    alpha: float,
+    protection: npt.ArrayLike | None = None,
+    protection_weight: float = 0.0,
+) -> FloatArray:
+    """P(i) = w_i / Σ_j w_j, w_i = Rep_i^α·(1 + γ·p_i), over the given candidates (000 Eq. 23).
+
+    With γ = 0 (or no ``protection``) this is Eq. 23 as printed. The factor 1 + γ·p_i is
+    geofl's reading of §3.5.2 item 2 ("nodes with stronger data protection capability are
+    assigned higher election weights"), which gives no formula.
 
     Args:
         reputation: ``[C]`` non-negative reputations of the candidates.
         alpha: α > 0.
+        protection: ``[C]`` relative data protection p_i ∈ [0, 1], or None.
+        protection_weight: γ ≥ 0.
 
     Returns:
         ``[C]`` probabilities summing to 1 (uniform if every Rep^α is 0).
@@ -121,7 +170,9 @@ def election_probabilities(*, reputation: npt.ArrayLike, alpha: float) -> FloatA
         raise GovernanceError("reputation: no candidates")
     if not np.all(np.isfinite(rep)) or np.any(rep < 0):
         raise GovernanceError("reputation: values must be finite and >= 0")
-    w = rep**alpha
+    w = election_weights(
+        reputation=rep, alpha=alpha, protection=protection, protection_weight=protection_weight
+    )
     total = w.sum()
     if total <= 0:
         return np.full(rep.shape, 1.0 / rep.size)
@@ -181,12 +232,15 @@ class Candidate:
         reputation: Rep at election time.
         eligible: Rep ≥ τ (member of the candidate set C).
         probability: Eq. 23 probability of being drawn first (0 if not eligible).
+        protection: Relative data protection p ∈ [0, 1] used in the draw weight (0 when
+            the election does not weigh protection).
     """
 
     node: int
     reputation: float
     eligible: bool
     probability: float
+    protection: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -203,6 +257,8 @@ class CommitteeRecord:
         tau: τ.
         alpha: α.
         seed_commitment: SHA-256 of the seed material (:func:`seed_commitment`).
+        protection_weight: γ of the protection term (0: Eq. 23 as printed; the record's
+            JSON then omits γ and the candidates' p, as records did before the term).
     """
 
     election_id: int
@@ -214,6 +270,7 @@ class CommitteeRecord:
     tau: float
     alpha: float
     seed_commitment: str
+    protection_weight: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the raw seed is not included, only its commitment)."""
@@ -221,6 +278,10 @@ class CommitteeRecord:
         d["members"] = list(self.members)
         d["filled"] = list(self.filled)
         d["candidates"] = [asdict(c) for c in self.candidates]
+        if self.protection_weight == 0.0:
+            del d["protection_weight"]
+            for c in d["candidates"]:
+                del c["protection"]
         return d
 
     def digest(self) -> str:
@@ -237,6 +298,7 @@ def elect_committee(
     election_id: int,
     round_id: int,
     validators: Iterable[int] | None = None,
+    protection: Mapping[int, float] | None = None,
 ) -> CommitteeRecord:
     """Elect a committee: threshold τ, then weighted draws without replacement (Eq. 23).
 
@@ -248,6 +310,8 @@ def elect_committee(
         round_id: Round the election runs at (recorded only).
         validators: Nodes allowed to sit on the committee (default: every node in
             ``reputation``); the caller excludes suspended/removed nodes here.
+        protection: node id → relative data protection p ∈ [0, 1], used when
+            ``params.protection_weight`` > 0 (missing nodes count as 0).
 
     Returns:
         The :class:`CommitteeRecord`.
@@ -265,11 +329,18 @@ def elect_committee(
         raise GovernanceError("reputation: values must be finite and >= 0")
     if len(nodes) < params.size:
         raise GovernanceError(f"size: {params.size} seats but only {len(nodes)} validators {nodes}")
+    gamma = params.protection_weight
+    prot = np.array([float((protection or {}).get(n, 0.0)) if gamma else 0.0 for n in nodes])
     eligible = rep >= params.tau
     idx_c = np.flatnonzero(eligible)
     probs = np.zeros(len(nodes))
     if idx_c.size:
-        probs[idx_c] = election_probabilities(reputation=rep[idx_c], alpha=params.alpha)
+        probs[idx_c] = election_probabilities(
+            reputation=rep[idx_c],
+            alpha=params.alpha,
+            protection=prot[idx_c],
+            protection_weight=gamma,
+        )
     n_draw = min(params.size, int(idx_c.size))
     filled: list[int] = []
     if n_draw < params.size:
@@ -285,7 +356,12 @@ def elect_committee(
     members: list[int] = []
     if n_draw:
         rng = numpy_generator(seed, "committee", election_id)
-        weights = rep[idx_c] ** params.alpha
+        weights = election_weights(
+            reputation=rep[idx_c],
+            alpha=params.alpha,
+            protection=prot[idx_c],
+            protection_weight=gamma,
+        )
         drawn = weighted_sample_without_replacement(weights=weights, size=n_draw, rng=rng)
         members = [nodes[int(idx_c[k])] for k in drawn]
     return CommitteeRecord(
@@ -293,7 +369,7 @@ def elect_committee(
         round_id=round_id,
         members=tuple(members + filled),
         candidates=tuple(
-            Candidate(n, float(rep[k]), bool(eligible[k]), float(probs[k]))
+            Candidate(n, float(rep[k]), bool(eligible[k]), float(probs[k]), float(prot[k]))
             for k, n in enumerate(nodes)
         ),
         filled=tuple(filled),
@@ -301,6 +377,7 @@ def elect_committee(
         tau=params.tau,
         alpha=params.alpha,
         seed_commitment=seed_commitment(seed, election_id),
+        protection_weight=gamma,
     )
 
 
@@ -308,17 +385,24 @@ def verify_election(record: CommitteeRecord, *, seed: int) -> bool:
     """Re-run an election from its record and a revealed seed; True if it matches.
 
     Checks the seed against the record's commitment, then repeats the draw from the
-    recorded reputations, τ, α and size.
+    recorded reputations, protections, τ, α, γ and size.
     """
     if seed_commitment(seed, record.election_id) != record.seed_commitment:
         return False
-    params = CommitteeParams(size=record.size, tau=record.tau, alpha=record.alpha, shortfall="fill")
+    params = CommitteeParams(
+        size=record.size,
+        tau=record.tau,
+        alpha=record.alpha,
+        shortfall="fill",
+        protection_weight=record.protection_weight,
+    )
     again = elect_committee(
         reputation={c.node: c.reputation for c in record.candidates},
         params=params,
         seed=seed,
         election_id=record.election_id,
         round_id=record.round_id,
+        protection={c.node: c.protection for c in record.candidates},
     )
     same_probs = all(
         math.isclose(a.probability, b.probability, rel_tol=1e-12, abs_tol=1e-15)

@@ -23,8 +23,16 @@ Observation choices (the paper leaves them open; all documented in the record):
     * S_i (Eq. 19) is the JS-consistency score of 000 Eq. 15 of the node's shared label
       histogram against the participants' pool (β = ``consistency_beta``).
     * Behaviour: the L2 norm of the received update and its perturbation intensity as the
-      server observes it, the update's RMS ‖Δw̃‖/√D (≈ σ when the noise dominates). The
-      client's own release log (its σ and risk level) is never read.
+      server observes it, σ̂ = 1.4826·MAD of the update's coordinates
+      (:func:`geofl.update.noise_scale`, ``RoundRecord.update_noise``), which tracks the
+      added noise and, unlike the RMS ‖Δw̃‖/√D, is not a function of the norm (with the
+      RMS, Eq. 21 would weigh the norm twice). Records written before σ̂ existed fall back
+      to the RMS. The client's own release log (its σ and risk level) is never read.
+    * Data protection (§3.5.2 item 2: "nodes with stronger data protection capability are
+      assigned higher election weights"): with ``committee.protection_weight`` γ > 0 a
+      candidate's weight Rep^α is multiplied by 1 + γ·p, p = its mean σ̂ over the
+      reputation window divided by the largest candidate's (server-observed, so a node
+      cannot claim protection it does not apply). γ = 0 (default) is Eq. 23 as printed.
     * A round without a finite validation accuracy, or whose previous round was not
       evaluated, gives no ΔAcc (the accuracy term is skipped for that round).
     * If fewer committee-eligible validators than seats remain (absent, suspended, …) the
@@ -39,6 +47,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import deque
 from dataclasses import asdict
 from typing import Any
 
@@ -122,6 +131,7 @@ class GovernanceProcess:
         self.committee: list[int] = []
         self.num_params = num_params
         self._prev_val: tuple[int, float] | None = None
+        self._sigma: deque[dict[int, float]] = deque(maxlen=cfg.reputation.window)
 
     # ------------------------------------------------------------------ setup
     def start(self, label: str) -> dict[str, Any]:
@@ -159,6 +169,10 @@ class GovernanceProcess:
             )
             scores = dict(zip(participants, s.tolist(), strict=True))
         root_d = math.sqrt(self.num_params) if self.num_params > 0 else None
+        if len(record.update_noise) == len(participants):
+            sigma = dict(zip(participants, record.update_noise, strict=True))
+        else:  # records written before σ̂ existed: the RMS
+            sigma = {n: v / root_d for n, v in norms.items()} if root_d else {}
         out: dict[int, NodeObservation] = {}
         for n in self.nodes:
             if n in weights:
@@ -169,17 +183,30 @@ class GovernanceProcess:
                     delta_acc=d_acc,
                     consistency=float(np.clip(scores[n], 0.0, 1.0)),
                     update_norm=float(norms.get(n, 0.0)),
-                    noise_sigma=None if root_d is None else float(norms.get(n, 0.0)) / root_d,
+                    noise_sigma=sigma.get(n),
                 )
             elif n in failed:
                 out[n] = NodeObservation(participated=False)
         return out
 
+    def _protection(self, candidates: list[int]) -> dict[int, float]:
+        """p = mean observed σ̂ over the reputation window ÷ the largest candidate's."""
+        means = {}
+        for n in candidates:
+            seen = [w[n] for w in self._sigma if n in w]
+            means[n] = float(np.mean(seen)) if seen else 0.0
+        top = max(means.values(), default=0.0)
+        return {n: (m / top if top > 0 else 0.0) for n, m in means.items()}
+
     def round(self, record: RoundRecord) -> dict[str, Any]:
         """Run the governance steps for one round record; returns the round's log entry."""
         r = record.round
         led, cfg = self.ledger, self.cfg
-        comps = self.tracker.update(r, self._observations(record))
+        observed = self._observations(record)
+        self._sigma.append(
+            {n: o.noise_sigma for n, o in observed.items() if o.noise_sigma is not None}
+        )
+        comps = self.tracker.update(r, observed)
         entry: dict[str, Any] = {
             "round": r,
             "reputation": {str(n): asdict(c) for n, c in comps.items()},
@@ -209,6 +236,7 @@ class GovernanceProcess:
                     election_id=eid,
                     round_id=r,
                     validators=eligible,
+                    protection=self._protection(eligible),
                 )
                 self.committee = list(rec.members)
                 rc = led.record_committee(

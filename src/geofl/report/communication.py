@@ -27,7 +27,9 @@ def _traffic(run: RunData, method: str, seeds: list[int]) -> tuple[Stat, Stat, S
 
 
 def _pm_rounds(stat: Stat) -> str:
-    return format_pm(stat, scale=1.0, digits=1)
+    """Rounds as integers when every seed ran a whole number of them (the usual case)."""
+    whole = all(float(v).is_integer() for v in stat["values"]) and float(stat["std"]).is_integer()
+    return format_pm(stat, scale=1.0, digits=0 if whole else 1)
 
 
 def _target_cells(target: dict[str, Any] | None) -> list[str]:
@@ -61,11 +63,11 @@ def communication_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
         what = f"{target['split']} {target['metric']} {sign} {target['value']:g}"
         head += [f"rounds to {escape(what)}", "MB until then"]
         intro += "; rounds to the target performance and the bytes moved until it was reached"
-    rows = []
+    rows, names = [], run.display_names()
     for method, ms in methods.items():
         rounds, per_round, total = _traffic(run, method, [int(s) for s in ms["seeds_done"]])
         cells = [
-            f"<td>{escape(method)}</td>",
+            f"<td>{escape(names.get(method, method))}</td>",
             f'<td class="num">{_pm_rounds(rounds)}</td>',
             f'<td class="num">{format_pm(per_round, scale=MB)}</td>',
             f'<td class="num">{format_pm(total, scale=MB)}</td>',

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 __all__ = [
     "BADGE_INCOMPLETE",
+    "EMPTY",
+    "Column",
     "figure_html",
     "fmt_e",
     "fmt_number",
@@ -20,6 +23,7 @@ __all__ = [
     "partition_figure_name",
     "partition_text",
     "slug",
+    "table_html",
 ]
 
 #: Marks a method with unfinished seeds (no ``final.json``).
@@ -99,3 +103,57 @@ def fmt_e(x: float) -> str:
         return f"{x:.2g}"
     mantissa, exponent = f"{x:.1e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+#: What an empty table cell shows.
+EMPTY = "–"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a report table.
+
+    Attributes:
+        header: The header cell's content (HTML, escaped by the caller).
+        cells: One cell content per row (HTML); :data:`EMPTY` marks a missing value.
+        numeric: Right-aligned tabular digits (``class="num"``).
+        keep: Shown even when every cell is empty (e.g. the method column).
+    """
+
+    header: str
+    cells: list[str]
+    numeric: bool = False
+    keep: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """True when no row has a value."""
+        return all(cell == EMPTY for cell in self.cells)
+
+
+def table_html(
+    columns: Sequence[Column], row_classes: Sequence[str] = (), css_class: str = ""
+) -> str:
+    """A ``<table>`` of ``columns``, leaving out those with no value in any row.
+
+    Args:
+        columns: The columns, all with the same number of cells.
+        row_classes: A CSS class per row (``""``: none); default none.
+        css_class: The table's CSS class (``""``: none).
+    """
+    shown = [c for c in columns if c.keep or not c.empty]
+    n = len(shown[0].cells) if shown else 0
+    classes = list(row_classes) or [""] * n
+    head = "".join(f"<th>{c.header}</th>" for c in shown)
+    rows = []
+    for i in range(n):
+        flag = f' class="{classes[i]}"' if classes[i] else ""
+        cells = "".join(
+            f'<td class="num">{c.cells[i]}</td>' if c.numeric else f"<td>{c.cells[i]}</td>"
+            for c in shown
+        )
+        rows.append(f"<tr{flag}>{cells}</tr>")
+    attr = f' class="{css_class}"' if css_class else ""
+    return (
+        f"<table{attr}><thead><tr>{head}</tr></thead><tbody>" + "\n".join(rows) + "</tbody></table>"
+    )

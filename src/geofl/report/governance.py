@@ -7,6 +7,7 @@ against the ledger itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,20 @@ def _lowest_node(entries: list[dict[str, Any]]) -> int | None:
     return None if best is None else best[1]
 
 
-def governance_html(run_dir: Path, out: Path) -> str:
-    """The report's governance section; ``""`` when no run was governed."""
+def governance_html(run_dir: Path, out: Path, labels: Mapping[str, str] | None = None) -> str:
+    """The report's governance section; ``""`` when no run was governed.
+
+    Args:
+        run_dir: The run directory.
+        out: The report folder.
+        labels: ``method -> display name`` (default: the method names).
+    """
     blocks = []
+    labels = labels or {}
     for log in sorted(Path(run_dir).glob("methods/*/seed-*/governance.jsonl")):
         seed_dir = log.parent
-        name = f"{seed_dir.parent.name}/{seed_dir.name}"
+        method = seed_dir.parent.name
+        name = f"{labels.get(method, method)}, {seed_dir.name.replace('-', ' ')}"
         records = read_jsonl(log)
         rule = next((e for e in records if e.get("event") == "rule"), {})
         entries = [e for e in records if "round" in e]
@@ -67,7 +76,7 @@ def governance_html(run_dir: Path, out: Path) -> str:
                 for e in entries
                 if str(node) in e.get("reputation", {})
             ]
-            png = out / f"reputation-{slug(name)}-client{node}.png"
+            png = out / f"reputation-{slug(method)}-{seed_dir.name}-client{node}.png"
             plot_reputation(rows, png, title=f"{name}, client {node}")
             blocks.append(
                 figure_html(

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from geofl.report.plots import new_figure, save, style
+from geofl.report.style import new_figure, save, style
 
 __all__ = ["plot_reputation"]
 

@@ -184,7 +184,7 @@ def paired_html(paired: Mapping[str, Any], labels: Mapping[str, str]) -> str:
     metrics = list(paired.get("metrics") or {})
     if not metrics:
         return ""
-    base = str(paired.get("baseline"))
+    base = labels.get(str(paired.get("baseline")), str(paired.get("baseline")))
     head = "".join(f"<th>{escape(m)}: paired statistics vs {escape(base)}</th>" for m in metrics)
     methods: dict[str, None] = {}
     for m in metrics:

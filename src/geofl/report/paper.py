@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from geofl.report.fragments import BADGE_INCOMPLETE, figure_html, slug
-from geofl.report.plots import plot_accuracy_trajectories, plot_rolling_std
+from geofl.report.plots import (
+    has_rolling_std,
+    has_series,
+    plot_accuracy_trajectories,
+    plot_rolling_std,
+    single_seed,
+)
 from geofl.report.summary import MethodSummary, RunData, SeedRun, format_pm
 
 __all__ = [
@@ -43,12 +49,9 @@ _KINDS = ("accuracy", "rolling_std")
 
 
 def display_names(run: RunData) -> dict[str, str]:
-    """``method -> label`` (``run.json["labels"]``), made unique with the method name."""
-    labels = {m: run.label(m) for m in run.methods}
-    counts: dict[str, int] = {}
-    for label in labels.values():
-        counts[label] = counts.get(label, 0) + 1
-    return {m: (f"{lb} ({m})" if counts[lb] > 1 else lb) for m, lb in labels.items()}
+    """``method -> label`` (``run.json["labels"]``), made unique with the method name
+    (:meth:`RunData.display_names`)."""
+    return run.display_names()
 
 
 def has_table1(methods: Mapping[str, MethodSummary]) -> bool:
@@ -80,21 +83,16 @@ def table1_html(run: RunData, methods: Mapping[str, MethodSummary]) -> str:
     """
     names = display_names(run)
     head = "".join(f"<th>{h}</th>" for _, h in TABLE1_COLUMNS)
-    rows = [
-        "<tr><th>Method</th>" + head + "<th>Final accuracy (ours, mean ± std over seeds, %)</th>"
-        "<th>Paper (%)</th></tr>"
-    ]
+    ours = "ours, %" if run.single_seed else "ours, mean ± std over seeds, %"
+    rows = [f"<tr><th>Method</th>{head}<th>Final accuracy ({ours})</th><th>Paper (%)</th></tr>"]
     for method, ms in methods.items():
         paper = ms["paper"] or {}
         name = names.get(method, method)
         cell = escape(name) + (BADGE_INCOMPLETE if ms["incomplete"] else "")
-        if name != method:
-            cell += f"<br><small>{escape(method)}</small>"
         n_all = len(run.methods.get(method, {}))
-        ours = (
-            f'<td class="num">{format_pm(ms["final_test_accuracy"])}'
-            f"<br><small>{len(ms['seeds_done'])}/{n_all} seeds</small></td>"
-        )
+        done = len(ms["seeds_done"])
+        count = "" if run.single_seed else f"<br><small>{done}/{n_all} seeds</small>"
+        value = f'<td class="num">{format_pm(ms["final_test_accuracy"])}{count}</td>'
         published = _text(paper.get("final_test_accuracy"))
         if paper.get("source"):
             published += f"<br><small>{escape(str(paper['source']))}</small>"
@@ -102,7 +100,7 @@ def table1_html(run: RunData, methods: Mapping[str, MethodSummary]) -> str:
         rows.append(
             f"<tr{flag}><td>{cell}</td>"
             + "".join(f"<td>{_text(paper.get(k))}</td>" for k, _ in TABLE1_COLUMNS)
-            + ours
+            + value
             + f'<td class="num">{published}</td></tr>'
         )
     return '<table class="table1">' + "\n".join(rows) + "</table>"
@@ -126,25 +124,44 @@ def _figure_specs(run: RunData) -> list[tuple[str, list[str], str]]:
     return out
 
 
+def _draw(run: RunData, subset: dict[str, dict[int, SeedRun]], file: Path, title: str,
+          kind: str, order: dict[str, int]) -> str | None:  # fmt: skip
+    """Draw one paper figure; what it shows (HTML), or None when it has nothing to show."""
+    window, single = run.rolling_window, single_seed(subset)
+    lines = "" if single else "; thin translucent lines are seeds, bold lines the mean over seeds"
+    if kind == "accuracy":
+        if not has_series(subset):
+            return None
+        plot_accuracy_trajectories(subset, file, title=title, colours=order)
+        return f"test accuracy (%) per evaluated round{lines}"
+    if not has_rolling_std(subset, window):
+        return None
+    plot_rolling_std(subset, file, window=window, title=title, colours=order)
+    return (
+        f"rolling standard deviation of test accuracy over a window of {window} evaluated "
+        f"rounds, in percentage points (lower is more stable){lines}"
+    )
+
+
 def paper_figures(run: RunData, out: Path) -> list[str]:
     """Re-draw each paper figure of ``run.json["figures"]`` from our runs of its methods.
 
     ``kind: accuracy`` → test-accuracy trajectories (seeds thin, mean bold);
     ``kind: rolling_std`` → rolling std of test accuracy over :attr:`RunData.rolling_window`
-    evaluated rounds. A method keeps its colour from the run-wide figures.
+    evaluated rounds. A method keeps its colour from the run-wide figures. A figure without
+    data (a rolling std on a run shorter than the window) is replaced by a one-line note.
 
     Args:
         run: The loaded run.
         out: The report folder (``paper-fig-*.png`` files there are replaced).
 
     Returns:
-        One ``<figure>`` (or a warning ``<div>`` for an entry of unknown kind) per entry.
+        One ``<figure>`` (or a warning or note) per entry.
     """
     for stale in out.glob(f"{FIGURE_PREFIX}*.png"):
         stale.unlink()
     names = display_names(run)
     order = {names[m]: i for i, m in enumerate(run.methods)}
-    window = run.rolling_window
     blocks = []
     for i, (title, methods, kind) in enumerate(_figure_specs(run)):
         if kind not in _KINDS:
@@ -157,19 +174,14 @@ def paper_figures(run: RunData, out: Path) -> list[str]:
         present = [m for m in methods if m in run.methods]
         subset: dict[str, dict[int, SeedRun]] = {names[m]: run.methods[m] for m in present}
         file = f"{FIGURE_PREFIX}{i:02d}-{slug(title)[:48]}.png"
-        if kind == "accuracy":
-            plot_accuracy_trajectories(subset, out / file, title=title, colours=order)
-            what = (
-                "test accuracy (%) per evaluated round; thin translucent lines are seeds, bold "
-                "lines the mean over seeds"
+        what = _draw(run, subset, out / file, title, kind, order)
+        if what is None:
+            needs = _needs(kind, run.rolling_window)
+            blocks.append(
+                f"<p><small><strong>{escape(title)}</strong>: not drawn, no run has the data "
+                f"({needs}).</small></p>"
             )
-        else:
-            plot_rolling_std(subset, out / file, window=window, title=title, colours=order)
-            what = (
-                f"rolling standard deviation of test accuracy over a window of {window} "
-                "evaluated rounds, in percentage points (lower is more stable); thin: seeds, "
-                "bold: mean"
-            )
+            continue
         listed = ", ".join(escape(names[m]) for m in present) or "none of its methods"
         missing = [m for m in methods if m not in run.methods]
         note = (
@@ -178,3 +190,7 @@ def paper_figures(run: RunData, out: Path) -> list[str]:
         caption = f"<strong>{escape(title)}</strong> — re-drawn from our runs of {listed}: {what}."
         blocks.append(figure_html(file, caption + note, title))
     return blocks
+
+
+def _needs(kind: str, window: int) -> str:
+    return f"needs ≥ {window} evaluated rounds" if kind == "rolling_std" else "no evaluated round"

@@ -1,9 +1,13 @@
-"""Figures of a run: accuracy trajectories, stability, convergence, partitions, per-class bars.
+"""Line figures of a run: test-metric trajectories, stability (rolling std), convergence.
 
-Every function draws on its own :class:`matplotlib.figure.Figure` (no pyplot, no global
-state beyond a temporary rc context), writes a PNG atomically and returns its path. A method
-keeps one colour in every figure (its position in the run's method order). Figures with
-nothing to draw still write a PNG that says so, so a report never links a missing file.
+Every function draws on its own :class:`matplotlib.figure.Figure` in the house style of
+:mod:`geofl.report.style`, writes a PNG atomically and returns its path. Figures with
+nothing to draw still write a PNG that says so, so a caller never links a missing file; the
+report leaves them out instead (:func:`has_series`, :func:`has_rolling_std`).
+
+A run of one seed per method is drawn as one line per method, without seed lines, bands or
+"n =" in the legend; otherwise thin lines are seeds and bold lines the mean over seeds.
+The per-class figures live in :mod:`geofl.report.class_plots` (re-exported here).
 """
 
 from __future__ import annotations
@@ -12,21 +16,40 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from geofl.io import atomic_write
-from geofl.report.summary import ROLLING_WINDOW, SeedRun, metric_scale, metric_unit, num
+from geofl.report.class_plots import (
+    PARTITION_AXIS,
+    has_per_class,
+    plot_partition_heatmap,
+    plot_per_class_accuracy,
+)
+from geofl.report.run_data import ROLLING_WINDOW, Runs
+from geofl.report.stats import metric_scale, metric_unit
+from geofl.report.style import (
+    SIZE,
+    colour,
+    legend,
+    new_figure,
+    no_data,
+    outside_legend,
+    plain,
+    save,
+    style,
+)
 from geofl.tasks.metrics import rolling_std
 
 __all__ = [
     "PARTITION_AXIS",
     "Runs",
     "colour",
+    "has_per_class",
+    "has_rolling_std",
+    "has_series",
     "legend",
     "new_figure",
     "no_data",
@@ -37,64 +60,35 @@ __all__ = [
     "plot_per_class_accuracy",
     "plot_rolling_std",
     "save",
+    "single_seed",
     "style",
 ]
 
-#: ``method -> seed -> SeedRun`` (see :class:`geofl.report.summary.RunData`).
-Runs = Mapping[str, Mapping[int, SeedRun]]
 
-_SIZE = (7.0, 4.0)
-_DPI = 120
-_PALETTE = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-    "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22",
-]  # fmt: skip
+def single_seed(runs: Runs) -> bool:
+    """True when no method of ``runs`` has more than one seed."""
+    return all(len(seeds) <= 1 for seeds in runs.values())
 
 
-def colour(i: int) -> str:
-    """Colour of the ``i``-th method of a run (the palette repeats after 10)."""
-    return _PALETTE[i % len(_PALETTE)]
+def _finite_series(runs: Runs, split: str, key: str) -> list[np.ndarray]:
+    """The finite values of one metric per seed (evaluated rounds only)."""
+    out = []
+    for seeds in runs.values():
+        for run in seeds.values():
+            xs, ys = run.series(split, key)
+            out.append(ys[np.isfinite(xs) & np.isfinite(ys)])
+    return out
 
 
-def new_figure(size: tuple[float, float] = _SIZE) -> Figure:
-    """A constrained-layout Figure in the house size and resolution (no pyplot)."""
-    return Figure(figsize=size, dpi=_DPI, layout="constrained")
+def has_series(runs: Runs, split: str = "test", key: str = "accuracy") -> bool:
+    """Whether some seed has a finite value of the metric in some round."""
+    return any(v.size for v in _finite_series(runs, split, key))
 
 
-def plain(text: object) -> str:
-    """Escape ``$`` so that strings from the run dir are never parsed as mathtext."""
-    return str(text).replace("$", r"\$")
-
-
-def style(ax: Axes, title: str, xlabel: str, ylabel: str, grid: bool = True) -> None:
-    """The house style, set per axes (no rcParams, so no global state)."""
-    ax.set_title(plain(title), fontsize=10, fontweight="bold")
-    ax.set_xlabel(xlabel, fontsize=9)
-    ax.set_ylabel(ylabel, fontsize=9)
-    ax.tick_params(labelsize=8)
-    if grid:
-        ax.grid(True, alpha=0.3)
-        ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-
-
-def legend(ax: Axes, **kwargs: Any) -> None:
-    """A small frameless legend on ``ax`` (``kwargs`` go to :meth:`Axes.legend`)."""
-    ax.legend(fontsize=8, frameon=False, **kwargs)
-
-
-def save(fig: Figure, path: Path) -> Path:
-    """Write ``fig`` as PNG to ``path`` atomically (temporary file + rename); returns it."""
-    return atomic_write(Path(path), lambda fh: fig.savefig(fh, format="png", dpi=_DPI), sync=False)
-
-
-def no_data(ax: Axes, what: str) -> None:
-    """Replace the axes content by a grey "no ``what`` yet" note."""
-    ax.text(0.5, 0.5, f"no {what} yet", ha="center", va="center", transform=ax.transAxes,
-            color="#666666")  # fmt: skip
-    ax.set_xticks([])
-    ax.set_yticks([])
+def has_rolling_std(runs: Runs, window: int, key: str = "accuracy") -> bool:
+    """Whether some seed has at least ``window`` evaluated rounds of the test metric (so a
+    rolling std over ``window`` rounds is defined somewhere)."""
+    return any(v.size >= window for v in _finite_series(runs, "test", key))
 
 
 def _mean_by_round(
@@ -122,28 +116,26 @@ def _draw_seeds_and_mean(ax: Axes, runs: Runs, split: str, key: str, scale: floa
     Rounds where the metric is undefined (e.g. not evaluated, ``eval.every > 1``) are
     skipped, so lines join the evaluated rounds and rolling windows count evaluated rounds.
     ``colours`` maps a method to its palette index (default: its position in ``runs``).
+    With one seed per method only the method's line is drawn, labelled without "n =".
     """
-    drawn = False
+    drawn, single = False, single_seed(runs)
     for i, (method, seeds) in enumerate(runs.items()):
         c = colour(colours.get(method, i) if colours else i)
         curves = []
         for run in seeds.values():
             xs, ys = run.series(split, key)
             keep = np.isfinite(xs) & np.isfinite(ys)
-            xs, ys = xs[keep], ys[keep]
+            xs, ys = xs[keep], ys[keep] * scale
             if xs.size == 0:
                 continue
-            ys = ys * scale
-            if window is not None:
-                ys = rolling_std(ys, window)
-            curves.append((xs, ys))
-            if not band:
-                ax.plot(xs, ys, color=c, lw=0.8, alpha=0.3)
+            curves.append((xs, rolling_std(ys, window) if window is not None else ys))
+            if not band and not single:
+                ax.plot(xs, curves[-1][1], color=c, lw=0.8, alpha=0.3)
         if not curves:
             continue
         xs, mean, std = _mean_by_round(curves)
-        label = plain(f"{method}{suffix} (n={len(curves)})")
-        ax.plot(xs, mean, color=c, lw=2.0, ls=ls, label=label)
+        n = "" if single else f" (n={len(curves)})"
+        ax.plot(xs, mean, color=c, lw=2.0, ls=ls, label=plain(f"{method}{suffix}{n}"))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if band and len(curves) > 1:
             ax.fill_between(xs, mean - std, mean + std, color=c, alpha=0.15, lw=0)
@@ -160,7 +152,7 @@ def plot_accuracy_trajectories(
     metric: str = "accuracy",
 ) -> Path:
     """Test accuracy (%) — or the task's ``metric`` — vs round: thin line per seed, bold
-    mean per method (000 Fig. 5).
+    mean per method (000 Fig. 5); one line per method for single-seed runs.
 
     Args:
         runs: ``method -> seed -> SeedRun`` (the keys label the legend).
@@ -173,10 +165,11 @@ def plot_accuracy_trajectories(
     fig = new_figure()
     ax = fig.add_subplot()
     if _draw_seeds_and_mean(ax, runs, "test", metric, metric_scale(metric), colours=colours):
-        legend(ax, loc="lower right")
+        outside_legend(ax)
     else:
         no_data(ax, "evaluated rounds")
-    style(ax, title or f"Test {metric} per round (thin: seeds, bold: mean over seeds)",
+    how = "" if single_seed(runs) else " (thin: seeds, bold: mean over seeds)"
+    style(ax, title or f"Test {metric} per round{how}",
            "communication round", f"test {metric}{metric_unit(metric)}")  # fmt: skip
     return save(fig, path)
 
@@ -207,7 +200,7 @@ def plot_rolling_std(
         ax, runs, "test", metric, metric_scale(metric), window=window, colours=colours
     )
     if drawn and any(np.isfinite(np.asarray(ln.get_ydata())).any() for ln in ax.get_lines()):
-        legend(ax, loc="upper right")
+        outside_legend(ax)
         ax.set_ylim(bottom=0.0)
     else:
         no_data(ax, f"runs with ≥ {window} evaluated rounds")
@@ -217,138 +210,51 @@ def plot_rolling_std(
     return save(fig, path)
 
 
+def _style_handles(runs: Runs) -> list[Line2D]:
+    """Legend entries of the convergence figure: one colour per method, two line styles."""
+    n = {m: sum(r.complete or bool(r.rounds) for r in s.values()) for m, s in runs.items()}
+    single = single_seed(runs)
+    handles = [
+        Line2D([], [], color=colour(i), lw=2.0, label=plain(m if single else f"{m} (n={n[m]})"))
+        for i, m in enumerate(runs)
+    ]
+    grey = "#555555"
+    return [
+        *handles,
+        Line2D([], [], color=grey, lw=1.5, ls="-", label="validation"),
+        Line2D([], [], color=grey, lw=1.5, ls="--", label="training"),
+    ]
+
+
 def plot_convergence(runs: Runs, path: Path, *, metric: str = "accuracy") -> Path:
     """Train/validation accuracy (%) — or the task's ``metric`` — and train loss vs round,
-    mean ± std per method (Fig. 4).
+    mean ± std per method (Fig. 4; no band for single-seed runs).
 
     Training accuracy (dashed) is the running accuracy over the local training batches of
     the round, sample-weighted over clients; validation accuracy (solid) is measured on the
-    shared validation split after aggregation.
+    shared validation split after aggregation. The legend, right of the loss panel, names
+    the methods' colours (both panels) and the line styles.
 
     Args:
         runs: ``method -> seed -> SeedRun``.
         path: PNG to write.
         metric: The task's primary metric.
     """
-    fig = new_figure((_SIZE[0] * 1.4, _SIZE[1]))
+    fig = new_figure((SIZE[0] * 1.6, SIZE[1]))
     ax_acc, ax_loss = fig.subplots(1, 2)
     scale = metric_scale(metric)
     if _draw_seeds_and_mean(ax_acc, runs, "val", metric, scale, band=True):
         _draw_seeds_and_mean(ax_acc, runs, f"train_{metric}", "", scale, band=True, ls="--",
                              suffix=" train")  # fmt: skip
-        legend(ax_acc, loc="lower right")
     else:
         no_data(ax_acc, "evaluated rounds")
-    if not _draw_seeds_and_mean(ax_loss, runs, "train_loss", "", 1.0, band=True):
+    if _draw_seeds_and_mean(ax_loss, runs, "train_loss", "", 1.0, band=True):
+        outside_legend(ax_loss, handles=_style_handles(runs))
+    else:
         no_data(ax_loss, "evaluated rounds")
     loss = "train loss (cross-entropy)" if metric == "accuracy" else "train loss"
+    over = "" if single_seed(runs) else " (mean ± std over seeds)"
     style(ax_acc, f"{metric.capitalize()}: validation (solid), training (dashed)",
            "communication round", f"{metric}{metric_unit(metric)}")  # fmt: skip
-    style(ax_loss, "Training loss (mean ± std over seeds)",
-           "communication round", loss)  # fmt: skip
-    return save(fig, path)
-
-
-#: The x-axis of a partition heatmap (what its columns are), by target kind
-#: (:mod:`geofl.data.targets`); ``class`` for any other kind.
-PARTITION_AXIS = {"multi_hot": "label", "real": "target bin"}
-
-
-def plot_partition_heatmap(
-    partition: Mapping[str, Any], path: Path, title: str, *, target_kind: str = "class"
-) -> Path:
-    """Clients × classes heatmap of sample counts, annotated when at most 20 × 21 cells.
-
-    Args:
-        partition: Content of ``partition.json`` (``classes``, ``histograms``, ``sizes``).
-        path: PNG to write.
-        title: Axes title (e.g. method and partitioner).
-        target_kind: The dataset's target kind; names the x-axis (:data:`PARTITION_AXIS`).
-    """
-    counts = np.atleast_2d(np.asarray(partition.get("histograms") or [[]], dtype=np.float64))
-    k, c = counts.shape
-    classes = [plain(x) for x in partition.get("classes") or []][:c]
-    classes += [str(j) for j in range(len(classes), c)]
-    sizes = [num(s) for s in partition.get("sizes") or []]
-    height = min(max(2.6, 0.3 * k + 1.9), 8.0)
-    fig = new_figure((max(_SIZE[0], 0.45 * c + 2.5), height))
-    ax = fig.add_subplot()
-    xlabel = PARTITION_AXIS.get(target_kind, "class")
-    style(ax, title, xlabel, "client (training samples)", grid=False)
-    if counts.size == 0:
-        no_data(ax, "partition")
-        return save(fig, path)
-    im = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
-    cbar = fig.colorbar(im, ax=ax, shrink=0.9)
-    cbar.set_label("samples", fontsize=9)
-    cbar.ax.tick_params(labelsize=8)
-    if k <= 20 and c <= 21:
-        top = float(counts.max()) or 1.0
-        for (i, j), v in np.ndenumerate(counts):
-            ax.text(j, i, f"{int(v)}", ha="center", va="center", fontsize=7,
-                    color="black" if v > 0.6 * top else "white")  # fmt: skip
-    ax.set_xticks(range(c), classes, rotation=40, ha="right", rotation_mode="anchor")
-    step = max(1, math.ceil(k / 25))
-    ticks = list(range(0, k, step))
-    labels = [
-        f"{i} (n={sizes[i]:.0f})" if i < len(sizes) and math.isfinite(sizes[i]) else str(i)
-        for i in ticks
-    ]
-    ax.set_yticks(ticks, labels)
-    return save(fig, path)
-
-
-def _per_class_means(runs: Runs, key: str) -> dict[str, np.ndarray]:
-    means: dict[str, np.ndarray] = {}
-    for method, seeds in runs.items():
-        rows = []
-        for run in seeds.values():
-            test = ((run.final or {}).get("final") or {}).get("test") or {}
-            row = [num(v) for v in test.get(f"per_class_{key}") or []]
-            if row:
-                rows.append(row)
-        if rows:
-            width = max(len(r) for r in rows)
-            grid = np.array([r + [math.nan] * (width - len(r)) for r in rows])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN classes
-                means[method] = np.nanmean(grid, axis=0) * metric_scale(key)
-    return means
-
-
-def plot_per_class_accuracy(
-    runs: Runs, path: Path, classes: Sequence[str] | None = None, *, metric: str = "accuracy"
-) -> Path:
-    """Grouped bars of final per-class test accuracy (%) — or the task's per-class
-    ``metric`` (``per_class_<metric>``: multi-label AP, per-output RMSE) — mean over
-    finished seeds.
-
-    Args:
-        runs: ``method -> seed -> SeedRun``; only seeds with ``final.json`` count.
-        path: PNG to write.
-        classes: Class names (default: class indices).
-        metric: The per-class vector drawn.
-    """
-    means = _per_class_means(runs, metric)
-    c = max((m.size for m in means.values()), default=0)
-    names = [plain(x) for x in classes or []][:c]
-    names += [str(j) for j in range(len(names), c)]
-    order = {m: i for i, m in enumerate(runs)}
-    fig = new_figure((max(_SIZE[0], 0.55 * c + 2.5), _SIZE[1] + 0.6))
-    ax = fig.add_subplot()
-    style(ax, f"Per-class test {metric} at the final round (mean over seeds)",
-           "", f"final test {metric}{metric_unit(metric)}")  # fmt: skip
-    if not means:
-        no_data(ax, "finished runs")
-        return save(fig, path)
-    bar_w = 0.8 / len(means)
-    for g, (method, m) in enumerate(means.items()):
-        xs = np.arange(m.size) + (g - (len(means) - 1) / 2) * bar_w
-        ax.bar(xs, np.nan_to_num(m), width=bar_w, color=colour(order[method]), label=plain(method))
-    ax.set_xticks(range(c), names, rotation=40, ha="right", rotation_mode="anchor")
-    if metric_scale(metric) == 100.0:
-        ax.set_ylim(0.0, 105.0)
-        ax.set_yticks(range(0, 101, 20))
-    ax.grid(False, axis="x")
-    fig.legend(loc="outside lower center", ncols=min(len(means), 4), fontsize=8, frameon=False)
+    style(ax_loss, f"Training loss{over}", "communication round", loss)
     return save(fig, path)

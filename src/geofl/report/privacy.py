@@ -19,7 +19,7 @@ from geofl.errors import RunDirError
 from geofl.report.fragments import figure_html, fmt_e, fmt_number, fmt_sci, slug
 from geofl.report.paper import display_names
 from geofl.report.privacy_plots import ATTRIBUTES, plot_aggregation_weights, plot_attack_auc
-from geofl.report.summary import RunData, num, read_json
+from geofl.report.run_data import RunData, num, read_json
 
 __all__ = [
     "ATTACK_FILE",
@@ -155,6 +155,30 @@ def _attr_cells(entry: dict[str, Any], paper: dict[str, Any], attr: str) -> str:
     )
 
 
+def _attack_table(
+    methods: list[str],
+    label: dict[str, str],
+    entries: dict[str, dict[str, Any]],
+    papers: dict[str, dict[str, Any]],
+) -> str:
+    """The attack table: per method and attribute our AUC, the paper's, per fold."""
+    head = (
+        '<tr><th rowspan="2">Method</th>'
+        + "".join(f'<th colspan="3">{name} attribute AUC</th>' for _, name, _ in ATTRIBUTES)
+        + '<th colspan="2">best-val test acc (%)</th></tr><tr>'
+        + "<th>ours</th><th>paper</th><th>per fold</th>" * len(ATTRIBUTES)
+        + "<th>ours</th><th>paper</th></tr>"
+    )
+    rows = [
+        f"<tr><td>{escape(label[m])}</td>"
+        + "".join(_attr_cells(entries[m], papers[m], a) for a, _, _ in ATTRIBUTES)
+        + f'<td class="num">{_pct(entries[m].get("best_val_test_accuracy"))}</td>'
+        + f'<td class="num">{_pct(papers[m].get("best_test_accuracy"))}</td></tr>'
+        for m in methods
+    ]
+    return f'<table class="attack">{head}\n' + "\n".join(rows) + "</table>"
+
+
 def attack_section(run: RunData, out: Path) -> str:
     """Bar chart (``attack_auc.png``) and table of ``analysis/attribute_inference.json``.
 
@@ -193,20 +217,7 @@ def attack_section(run: RunData, out: Path) -> str:
         chart,
         paper={label[m]: {a: num(papers[m].get(a)) for a, _, _ in ATTRIBUTES} for m in methods},
     )  # fmt: skip
-    head = (
-        '<tr><th rowspan="2">Method</th>'
-        + "".join(f'<th colspan="3">{name} attribute AUC</th>' for _, name, _ in ATTRIBUTES)
-        + '<th colspan="2">best-val test acc (%)</th></tr><tr>'
-        + "<th>ours</th><th>paper</th><th>per fold</th>" * len(ATTRIBUTES)
-        + "<th>ours</th><th>paper</th></tr>"
-    )
-    rows = [
-        f"<tr><td>{escape(label[m])}</td>"
-        + "".join(_attr_cells(entries[m], papers[m], a) for a, _, _ in ATTRIBUTES)
-        + f'<td class="num">{_pct(entries[m].get("best_val_test_accuracy"))}</td>'
-        + f'<td class="num">{_pct(papers[m].get("best_test_accuracy"))}</td></tr>'
-        for m in methods
-    ]
+    table = _attack_table(methods, label, entries, papers)
     caption = (
         "ROC-AUC of an honest-but-curious server inferring whether a client is "
         "<em>high-risk</em> or <em>low-entropy</em> from the updates it receives "
@@ -217,9 +228,7 @@ def attack_section(run: RunData, out: Path) -> str:
     return (
         figure_html("attack_auc.png", caption, "Attribute-inference attack AUC per method")
         + f"<p><small>Protocol: {protocol}.</small></p>"
-        + f'<table class="attack">{head}\n'
-        + "\n".join(rows)
-        + "</table>"
+        + table
     )
 
 

@@ -22,8 +22,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from geofl.report.plots import legend, new_figure, no_data, plain, save, style
-from geofl.report.summary import SeedRun, num
+from geofl.report.run_data import SeedRun, num
+from geofl.report.style import legend, new_figure, no_data, plain, save, style
 
 __all__ = [
     "ATTRIBUTES",
@@ -99,15 +99,21 @@ def plot_attack_auc(
                   ha="right" if tilt else "center", rotation_mode="anchor")  # fmt: skip
     ax.set_xlim(-0.5, len(methods) - 0.5)
     ax.grid(False, axis="x")
-    handles: list[Patch | Line2D] = []
-    for attr, name, c in ATTRIBUTES:
-        handles.append(Patch(facecolor=c, label=f"{name} (ours)"))
-        if with_paper:
-            handles.append(Patch(facecolor="white", edgecolor=colours[attr], hatch="///",
-                                 label=f"{name} (paper)"))  # fmt: skip
-    handles.append(Line2D([], [], color="#444444", ls="--", lw=1.0, label="chance (0.5)"))
+    handles = _attack_handles(with_paper)
     legend(ax, handles=handles, loc="upper right", ncols=min(len(handles), 3))
     return save(fig, path)
+
+
+def _attack_handles(with_paper: bool) -> list[Patch | Line2D]:
+    """Legend entries of the attack chart: solid (ours), hatched (paper), chance line."""
+    handles: list[Patch | Line2D] = []
+    for _, name, c in ATTRIBUTES:
+        handles.append(Patch(facecolor=c, label=f"{name} (ours)"))
+        if with_paper:
+            handles.append(Patch(facecolor="white", edgecolor=c, hatch="///",
+                                 label=f"{name} (paper)"))  # fmt: skip
+    handles.append(Line2D([], [], color="#444444", ls="--", lw=1.0, label="chance (0.5)"))
+    return handles
 
 
 def weight_matrix(run: SeedRun, num_clients: int) -> tuple[np.ndarray, np.ndarray]:

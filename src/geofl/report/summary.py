@@ -1,19 +1,13 @@
-"""Read a run directory and summarise each method's results over seeds.
+"""Summarise each method's results over seeds (``summary.json``).
 
-The engine writes one directory per run (see :func:`load_run`); this module reads it into a
-small typed structure and reduces it to mean ± std over seeds, the form papers report
-(e.g. 000 Table 1: "95.04 ± 0.32" over three seeds).
+Reads a run directory (:func:`~geofl.report.run_data.load_run`) and reduces it to mean ± std
+over seeds (:mod:`geofl.report.stats`), the form papers report.
 
 Conventions:
-    * ``std`` is the **sample** standard deviation (``ddof=1``), as papers use for mean ± std
-      over a handful of seeds; it is ``0.0`` for a single value.
-    * Undefined values (JSON ``null``, NaN, a rolling std over fewer rounds than the window)
-      are left out of a :class:`Stat`; its ``n`` counts only the values used. With ``n == 0``
-      mean and std are NaN in memory and ``null`` in ``summary.json``.
     * A seed without ``final.json`` is unfinished: it is listed under ``incomplete`` and left
       out of every statistic.
-    * The rolling-std window is the run's ``eval.rolling_window`` (``config.yaml``), else
-      :data:`ROLLING_WINDOW`.
+    * Undefined values (a rolling std over fewer rounds than the window, JSON ``null``) are
+      left out of a :class:`~geofl.report.stats.Stat`; they are ``null`` in ``summary.json``.
     * Metric keys follow the run's task (``run.json["task"]``, :class:`TaskInfo`; runs
       written before tasks existed are classification): ``final_test_<metric>`` for every
       scalar the task reports, ``best_val_test_<primary>`` and a rolling std of the
@@ -27,21 +21,29 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
-import yaml
 
 from geofl import io
-from geofl.errors import RunDirError
-from geofl.records import RoundRecord, TaskInfo
+from geofl.records import TaskInfo
 from geofl.report.paired import PAIRED_METRICS, final_values, paired_statistics
+from geofl.report.run_data import ROLLING_WINDOW, RunData, SeedRun, load_run, num, read_json
+from geofl.report.stats import (
+    PERCENT_METRICS,
+    Stat,
+    format_pm,
+    make_stat,
+    metric_scale,
+    metric_unit,
+)
 from geofl.tasks.metrics import rolling_std
 
 __all__ = [
+    "NOT_REACHED",
     "PERCENT_METRICS",
+    "ROLLING_WINDOW",
     "MethodSummary",
     "RunData",
     "RunSummary",
@@ -59,37 +61,9 @@ __all__ = [
     "write_summary",
 ]
 
-#: Default window of the rolling std of test accuracy (000 Fig. 6), if the config sets none.
-ROLLING_WINDOW = 10
-
-#: Metrics that are fractions in [0, 1]: reports show them in percent.
-PERCENT_METRICS = frozenset(
-    {"accuracy", "macro_f1", "micro_f1", "map", "roc_auc", "f1", "precision", "recall", "asr"}
-)
-
-
-def metric_scale(name: str) -> float:
-    """Display scale of a metric: 100 (percent) for fractions, else 1."""
-    return 100.0 if name in PERCENT_METRICS else 1.0
-
-
-def metric_unit(name: str) -> str:
-    """Display unit suffix: ``" (%)"`` for fractions, else ``""``."""
-    return " (%)" if name in PERCENT_METRICS else ""
-
-
 #: Scalar metrics a task reports when no finished seed says otherwise (their summary keys
 #: exist even before any seed finished).
 _DEFAULT_METRICS = {"classification": ("accuracy", "macro_f1", "loss")}
-
-
-class Stat(TypedDict):
-    """Mean ± sample std (``ddof=1``) of the finite ``values``; ``n == len(values)``."""
-
-    mean: float
-    std: float
-    values: list[float]
-    n: int
 
 
 class MethodSummary(TypedDict):
@@ -134,235 +108,6 @@ class RunSummary(TypedDict):
     seeds: list[int]
     methods: dict[str, MethodSummary]
     paired: NotRequired[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class SeedRun:
-    """What exists on disk for one (method, seed).
-
-    Attributes:
-        seed: The seed.
-        rounds: Records of ``rounds.jsonl`` in file order (empty if the file is missing).
-        partition: Content of ``partition.json``, or None if missing.
-        final: Content of ``final.json``, or None if the run is unfinished.
-    """
-
-    seed: int
-    rounds: list[RoundRecord] = field(default_factory=list)
-    partition: dict[str, Any] | None = None
-    final: dict[str, Any] | None = None
-
-    @property
-    def complete(self) -> bool:
-        """True when ``final.json`` exists."""
-        return self.final is not None
-
-    def series(self, split: str, key: str = "accuracy") -> tuple[np.ndarray, np.ndarray]:
-        """``(rounds, values)`` of one metric over the evaluated rounds (NaN where null).
-
-        Args:
-            split: ``"val"``, ``"test"``, or a top-level scalar of the round record
-                (``"train_loss"``, ``"bytes_up"``, ``"train_<metric>"`` such as
-                ``"train_accuracy"``; then ``key`` is ignored).
-            key: Metric name inside the split's :class:`~geofl.tasks.base.SplitMetrics`.
-        """
-        xs = np.array([r.round for r in self.rounds], dtype=np.float64)
-        if split in ("train_loss", "bytes_up"):
-            ys = [num(getattr(r, split)) for r in self.rounds]
-        elif split.startswith("train_"):
-            ys = [num(r.train_metrics.get(split.removeprefix("train_"))) for r in self.rounds]
-        else:
-            splits = [getattr(r, split) for r in self.rounds]
-            ys = [math.nan if m is None else num(m.values.get(key)) for m in splits]
-        return xs, np.array(ys, dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class RunData:
-    """A loaded run directory.
-
-    Attributes:
-        run_dir: The directory.
-        info: Content of ``run.json``.
-        methods: ``method -> seed -> SeedRun``, methods in ``run.json`` order, seeds in
-            ``run.json`` order (directories found on disk but not listed come after).
-        config: Content of ``config.yaml`` (the resolved experiment config), ``{}`` if the
-            file is missing or not a mapping.
-    """
-
-    run_dir: Path
-    info: dict[str, Any]
-    methods: dict[str, dict[int, SeedRun]]
-    config: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        """Run name from ``run.json`` (the directory name if absent)."""
-        return str(self.info.get("name") or self.run_dir.name)
-
-    @property
-    def seeds(self) -> list[int]:
-        """Seeds listed in ``run.json``."""
-        return [int(s) for s in self.info.get("seeds") or []]
-
-    @property
-    def task(self) -> TaskInfo:
-        """The run's task (``run.json["task"]``; classification for older runs)."""
-        return TaskInfo.from_json(self.info.get("task"))
-
-    @property
-    def rolling_window(self) -> int:
-        """``eval.rolling_window`` of the config, else :data:`ROLLING_WINDOW`."""
-        window = (self.config.get("eval") or {}).get("rolling_window")
-        if isinstance(window, int) and not isinstance(window, bool) and window >= 1:
-            return window
-        return ROLLING_WINDOW
-
-    def label(self, method: str) -> str:
-        """Display name of ``method`` (``run.json["labels"]``), else the method name."""
-        labels = self.info.get("labels")
-        label = labels.get(method) if isinstance(labels, dict) else None
-        return str(label) if label else method
-
-    def method_config(self, method: str) -> dict[str, Any]:
-        """The ``methods`` entry of the config named ``method`` (``{}`` if not found)."""
-        for entry in self.config.get("methods") or []:
-            if isinstance(entry, dict) and entry.get("name") == method:
-                return entry
-        return {}
-
-
-def num(x: Any) -> float:
-    """``float(x)``, with None (JSON null) and non-numbers mapped to NaN."""
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return math.nan
-    return float(x)
-
-
-def read_json(path: Path) -> Any:
-    """Parse a JSON file of the run directory.
-
-    Raises:
-        RunDirError: The file is not valid JSON.
-    """
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunDirError(f"{path}: invalid JSON ({exc}); re-run or delete the file") from exc
-
-
-def _read_rounds(path: Path) -> list[RoundRecord]:
-    if not path.is_file():
-        return []
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    out: list[RoundRecord] = []
-    for i, line in enumerate(lines):
-        try:
-            out.append(RoundRecord.from_json(json.loads(line)))
-        except json.JSONDecodeError as exc:
-            if i == len(lines) - 1:  # a run still writing may leave a truncated last line
-                break
-            raise RunDirError(
-                f"{path}:{i + 1}: invalid JSON line ({exc}); the file is corrupt, re-run"
-            ) from exc
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RunDirError(
-                f"{path}:{i + 1}: not a round record ({type(exc).__name__}: {exc}); re-run"
-            ) from exc
-    return out
-
-
-def _read_config(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        what = getattr(exc, "problem", None) or type(exc).__name__
-        raise RunDirError(
-            f"{path}: invalid YAML ({where}{what}); restore it or re-run the experiment to "
-            "rewrite it"
-        ) from exc
-    return config if isinstance(config, dict) else {}
-
-
-def _seed_dirs(method_dir: Path) -> list[int]:
-    if not method_dir.is_dir():
-        return []
-    seeds = []
-    for p in method_dir.glob("seed-*"):
-        suffix = p.name.removeprefix("seed-")
-        if p.is_dir() and suffix.lstrip("-").isdigit():
-            seeds.append(int(suffix))
-    return sorted(seeds)
-
-
-def load_run(run_dir: Path) -> RunData:
-    """Read ``run.json`` and every ``methods/<method>/seed-<seed>/`` that exists.
-
-    Args:
-        run_dir: The run directory.
-
-    Raises:
-        RunDirError: ``run_dir`` or its ``run.json`` is missing, or a JSON (or
-            ``config.yaml``) file is corrupt.
-    """
-    run_dir = Path(run_dir)
-    info_path = run_dir / "run.json"
-    if not run_dir.is_dir():
-        raise RunDirError(f"run directory {run_dir} not found; pass the directory of a run")
-    if not info_path.is_file():
-        raise RunDirError(
-            f"{info_path} not found; pass a run directory written by the engine (has run.json)"
-        )
-    info = read_json(info_path)
-    if not isinstance(info, dict):
-        raise RunDirError(f"{info_path}: expected a JSON object; re-run to regenerate it")
-    methods_root = run_dir / "methods"
-    names = [str(m) for m in info.get("methods") or []]
-    if methods_root.is_dir():
-        names += sorted(
-            p.name for p in methods_root.iterdir() if p.is_dir() and p.name not in names
-        )
-    listed = [int(s) for s in info.get("seeds") or []]
-    methods: dict[str, dict[int, SeedRun]] = {}
-    for name in names:
-        found = _seed_dirs(methods_root / name)
-        seeds = listed + [s for s in found if s not in listed]
-        runs: dict[int, SeedRun] = {}
-        for seed in seeds:
-            d = methods_root / name / f"seed-{seed}"
-            part, final = d / "partition.json", d / "final.json"
-            runs[seed] = SeedRun(
-                seed=seed,
-                rounds=_read_rounds(d / "rounds.jsonl"),
-                partition=read_json(part) if part.is_file() else None,
-                final=read_json(final) if final.is_file() else None,
-            )
-        methods[name] = runs
-    return RunData(
-        run_dir=run_dir, info=info, methods=methods, config=_read_config(run_dir / "config.yaml")
-    )
-
-
-def make_stat(values: Sequence[float]) -> Stat:
-    """Mean and sample std (``ddof=1``; 0.0 for one value) of the finite ``values``."""
-    vals = [float(v) for v in values if math.isfinite(v)]
-    n = len(vals)
-    if n == 0:
-        return Stat(mean=math.nan, std=math.nan, values=[], n=0)
-    arr = np.asarray(vals, dtype=np.float64)
-    std = float(arr.std(ddof=1)) if n > 1 else 0.0
-    return Stat(mean=float(arr.mean()), std=std, values=vals, n=n)
-
-
-def format_pm(stat: Stat, scale: float = 100.0, digits: int = 2) -> str:
-    """``"95.04 ± 0.32"`` from a Stat of fractions (``scale`` 100 → percent); ``"–"`` if empty."""
-    if stat["n"] == 0 or not math.isfinite(stat["mean"]):
-        return "–"
-    return f"{stat['mean'] * scale:.{digits}f} ± {stat['std'] * scale:.{digits}f}"
 
 
 def _final_metric(final: dict[str, Any], *path: str) -> float:

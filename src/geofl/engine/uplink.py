@@ -1,0 +1,348 @@
+"""The 003 ground-layer uplink of a run: gate → pipeline → envelope → rural link → open →
+decode (003 Alg. 1, §2.1.2(3), §2.1.8, §2.3.1), opt-in through ``method.uplink``.
+
+Per tractor and round: the new Δw is coalesced with any buffered update (one held back or
+lost earlier, dropped once it has waited ``max_retries`` rounds: "superseded by fresher
+updates"); the cosine checkpointer may hold it back; below τ_NQI it is buffered; in an
+outage it is forwarded through the group neighbour with the highest NQI (groups of
+``neighbour_group`` consecutive ids; the cluster layer is not built yet) or buffered;
+otherwise the NQI picks a pipeline (or ``fixed_pipeline`` is used, without the NQI gate),
+the update is really encoded (with error feedback),
+every frame is sealed per hop, sent over the sampled link (transfer time from its byte
+size, B and L; frames past the deadline ℓ_max are lost), opened and decoded by the
+server. Anything not delivered is buffered for a later round; error-feedback residuals
+move only on delivery. Simulation keys: tractor k's long-term secret is
+BLAKE2b(seed, k) — provisioning, not security.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import torch
+
+from geofl.client.checkpointer import cosine_gate
+from geofl.config.uplink import UplinkConfig
+from geofl.network.nqi import nqi, ranges_for
+from geofl.network.payload import PayloadError
+from geofl.network.pipelines import (
+    EncodedUpdate,
+    Pipeline,
+    choose_pipeline,
+    decode_update,
+    encode_with_feedback,
+)
+from geofl.network.rural import LinkStates, assign_profiles, frames_delivered, sample_link_states
+from geofl.rng import numpy_generator
+from geofl.security.envelope import OVERHEAD_BYTES, Opener, Sealer
+
+__all__ = ["SERVER_ID", "Transmission", "TransmitStatus", "Uplink"]
+
+log = logging.getLogger("geofl")
+
+#: Receiver id of the terrestrial server.
+SERVER_ID = 2**32 - 1
+
+
+class TransmitStatus(StrEnum):
+    """What became of one tractor's update this round."""
+
+    DELIVERED = "delivered"
+    HELD = "held"  # checkpointer: redundant, coalesced into a later update
+    SKIPPED = "skipped"  # NQI < τ_NQI: buffered
+    OUTAGE = "outage"  # link down, no neighbour: buffered
+    DEADLINE = "deadline"  # not (fully) delivered by ℓ_max: buffered
+    REJECTED = "rejected"  # an envelope or the payload refused by a receiver: buffered
+
+
+@dataclass(frozen=True)
+class Transmission:
+    """One tractor's uplink in one round (003 §3.1.4's per-update figures).
+
+    Attributes:
+        client: The tractor.
+        status: What became of its update.
+        nqi: NQI of the link used (the neighbour's when forwarded).
+        pipeline: The pipeline that encoded it (None when not sent).
+        via: The neighbour it was forwarded through, or None.
+        bytes_by_hop: Sealed bytes per hop (``tractor_server``, ``tractor_neighbour``,
+            ``neighbour_server``), as transmitted (late frames are not sent).
+        airtime_s: Σ transmission seconds over its hops.
+        energy: Σ P_tx · airtime (the energy proxy E_comm).
+        latency_s: Creation → arrival at the server (local hop + L + bytes / B).
+        local_s: The tractor → neighbour part of ``latency_s``.
+        buffered_rounds: Rounds its oldest content waited in the buffer before delivery.
+        detail: Why it was not delivered.
+        values: ``[D]`` the server's decoded update (delivered only).
+    """
+
+    client: int
+    status: TransmitStatus
+    nqi: float
+    pipeline: Pipeline | None = None
+    via: int | None = None
+    bytes_by_hop: dict[str, int] = field(default_factory=dict)
+    airtime_s: float = 0.0
+    energy: float = 0.0
+    latency_s: float = 0.0
+    local_s: float = 0.0
+    buffered_rounds: int = 0
+    detail: str = ""
+    values: torch.Tensor | None = None
+
+
+@dataclass
+class _Tractor:
+    residual: torch.Tensor | None = None
+    last_sent: torch.Tensor | None = None
+    pending: torch.Tensor | None = None
+    pending_age: int = 0
+    dot_prev: float = 0.0  # s_dot of the last checkpointer test (Alg. 1 line 3)
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def _secret(seed: int, client: int) -> bytes:
+    return hashlib.blake2b(f"geofl-sim-secret/{seed}/{client}".encode(), digest_size=32).digest()
+
+
+class Uplink:
+    """Per-run uplink state: tractors' buffers and residuals, sealers, receivers' openers."""
+
+    def __init__(self, cfg: UplinkConfig, num_clients: int, seed: int) -> None:
+        self.cfg, self.seed, self.k = cfg, seed, num_clients
+        self.profiles = assign_profiles(num_clients, cfg.network.shares, seed)
+        self.ranges = ranges_for(self.profiles, cfg.nqi.normalisation)
+        self.tractors = [_Tractor() for _ in range(num_clients)]
+        self.secrets = {k: _secret(seed, k) for k in range(num_clients)}
+        self.sealers: dict[tuple[int, int], Sealer] = {}
+        self.openers: dict[int, Opener] = {}
+        self.last_wire: dict[tuple[int, int], bytes] = {}
+        self.envelope_rejections: Counter[str] = Counter()
+        self.replays_accepted = 0
+        self._round = 0
+        self._links = LinkStates(np.zeros((0, 3)), np.zeros(0, bool))
+        self._nqi = np.zeros(0)
+
+    # -- per round -------------------------------------------------------------------------
+    def begin_round(self, round_idx: int, links: LinkStates | None = None) -> None:
+        """Draw every tractor's link state and NQI for ``round_idx``; rotate key epochs.
+
+        Args:
+            round_idx: 1-based round.
+            links: Use these link states instead of drawing them (replayed traces, tests).
+        """
+        self._round = round_idx
+        if links is None:
+            links = sample_link_states(self.profiles, self.cfg.network, self.seed, round_idx)
+        self._links = links
+        self._nqi = nqi(self._links.values, self.ranges, np.array(self.cfg.nqi.weights))
+        epoch = (round_idx - 1) // self.cfg.security.epoch_rounds
+        for sealer in self.sealers.values():
+            if sealer.epoch != epoch:
+                sealer.rotate(epoch)
+        for opener in self.openers.values():
+            if opener.epoch != epoch:
+                opener.rotate(epoch)
+
+    def _sealer(self, sender: int, receiver: int) -> Sealer:
+        key = (sender, receiver)
+        if key not in self.sealers:
+            epoch = (self._round - 1) // self.cfg.security.epoch_rounds
+            self.sealers[key] = Sealer(self.secrets[sender], sender, receiver, epoch)
+        return self.sealers[key]
+
+    def _opener(self, receiver: int) -> Opener:
+        if receiver not in self.openers:
+            sec = self.cfg.security
+            epoch = (self._round - 1) // sec.epoch_rounds
+            self.openers[receiver] = Opener(
+                receiver, self.secrets, epoch, window=sec.window, epoch_grace=sec.epoch_grace
+            )
+        return self.openers[receiver]
+
+    # -- one hop ---------------------------------------------------------------------------
+    def _hop(
+        self, frames: list[bytes], sender: int, receiver: int, owner: int
+    ) -> tuple[list[bytes], str]:
+        """Seal, let the simulated adversary act, open: the payloads that got through and
+        the reason of the last refused envelope ("" if none). ``owner`` is the tractor whose
+        update this is (the adversary's generator is per owner and hop)."""
+        sec = self.cfg.security
+        if not sec.enabled or not frames:
+            return list(frames), ""
+        sealer, opener = self._sealer(sender, receiver), self._opener(receiver)
+        wires = [sealer.seal(f, self._round) for f in frames]
+        rng = numpy_generator(
+            self.seed, "round", self._round, "client", owner, "adversary", sender, receiver
+        )
+        old = self.last_wire.get((sender, receiver))
+        if sec.replay_prob and rng.random() < sec.replay_prob and old is not None:
+            replay = opener.open(old)
+            if replay.reason is None:
+                self.replays_accepted += 1  # must stay 0
+            else:
+                self.envelope_rejections[str(replay.reason)] += 1
+        if sec.tamper_prob and rng.random() < sec.tamper_prob:
+            j = int(rng.integers(len(wires)))
+            bad = bytearray(wires[j])
+            bad[int(rng.integers(len(bad)))] ^= 1 << int(rng.integers(8))
+            wires[j] = bytes(bad)
+        self.last_wire[(sender, receiver)] = wires[-1]
+        out, reason = [], ""
+        for w in wires:
+            res = opener.open(w)
+            if res.payload is not None:
+                out.append(res.payload)
+            else:
+                reason = str(res.reason)
+                self.envelope_rejections[reason] += 1
+        return out, reason
+
+    # -- one tractor -----------------------------------------------------------------------
+    def transmit(self, delta: torch.Tensor, client: int) -> Transmission:
+        """Carry ``client``'s Δw of this round to the server, or buffer it."""
+        st, x, age = self.tractors[client], delta, 0
+        if st.pending is not None:
+            if st.pending_age >= self.cfg.network.max_retries:
+                log.info("client %d: buffered update superseded after %d rounds", client, age)
+            else:
+                x, age = delta + st.pending, st.pending_age
+        st.pending, st.pending_age = None, 0
+        score = float(self._nqi[client])
+        ck = self.cfg.checkpoint
+        if ck.tau_cos > 0 and st.last_sent is not None:
+            gate = cosine_gate(
+                x[None],
+                st.last_sent[None],
+                torch.ones(1, dtype=torch.bool),
+                ck.tau_cos,
+                tau_dot=ck.tau_dot,
+                dot_prev=torch.tensor([st.dot_prev]),
+            )
+            st.dot_prev = float(gate.dot[0])
+            if not bool(gate.send[0]):
+                cos = float(gate.cosine[0])
+                held = Transmission(client, TransmitStatus.HELD, score, detail=f"cos {cos:.4f}")
+                return self._buffer(st, x, age, held)
+        via, origin = None, client
+        if self._links.outage[client]:
+            via = self._neighbour(client)
+            if via is None:
+                return self._buffer(st, x, age, Transmission(client, TransmitStatus.OUTAGE, score))
+            origin, score = via, float(self._nqi[via])
+        p = self.cfg.nqi
+        pipe = self.cfg.fixed_pipeline or choose_pipeline(score, p.tau, p.t_chunked, p.t_fallback)
+        if pipe is None:
+            skip = Transmission(client, TransmitStatus.SKIPPED, score, detail=f"NQI {score:.3f}")
+            return self._buffer(st, x, age, skip)
+        enc, residual = encode_with_feedback(
+            x, st.residual, pipe, self.cfg.pipelines, round_idx=self._round
+        )
+        tx = self._send(enc, x.numel(), client, via, origin, score)
+        if tx.status is not TransmitStatus.DELIVERED:
+            return self._buffer(st, x, age, tx)
+        st.residual, st.last_sent = residual, enc.recon
+        return replace(tx, buffered_rounds=age)
+
+    def _neighbour(self, client: int) -> int | None:
+        """The up, above-τ group member with the highest NQI (ties: lowest id), or None."""
+        g = self.cfg.neighbour_group
+        first = client - client % g
+        up = [
+            j
+            for j in range(first, min(self.k, first + g))
+            if j != client and not self._links.outage[j] and self._nqi[j] >= self.cfg.nqi.tau
+        ]
+        return max(up, key=lambda j: (self._nqi[j], -j)) if up else None
+
+    def _buffer(self, st: _Tractor, x: torch.Tensor, age: int, tx: Transmission) -> Transmission:
+        st.pending, st.pending_age = x, age + 1
+        why = f"{tx.status.value}: {tx.detail}" if tx.detail else tx.status.value
+        log.info("round %d: client %d update buffered (%s)", self._round, tx.client, why)
+        return tx
+
+    def _send(
+        self, enc: EncodedUpdate, dim: int, client: int, via: int | None, origin: int, score: float
+    ) -> Transmission:
+        """Hops of one encoded update: [tractor → neighbour →] server; decode on arrival."""
+        net = self.cfg.network
+        overhead = OVERHEAD_BYTES if self.cfg.security.enabled else 0
+        sizes = [len(f) + overhead for f in enc.frames]
+        frames, hops = list(enc.frames), {}
+        airtime = energy = elapsed = 0.0
+        reason = ""
+        if via is not None:  # local link to the neighbour, then its uplink (re-sealed)
+            elapsed = 8.0 * sum(sizes) / (net.neighbour_mbps * 1e6)
+            hops["tractor_neighbour"] = sum(sizes)
+            airtime, energy = elapsed, net.tx_power_w[int(self.profiles[client])] * elapsed
+            frames, reason = self._hop(frames, client, via, client)
+        _, b, l_ms = (float(v) for v in self._links.values[origin])
+        done, t_air = frames_delivered(sizes[: len(frames)], b, l_ms, net.deadline_s - elapsed)
+        hops["neighbour_server" if via is not None else "tractor_server"] = sum(sizes[:done])
+        airtime += t_air
+        energy += net.tx_power_w[int(self.profiles[origin])] * t_air
+        arrived, why = self._hop(frames[:done], origin, SERVER_ID, client)
+        latency = elapsed + l_ms / 1e3 + 8.0 * sum(sizes) / (b * 1e6)
+        tx = Transmission(client, TransmitStatus.DELIVERED, score, enc.pipeline, via, hops,
+                          airtime, energy, latency, local_s=elapsed)  # fmt: skip
+        if reason or why or len(frames) < len(enc.frames):
+            return replace(tx, status=TransmitStatus.REJECTED, detail=f"envelope {reason or why}")
+        if done < len(frames):
+            late = f"{len(frames) - done} of {len(frames)} frames past the deadline"
+            return replace(tx, status=TransmitStatus.DEADLINE, detail=late)
+        try:
+            return replace(tx, values=decode_update(arrived, dim).values)
+        except PayloadError as err:
+            return replace(tx, status=TransmitStatus.REJECTED, detail=f"payload: {err}")
+
+    # -- records and checkpoints -----------------------------------------------------------
+    def summary(self, sent: list[Transmission]) -> dict[str, Any]:
+        """The round's uplink figures for :attr:`RoundRecord.uplink` (003 §3.1.4)."""
+        hops: Counter[str] = Counter()
+        for tx in sent:
+            hops.update(tx.bytes_by_hop)
+        delivered = [tx for tx in sent if tx.status is TransmitStatus.DELIVERED]
+        return {
+            "bytes_by_hop": dict(sorted(hops.items())),
+            "status": dict(sorted(Counter(tx.status.value for tx in sent).items())),
+            "pipeline": dict(
+                sorted(Counter(tx.pipeline.value for tx in delivered if tx.pipeline).items())
+            ),
+            "forwarded": sum(tx.via is not None for tx in delivered),
+            "airtime_s": sum(tx.airtime_s for tx in sent),
+            "energy": sum(tx.energy for tx in sent),
+            "latency_s": _mean([tx.latency_s for tx in delivered]),
+            "latency_local_s": _mean([tx.local_s for tx in delivered]),
+            "buffered_rounds": _mean([float(tx.buffered_rounds) for tx in delivered]),
+            "nqi_mean": _mean([tx.nqi for tx in sent]),
+            "envelope_rejections": dict(sorted(self.envelope_rejections.items())),
+            "replays_accepted": self.replays_accepted,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Tractor buffers/residuals, sealer counters, receiver windows (for resume)."""
+        return {
+            "tractors": [vars(t).copy() for t in self.tractors],
+            "sealers": self.sealers,
+            "openers": self.openers,
+            "last_wire": self.last_wire,
+            "envelope_rejections": dict(self.envelope_rejections),
+            "replays_accepted": self.replays_accepted,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.tractors = [_Tractor(**t) for t in state["tractors"]]
+        self.sealers, self.openers = state["sealers"], state["openers"]
+        self.last_wire = state["last_wire"]
+        self.envelope_rejections = Counter(state["envelope_rejections"])
+        self.replays_accepted = int(state["replays_accepted"])

@@ -1,0 +1,139 @@
+"""Scheduled chunking with staleness tags (003 §2.1.2(3) pipeline b, Tables 8–9).
+
+The dense update is cut into frames of ``frame_values`` consecutive parameters; each frame
+is quantised on its own (b-bit per chunk, 8 by default) and carries a 40-byte header::
+
+    <BBHIIIIIIId> id=2, bits, 0, round, index, count, start, n, D, chunk, timestamp
+
+``round`` (the local round index) and ``timestamp`` are the *staleness tags* the paper's
+LEO/GEO aggregation reads (§2.2, Eq. 8). Frames are independently decodable, so the
+scheduler may spread them over transmission windows and the receiver can tell exactly
+which parameter ranges are missing when some do not arrive (:func:`reassemble`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from geofl.network.payload import CHUNK_ID, PayloadError, quantised_body, read_body
+
+__all__ = ["FRAME_HEADER_BYTES", "Reassembly", "encode_frames", "reassemble"]
+
+_FRAME = struct.Struct("<BBHIIIIIIId")
+#: Bytes of a frame header.
+FRAME_HEADER_BYTES = _FRAME.size
+
+
+@dataclass(frozen=True)
+class Reassembly:
+    """What the receiver rebuilt from the frames of one update.
+
+    Attributes:
+        values: ``[D]`` float32; zeros in the ranges of missing frames.
+        missing: Indices of frames that did not arrive (empty when complete).
+        count: Frames the update was cut into.
+        round: Staleness tag: the sender's round index.
+        timestamp: Staleness tag: the sender's clock when it encoded the update (s).
+    """
+
+    values: torch.Tensor
+    missing: tuple[int, ...]
+    count: int
+    round: int
+    timestamp: float
+
+    @property
+    def complete(self) -> bool:
+        """Whether every frame arrived."""
+        return not self.missing
+
+
+def encode_frames(
+    delta: torch.Tensor,
+    *,
+    round_idx: int,
+    timestamp: float,
+    frame_values: int = 65536,
+    bits: int = 8,
+    chunk: int = 512,
+) -> tuple[list[bytes], torch.Tensor]:
+    """Frames of ``delta [D]`` and the receiver's reconstruction when all arrive.
+
+    Args:
+        delta: ``[D]`` update.
+        round_idx: Staleness tag (local round index).
+        timestamp: Staleness tag (seconds on the sender's clock).
+        frame_values: Parameters per frame.
+        bits: Code width (8: light quantisation; 4 also allowed).
+        chunk: Values per quantisation chunk inside a frame.
+    """
+    if frame_values < 1:
+        raise ValueError(f"frame_values: {frame_values}; use at least 1 parameter per frame")
+    x = delta.detach().to(torch.float32).contiguous().numpy()
+    dim = x.size
+    count = max(1, -(-dim // frame_values))
+    frames, recon = [], np.empty(dim, np.float32)
+    for i in range(count):
+        start = i * frame_values
+        n = min(frame_values, dim - start)
+        body, recon[start : start + n] = quantised_body(x[start : start + n], bits, chunk)
+        head = _FRAME.pack(CHUNK_ID, bits, 0, round_idx, i, count, start, n, dim, chunk, timestamp)
+        frames.append(head + body)
+    return frames, torch.from_numpy(recon)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    round: int
+    count: int
+    timestamp: float
+    index: int
+    start: int
+    values: np.ndarray
+
+
+def _read_frame(frame: bytes, dim: int) -> _Frame:
+    buf = memoryview(frame)
+    if len(buf) < _FRAME.size:
+        raise PayloadError(f"frame of {len(buf)} B is shorter than its header")
+    pid, bits, reserved, rnd, idx, count, start, n, d, chunk, ts = _FRAME.unpack_from(buf)
+    if pid != CHUNK_ID or reserved or d != dim or not np.isfinite(ts):
+        raise PayloadError(f"frame header (id {pid}, D {d}) does not fit D = {dim}")
+    if not (idx < count and start + n <= dim and n >= 1):
+        raise PayloadError(f"frame {idx}/{count} covers [{start}, {start + n}) outside D = {dim}")
+    return _Frame(rnd, count, ts, idx, start, read_body(buf[_FRAME.size :], n, bits, chunk))
+
+
+def reassemble(frames: Sequence[bytes], dim: int) -> Reassembly:
+    """Rebuild one update from the frames that arrived (any order, no duplicates).
+
+    Raises:
+        PayloadError: A malformed frame, frames of different updates, a duplicate index,
+            overlapping ranges, or no frame at all.
+    """
+    if not frames:
+        raise PayloadError("no frame arrived")
+    out = np.zeros(dim, np.float32)
+    covered = np.zeros(dim, bool)
+    tags: set[tuple[int, int, float]] = set()
+    seen: set[int] = set()
+    for frame in frames:
+        f = _read_frame(frame, dim)
+        tags.add((f.round, f.count, f.timestamp))
+        span = slice(f.start, f.start + f.values.size)
+        if f.index in seen or covered[span].any():
+            raise PayloadError(f"frame {f.index} arrived twice or overlaps another frame")
+        seen.add(f.index)
+        out[span], covered[span] = f.values, True
+    if len(tags) != 1:
+        raise PayloadError("frames of different updates (round, count or timestamp differ)")
+    rnd, count, timestamp = tags.pop()
+    missing = tuple(sorted(set(range(count)) - seen))
+    if not missing and not covered.all():
+        raise PayloadError("all frames arrived but they do not cover D")
+    return Reassembly(torch.from_numpy(out), missing, count, rnd, timestamp)

@@ -1,0 +1,81 @@
+"""The report's uplink table (003 §3.1.4, Tables 6–8): per method with ``method.uplink``,
+mean bytes per tractor and round by hop (the encoded, sealed bytes), delivery ratio, pipeline
+shares of the delivered updates, forwarded uploads, energy proxy Σ P_tx·t_i and envelope
+rejections — mean ± std over finished seeds; ``""`` when no method has an uplink."""
+
+from __future__ import annotations
+
+from collections import Counter
+from html import escape
+
+from geofl.records import RoundRecord
+from geofl.report.summary import MethodSummary, RunData, Stat, format_pm, make_stat
+
+__all__ = ["uplink_html"]
+
+HOPS = ("tractor_server", "tractor_neighbour", "neighbour_server")
+PIPELINES = ("compressed", "chunked", "fallback", "raw")
+
+
+def _seed_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
+    """One seed's figures, or None when its records carry no uplink."""
+    ups = [r.uplink for r in rounds if r.uplink is not None]
+    if not ups:
+        return None
+    slots = sum(len(r.cohort) - len(r.excluded) for r in rounds) or 1
+    hops: Counter[str] = Counter()
+    status: Counter[str] = Counter()
+    pipes: Counter[str] = Counter()
+    for up in ups:
+        hops.update(up.get("bytes_by_hop", {}))
+        status.update(up.get("status", {}))
+        pipes.update(up.get("pipeline", {}))
+    delivered = status.get("delivered", 0)
+    out = {hop: hops.get(hop, 0) / slots for hop in HOPS}
+    out["delivery"] = delivered / max(1, sum(status.values()))
+    for p in PIPELINES:
+        out[p] = pipes.get(p, 0) / max(1, delivered)
+    out["forwarded"] = sum(int(up.get("forwarded", 0)) for up in ups) / max(1, delivered)
+    out["energy"] = sum(float(up.get("energy", 0.0)) for up in ups) / slots
+    out["rejections"] = float(sum(ups[-1].get("envelope_rejections", {}).values()))
+    return out
+
+
+def uplink_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
+    """``<h2>Uplink</h2>`` and a table of the methods whose rounds carry uplink figures."""
+    rows, names = [], run.display_names()
+    for method, ms in methods.items():
+        seeds = [int(s) for s in ms["seeds_done"]]
+        figs = [
+            f
+            for s in seeds
+            if s in run.methods[method]
+            and (f := _seed_figures(run.methods[method][s].rounds)) is not None
+        ]
+        if not figs:
+            continue
+        stat: dict[str, Stat] = {k: make_stat([f[k] for f in figs]) for k in figs[0]}
+        cells = [f"<td>{escape(names.get(method, method))}</td>"]
+        cells += [f'<td class="num">{format_pm(stat[h], scale=1e-3, digits=1)}</td>' for h in HOPS]
+        cells += [f'<td class="num">{format_pm(stat[k], digits=1)}</td>'
+                  for k in ("delivery", *PIPELINES, "forwarded")]  # fmt: skip
+        cells.append(f'<td class="num">{format_pm(stat["energy"], scale=1.0, digits=3)}</td>')
+        cells.append(f'<td class="num">{format_pm(stat["rejections"], scale=1.0, digits=0)}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    if not rows:
+        return ""
+    head = [
+        "method", *(f"kB / tractor·round<br>{h.replace('_', ' → ')}" for h in HOPS),
+        "delivered %", *(f"{p} %" for p in PIPELINES), "forwarded %",
+        "energy proxy (J / tractor·round)", "envelopes rejected",
+    ]  # fmt: skip
+    header = "".join(f"<th>{h}</th>" for h in head)
+    intro = (
+        "003 ground-layer uplink: encoded and sealed bytes per sampled tractor and round by "
+        "hop, delivery ratio, shares of the delivered updates per pipeline (Table 8), "
+        "forwarded uploads, Σ P_tx·t_i, envelopes refused by receivers (tampered, replayed)"
+    )
+    return (
+        f"<h2>Uplink</h2>\n<p>{intro}.</p>\n<table><thead><tr>{header}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )

@@ -1,0 +1,1 @@
+"""Per-hop security of the uplink (003 §2.1.7–2.1.8): epoch keys, envelopes, replay window."""
