@@ -24,6 +24,7 @@ from typing import Any
 
 import tomli_w
 
+from geofl.deploy.certs import Certificates, write_certificates
 from geofl.errors import DeployError
 
 __all__ = ["APP_CONFIG", "Loopback", "free_port", "write_app"]
@@ -102,15 +103,19 @@ class Loopback:
         workdir: Where logs, the app and the Flower home go.
         sites: Node config of each SuperNode (e.g. ``{"clients": "0"}``).
         start_timeout: Seconds to wait for the SuperLink to listen.
+        tls: Encrypt every connection with certificates generated here
+            (:func:`geofl.deploy.certs.write_certificates`) instead of running insecure.
     """
 
     workdir: Path
     sites: Sequence[Mapping[str, str]]
     start_timeout: float = 60.0
+    tls: bool = False
     port: int = 0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     nodes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    certs: Certificates | None = None
 
     def __enter__(self) -> Loopback:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -118,18 +123,27 @@ class Loopback:
         self.home.mkdir(exist_ok=True)
         self.port = self.port or free_port()
         self.ports.append(self.port)
-        conn = {
-            "superlink": {
-                "default": "loop",
-                "loop": {"address": f"127.0.0.1:{self.port}", "insecure": True},
-            }
-        }
+        loop: dict[str, Any] = {"address": f"127.0.0.1:{self.port}", "insecure": True}
+        if self.tls:
+            self.certs = write_certificates(self.workdir / "certs")
+            loop = {"address": loop["address"], "root-certificates": str(self.certs.ca)}
+        conn = {"superlink": {"default": "loop", "loop": loop}}
         (self.home / "config.toml").write_text(tomli_w.dumps(conn), encoding="utf-8")
         self.app = write_app(self.workdir / "app")
         self.start_superlink()
         for i, node in enumerate(self.sites):
             self.start_supernode(i, node)
         return self
+
+    def _link_security(self) -> list[str]:
+        c = self.certs
+        if c is None:
+            return ["--insecure"]
+        return ["--ssl-ca-certfile", str(c.ca), "--ssl-certfile", str(c.cert),
+                "--ssl-keyfile", str(c.key)]  # fmt: skip
+
+    def _node_security(self) -> list[str]:
+        return ["--insecure"] if self.certs is None else ["--root-certificates", str(self.certs.ca)]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
@@ -143,7 +157,7 @@ class Loopback:
         """Start the SuperLink and wait until it listens."""
         self._spawn(
             "superlink",
-            [_bin("flower-superlink"), "--insecure", "--port", str(self.port),
+            [_bin("flower-superlink"), *self._link_security(), "--port", str(self.port),
              "--disable-runtime-dependency-installation"],
         )  # fmt: skip
         deadline = time.monotonic() + self.start_timeout
@@ -166,7 +180,7 @@ class Loopback:
         self.ports.append(port)
         proc = self._spawn(
             f"supernode{i}",
-            [_bin("flower-supernode"), "--insecure",
+            [_bin("flower-supernode"), *self._node_security(),
              "--superlink", superlink or f"127.0.0.1:{self.port}",
              "--port", str(port), "--max-retries", "3", "--max-wait-time", "20",
              "--node-config", cfg],
