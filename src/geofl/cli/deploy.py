@@ -71,4 +71,8 @@ def loopback_cmd(
     error = out / ERROR_FILE
     if error.exists():
         raise fail(error.read_text(encoding="utf-8").strip())
-    print(output.strip().splitlines()[-1] if "geofl deploy finished" not in output else out)
+    if not list(out.glob("methods/*/*/final.json")):
+        raise fail(
+            f"the deployment wrote no final.json under {out}; flwr run said: {output[-500:]}"
+        )
+    print(out)
