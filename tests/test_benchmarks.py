@@ -30,6 +30,7 @@ SMOKE = {
     "bench_envelope.py": ["--quick"],
     "bench_uplink_codec.py": ["--quick"],
     "bench_nqi_policy.py": ["--quick"],
+    "bench_workers.py": ["--quick"],
 }
 
 

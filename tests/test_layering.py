@@ -29,6 +29,8 @@ LAYERS: dict[str, int] = {
     "plugins": 4, "config": 4,
     # the engine and what observes it
     "engine": 5, "report": 5, "governance": 5, "inference": 5, "tracking": 5,
+    # deployment on a distributed runtime (Flower): runs the engine's rounds across sites
+    "deploy": 6,
     # user interface
     "cli": 6,
     # the package root's lazy public entry points (see _facade_nodes)

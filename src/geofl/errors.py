@@ -144,3 +144,8 @@ class BudgetExhaustedError(GeoflError):
 
 
 __all__ += ["BudgetExhaustedError", "RunDirLockedError", "RunStoppedError"]
+
+
+class DeployError(GeoflError):
+    """A deployment cannot run: a site's data is missing, server and site configs differ,
+    the SuperLink or a site cannot be reached in time. The message names the site."""

@@ -11,6 +11,7 @@ Modules (imports point down only; every command module uses :mod:`geofl.cli.comm
   :mod:`geofl.cli.describe`);
 * :mod:`geofl.cli.ledger` — ``ledger show|verify|committee|permissions|reputation|build``;
 * :mod:`geofl.cli.predict` — ``predict`` (a run's model on image files, CSV);
+* :mod:`geofl.cli.deploy` — ``deploy app|loopback`` (Flower deployment);
 * :mod:`geofl.cli.progress` — the progress display of ``geofl run`` (a run subscriber).
 
 This package assembles them into :data:`app`; heavy imports (engine, report, governance)
@@ -27,7 +28,7 @@ from typing import Annotated
 import typer
 
 from geofl import __version__
-from geofl.cli import config, data, epsilon, ledger, predict, run
+from geofl.cli import config, data, deploy, epsilon, ledger, predict, run
 from geofl.cli.common import error_line
 
 __all__ = ["app", "main"]
@@ -69,6 +70,7 @@ app.command("presets")(run.presets_cmd)
 app.command("predict")(predict.predict_cmd)
 app.command("epsilon")(epsilon.epsilon_cmd)
 app.add_typer(ledger.ledger_app, name="ledger")
+app.add_typer(deploy.deploy_app, name="deploy")
 
 
 def main() -> None:

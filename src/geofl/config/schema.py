@@ -162,8 +162,10 @@ class TrainConfig(_OmitUnset):
     )
 
 
-class FederationConfig(_Strict):
+class FederationConfig(_OmitUnset):
     """Clients, participation and rounds (000 §4.1.3: K=10, q=1.0)."""
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("workers",)
 
     num_clients: int = Field(10, ge=1, le=MAX_COUNT)
     participation: float = Field(1.0, gt=0.0, le=1.0, description="fraction q sampled per round")
@@ -176,6 +178,13 @@ class FederationConfig(_Strict):
     client_state: Literal["memory", "mmap"] = Field(
         "memory",
         description="per-client algorithm state in RAM, or memory-mapped under the seed dir",
+    )
+    workers: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="processes running a round's client steps in parallel (results are "
+        "bit-identical to 1); absent: 1, in this process",
     )
 
 

@@ -48,8 +48,10 @@ from geofl.tasks.base import TASKS, Task
 
 __all__ = [
     "PreparedData",
+    "ProgramParts",
     "RunComponents",
     "build_components",
+    "build_program",
     "build_task",
     "check_model_inputs",
     "check_release_inputs",
@@ -221,24 +223,31 @@ def model_dims(data: PreparedData, task: Task) -> tuple[int, int]:
     return len(data.train.bands), task.num_outputs
 
 
-def build_components(
-    cfg: ExperimentConfig,
-    method: MethodConfig,
-    seed: int,
-    data: PreparedData,
-    partition: Partition,
-    state_dir: Path | None = None,
-) -> RunComponents:
-    """Instantiate every plug-in of ``method`` (config → plain parameters happens here).
+@dataclass(frozen=True)
+class ProgramParts:
+    """What one process needs to run client steps and the server half of a method.
 
-    Args:
-        cfg: The experiment.
-        method: The method being run.
-        seed: Experiment seed (model initialisation).
-        data: Normalised global split.
-        partition: Client index sets over ``data.train``.
-        state_dir: Where memory-mapped client state lives (``federation.client_state:
-            mmap``); ignored for in-memory state.
+    Attributes:
+        task: The learning task, fitted on the train split.
+        workspace: The model whose flat vector clients train.
+        program: The client step's fixed parts.
+        strategy: The server half of the algorithm.
+    """
+
+    task: Task
+    workspace: FlatModel
+    program: ClientProgram
+    strategy: Strategy
+
+
+def build_program(
+    cfg: ExperimentConfig, method: MethodConfig, seed: int, data: PreparedData
+) -> ProgramParts:
+    """The task, model workspace, client program and strategy of ``method``.
+
+    The simulator's run, a worker process (:mod:`geofl.engine.workers`) and a deployed
+    client (:mod:`geofl.deploy`) all build their client program here, so the same config
+    and seed give the same client step everywhere.
     """
     task = build_task(cfg, data.train.num_classes, data.train.targets)
     in_channels, num_outputs = model_dims(data, task)
@@ -286,18 +295,44 @@ def build_components(
         attack=attack,
         privacy=ClientPrivacy(_ledger_epsilon(cfg), cfg.privacy.target_epsilon),
     )
+    return ProgramParts(task, workspace, program, algorithm.strategy)
+
+
+def build_components(
+    cfg: ExperimentConfig,
+    method: MethodConfig,
+    seed: int,
+    data: PreparedData,
+    partition: Partition,
+    state_dir: Path | None = None,
+) -> RunComponents:
+    """Instantiate every plug-in of ``method`` (config → plain parameters happens here).
+
+    Args:
+        cfg: The experiment.
+        method: The method being run.
+        seed: Experiment seed (model initialisation).
+        data: Normalised global split.
+        partition: Client index sets over ``data.train``.
+        state_dir: Where memory-mapped client state lives (``federation.client_state:
+            mmap``); ignored for in-memory state.
+    """
+    parts = build_program(cfg, method, seed, data)
+    task, workspace, program = parts.task, parts.workspace, parts.program
+    fed = cfg.federation
     store = ClientStateStore(
         fed.num_clients,
         program.state_specs(workspace.spec.numel),
         path=state_dir if fed.client_state == "mmap" else None,
     )
     clients = client_datasets(data, partition, task)
+    attack = program.attack
     poisoning = attack if isinstance(attack, PoisoningAttack) else None
     return RunComponents(
         task=task,
         workspace=workspace,
         program=program,
-        strategy=algorithm.strategy,
+        strategy=parts.strategy,
         store=store,
         sampler=SAMPLERS.build(
             fed.sampling.name, fed.sampling.params, participation=fed.participation

@@ -278,15 +278,17 @@ def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
 
 
 def _resume_identity(cfg: Any) -> Any:
-    """What must match to resume: the config less ``data.cache`` (how the decode cache is
-    held changes no result; run directories from before the field lack it) and less
-    ``tracking`` (exporting to a tracker observes only)."""
+    """What must match to resume: the config less ``data.cache``, ``federation.workers``
+    (how the decode cache is held and how many processes train change no result; run
+    directories from before the fields lack them) and ``tracking`` (exporting to a
+    tracker observes only)."""
     if not isinstance(cfg, dict):
         return cfg
-    cfg = {k: v for k, v in cfg.items() if k != "tracking"}
-    if isinstance(cfg.get("data"), dict):
-        return {**cfg, "data": {k: v for k, v in cfg["data"].items() if k != "cache"}}
-    return cfg
+    out = {k: v for k, v in cfg.items() if k != "tracking"}
+    for section, key in (("data", "cache"), ("federation", "workers")):
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k != key}
+    return out
 
 
 def _check_out_dir(out_dir: Path, resolved: dict[str, Any], resume: bool) -> None:

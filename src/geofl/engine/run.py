@@ -29,8 +29,9 @@ from geofl.engine.components import PreparedData, build_components
 from geofl.engine.convergence import EarlyStopper, communication, rounds_to_target, watch
 from geofl.engine.evaluate import evaluate
 from geofl.engine.groups import check_group_key, with_group_metrics
-from geofl.engine.scheduler import SyncScheduler
+from geofl.engine.scheduler import ClientRunner, SyncScheduler
 from geofl.engine.stop import StopRequest
+from geofl.engine.workers import ClientWorkers
 from geofl.errors import RunStoppedError
 from geofl.events import ParticipationGate, RunInfo, Subscriber
 from geofl.io import (
@@ -69,6 +70,8 @@ class FederatedRun:
         out_dir: The run's seed directory.
         subscribers: Event observers (a :class:`~geofl.events.ParticipationGate` among them
             may bar clients from rounds).
+        runner: Where client steps run (e.g. Flower sites, :mod:`geofl.deploy`); None:
+            ``federation.workers`` worker processes, or this process when that is 1.
     """
 
     def __init__(
@@ -80,6 +83,7 @@ class FederatedRun:
         partition: Partition,
         out_dir: Path,
         subscribers: Sequence[Subscriber] = (),
+        runner: ClientRunner | None = None,
     ) -> None:
         self.cfg, self.method, self.seed, self.data = cfg, method, seed, data
         self.out_dir = Path(out_dir)
@@ -107,12 +111,33 @@ class FederatedRun:
             None if ev.target is None else watch(task, ev.target.metric, "eval.target.metric")
         )
         self._lines: list[str] = []  # JSON lines of this run's round records so far
+        self._runner = runner
         self.scheduler = SyncScheduler(
             self.comps,
             seed=seed,
             allowed=lambda k, r: all(g.allows(k, r) for g in gates),
             observe_layers=self._layers if cfg.eval.observe_updates else None,
+            runner=runner,
         )
+
+    def _start_workers(self) -> ClientWorkers | None:
+        """``federation.workers`` processes for the client steps (None: in this process)."""
+        n = self.cfg.federation.workers or 1
+        if n <= 1 or self._runner is not None:
+            return None
+        workers = ClientWorkers(
+            self.cfg,
+            self.method,
+            self.seed,
+            self.data,
+            self.partition,
+            program=self.comps.program,
+            clients=self.comps.clients,
+            program_dim=self.dim,
+            workers=n,
+        )
+        self.scheduler.runner = workers
+        return workers
 
     @property
     def clients(self) -> list[Any]:
@@ -159,6 +184,15 @@ class FederatedRun:
         Raises:
             RunStoppedError: after the round in which ``stop`` was requested.
         """
+        workers = self._start_workers()
+        try:
+            return self._run(resume=resume, stop=stop, rebuild_log=rebuild_log)
+        finally:
+            if workers is not None:
+                workers.close()
+                self.scheduler.runner = None
+
+    def _run(self, *, resume: bool, stop: StopRequest | None, rebuild_log: bool) -> dict[str, Any]:
         out = self.out_dir
         out.mkdir(parents=True, exist_ok=True)
         rounds = self.cfg.federation.rounds

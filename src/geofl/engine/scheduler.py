@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -37,7 +37,7 @@ from geofl.server.strategy import StrategyResult, UpdateBatch
 from geofl.server.validate import validate_header, validate_update
 from geofl.update import LR_DIRECTIVE, ClientDirectives, ClientUpdate, noise_scale
 
-__all__ = ["RoundOutcome", "Scheduler", "SyncScheduler"]
+__all__ = ["ClientJob", "ClientRunner", "LostUpload", "RoundOutcome", "Scheduler", "SyncScheduler"]
 
 log = logging.getLogger("geofl")
 
@@ -49,6 +49,40 @@ class RoundOutcome:
     params: torch.Tensor
     record: RoundRecord
     observed: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ClientJob:
+    """One client step to run: its directives and its committed state."""
+
+    directives: ClientDirectives
+    state: ClientState
+
+
+@dataclass(frozen=True)
+class LostUpload:
+    """A client step whose upload never came back (a worker or site that failed or missed
+    the round's deadline); recorded like an upload lost in transit."""
+
+    client: int
+    detail: str
+
+
+#: What a runner yields per job, in job order.
+StepOutcome = ClientResult | BudgetExhaustedError | LostUpload
+
+
+class ClientRunner(Protocol):
+    """Runs a round's client steps somewhere else (worker processes, Flower sites).
+
+    Called with the round's global model (``[D]``, read-only) and its jobs; yields one
+    outcome per job, in job order — the scheduler consumes them in that order, so the
+    round is the same whichever process ran which client.
+    """
+
+    def __call__(
+        self, global_params: torch.Tensor, jobs: Sequence[ClientJob]
+    ) -> Iterator[StepOutcome]: ...
 
 
 class Scheduler(Protocol):
@@ -78,6 +112,7 @@ class SyncScheduler:
         seed: Experiment seed (generator keys).
         allowed: The permission gate: ``allowed(client, round)`` (000 §3.5.3).
         observe_layers: Layer bounds for the server-view statistics, or None to skip them.
+        runner: Where client steps run; None: one after another in this process.
     """
 
     def __init__(
@@ -87,8 +122,10 @@ class SyncScheduler:
         seed: int,
         allowed: Callable[[int, int], bool] = lambda c, r: True,
         observe_layers: Sequence[tuple[str, int, int]] | None = None,
+        runner: ClientRunner | None = None,
     ) -> None:
         self.c, self.seed, self.allowed = comps, seed, allowed
+        self.runner = runner
         self.dim = comps.workspace.spec.numel
         self.observe_layers = observe_layers
         self.num_classes = _class_count(comps.clients)
@@ -124,6 +161,23 @@ class SyncScheduler:
         )
         self.c.store.stage(client, res.state)
         return res
+
+    def _steps(
+        self, global_params: torch.Tensor, directives: Sequence[ClientDirectives]
+    ) -> Iterator[StepOutcome]:
+        """Each client's step outcome in cohort order (a new state is staged as it comes)."""
+        if self.runner is None:
+            for d in directives:
+                try:
+                    yield self.run_client(global_params, d.client_id, d)
+                except BudgetExhaustedError as err:
+                    yield err
+            return
+        jobs = [ClientJob(d, self.c.store.get(d.client_id)) for d in directives]
+        for d, res in zip(directives, self.runner(global_params, jobs), strict=True):
+            if isinstance(res, ClientResult):
+                self.c.store.stage(d.client_id, res.state)
+            yield res
 
     def _forget_state(self, client: int) -> None:
         """An upload that did not arrive leaves the client's algorithm state as it was (the
@@ -199,17 +253,23 @@ class SyncScheduler:
         if self.c.uplink is not None:
             self.c.uplink.begin_round(round_idx)
         lr = self.lr(round_idx)
+        directives = []
         for k in trained:
-            t0 = time.perf_counter()
             extra = plan.extra.get(k, {})
             if lr is not None:  # the round's η_l (train.lr_schedule, 001 §6.1.2)
                 extra = {**extra, LR_DIRECTIVE: lr}
-            directives = ClientDirectives(round_idx, k, extra, plan.payload)
-            try:
-                res = self.run_client(global_params, k, directives)
-            except BudgetExhaustedError as err:
-                log.warning("round %d: %s; it declines the round", round_idx, err)
-                out.rejected.append(Rejection(k, RejectionReason.BUDGET_EXHAUSTED, str(err)))
+            directives.append(ClientDirectives(round_idx, k, extra, plan.payload))
+        steps = self._steps(global_params, directives)
+        for k in trained:
+            t0 = time.perf_counter()
+            res = next(steps)
+            if isinstance(res, BudgetExhaustedError):
+                log.warning("round %d: %s; it declines the round", round_idx, res)
+                out.rejected.append(Rejection(k, RejectionReason.BUDGET_EXHAUSTED, str(res)))
+                continue
+            if isinstance(res, LostUpload):
+                log.warning("round %d: no upload from client %d: %s", round_idx, k, res.detail)
+                out.rejected.append(Rejection(k, RejectionReason.LOST_IN_TRANSIT, res.detail))
                 continue
             out.train_time += time.perf_counter() - t0
             if res.local_log:

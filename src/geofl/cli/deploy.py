@@ -1,0 +1,78 @@
+"""``geofl deploy``: run geofl on Flower 1.42 (needs the ``deploy`` extra).
+
+* ``geofl deploy app DIR`` — write the Flower app directory (``pyproject.toml`` naming
+  geofl's ServerApp and ClientApp) for ``flwr run DIR <superlink>``;
+* ``geofl deploy loopback CONFIG --out DIR`` — start a SuperLink and one SuperNode per site
+  on this machine, run (method, seed) of CONFIG on them and stop them again (a rehearsal
+  of a multi-site deployment; README "Many cores, many sites").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from geofl.cli.common import fail
+
+__all__ = ["deploy_app"]
+
+deploy_app = typer.Typer(no_args_is_help=True, help="Run geofl on Flower (SuperLink/SuperNodes).")
+
+
+@deploy_app.command("app")
+def app_cmd(path: Annotated[Path, typer.Argument(help="Directory to write.")]) -> None:
+    """Write the Flower app directory for ``flwr run``."""
+    try:
+        from geofl.deploy.loopback import write_app
+    except ImportError:
+        raise fail("geofl deploy needs Flower: pip install 'geofl[deploy]'") from None
+    print(write_app(path))
+
+
+@deploy_app.command("loopback")
+def loopback_cmd(
+    config: Annotated[Path, typer.Argument(help="Experiment YAML.")],
+    out: Annotated[Path, typer.Option(help="Run directory the server writes.")],
+    sites: Annotated[int, typer.Option(min=1, help="SuperNodes; clients split evenly.")] = 2,
+    method: Annotated[str, typer.Option(help="Method to run (default: the only one).")] = "",
+    seed: Annotated[int, typer.Option(help="Seed (-1: the config's first).")] = -1,
+    round_timeout: Annotated[float, typer.Option(help="Seconds a round waits.")] = 300.0,
+    timeout: Annotated[float, typer.Option(help="Seconds the whole run may take.")] = 3600.0,
+) -> None:
+    """Run CONFIG on a SuperLink and SuperNodes started on this machine."""
+    try:
+        from geofl.config.load import load_config
+        from geofl.deploy.flower import ERROR_FILE
+        from geofl.deploy.loopback import Loopback
+    except ImportError:
+        raise fail("geofl deploy needs Flower: pip install 'geofl[deploy]'") from None
+    from geofl.errors import GeoflError
+
+    try:
+        k = load_config(config).federation.num_clients
+        if sites > k:
+            raise fail(f"--sites: {sites} sites for {k} clients; at most one site per client")
+        nodes = [{"clients": ",".join(str(c) for c in range(i, k, sites))} for i in range(sites)]
+        rc: dict[str, object] = {
+            "config": str(config.resolve()),
+            "out": str(out.resolve()),
+            "method": method,
+            "seed": seed,
+            "sites": sites,
+            "round-timeout": round_timeout,
+            "connect-timeout": 120.0,
+        }
+        with Loopback(out.resolve() / "flower", nodes) as lb:
+            output = lb.run(rc, timeout=timeout)
+    except GeoflError as err:
+        raise fail(str(err)) from None
+    error = out / ERROR_FILE
+    if error.exists():
+        raise fail(error.read_text(encoding="utf-8").strip())
+    if not list(out.glob("methods/*/*/final.json")):
+        raise fail(
+            f"the deployment wrote no final.json under {out}; flwr run said: {output[-500:]}"
+        )
+    print(out)

@@ -1,0 +1,131 @@
+"""The Flower apps: ``server_app`` (geofl's server side) and ``client_app`` (a site).
+
+Run config (``flwr run --run-config``; both apps read it):
+
+* ``config`` — path of the experiment YAML (a site may override it with its own copy);
+* ``method`` — the method to deploy (may be empty when the config has one);
+* ``seed`` — the seed (-1: the config's first);
+* ``out`` — the server's run directory;
+* ``sites`` — how many SuperNodes to wait for;
+* ``round-timeout`` / ``connect-timeout`` — seconds a round waits for replies, and the
+  server for its sites.
+
+Node config (``flower-supernode --node-config``): ``clients`` — the client ids the site
+hosts (``"0"``, ``"0,1"``, ``"2-5"``), and optionally ``config`` — the site's own copy of
+the experiment YAML (data paths may differ per site; every result-relevant section must
+match the server's, which the config fingerprint checks).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from geofl.deploy.server import run_server
+from geofl.deploy.setup import fingerprint_mismatch, load_setup
+from geofl.deploy.site import Site, parse_clients
+from geofl.deploy.wire import decode_request
+from geofl.errors import GeoflError
+
+__all__ = ["ERROR_FILE", "client_app", "server_app"]
+
+#: Where the server writes the one-line error that stopped a deployment (run directory).
+ERROR_FILE = "deploy_error.txt"
+
+log = logging.getLogger("geofl")
+
+server_app = ServerApp()
+client_app = ClientApp()
+
+#: Sites built in this process, by (config, method, seed, clients): a long-lived ClientApp
+#: process builds its data and program once.
+_SITES: dict[tuple[str, str, int, str], Site] = {}
+
+
+def _run_setting(context: Context) -> tuple[str, str | None, int | None]:
+    rc = context.run_config
+    seed = int(rc.get("seed", -1))
+    return str(rc["config"]), str(rc.get("method", "")) or None, None if seed < 0 else seed
+
+
+@server_app.main()
+def server_main(grid: Grid, context: Context) -> None:
+    """Run the configured (method, seed) over the connected sites."""
+    rc = context.run_config
+    config, method, seed = _run_setting(context)
+    try:
+        setup = load_setup(config, method, seed)
+        final = run_server(
+            grid,
+            setup,
+            Path(str(rc["out"])),
+            sites=int(rc.get("sites", 2)),
+            round_timeout=float(rc.get("round-timeout", 120.0)),
+            connect_timeout=float(rc.get("connect-timeout", 60.0)),
+        )
+    except GeoflError as err:
+        # One line in the run's log stream (returning normally, so that Flower flushes the
+        # stream; an exception's exit loses its last lines) and in the run directory.
+        out = Path(str(rc["out"]))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ERROR_FILE).write_text(f"{err}\n", encoding="utf-8")
+        print(f"geofl deploy error: {err}", flush=True)
+        return
+    print(f"geofl deploy finished: {json.dumps(final.get('final'))}", flush=True)
+
+
+def _site(context: Context) -> Site:
+    config, method, seed = _run_setting(context)
+    config = str(context.node_config.get("config", config))
+    clients = str(context.node_config.get("clients", ""))
+    key = (config, method or "", -1 if seed is None else seed, clients)
+    if key not in _SITES:
+        setup = load_setup(config, method, seed)
+        _SITES[key] = Site(setup, parse_clients(clients, setup.cfg.federation.num_clients))
+    return _SITES[key]
+
+
+def _error(msg: Message, text: str) -> Message:
+    return Message(RecordDict({"site": ConfigRecord({"error": text})}), reply_to=msg)
+
+
+@client_app.query()
+def site_query(msg: Message, context: Context) -> Message:
+    """Which clients this site hosts, after loading its data and checking the config."""
+    try:
+        site = _site(context)
+    except GeoflError as err:
+        return _error(msg, str(err))
+    server_fp = json.loads(str(msg.content.config_records["query"]["fingerprint"]))
+    differ = fingerprint_mismatch(server_fp, site.fingerprint)
+    if differ:
+        return _error(msg, _mismatch(differ))
+    info: dict[str, Any] = {"clients": json.dumps(sorted(site.clients)), "dim": site.dim}
+    return Message(RecordDict({"site": ConfigRecord(info)}), reply_to=msg)
+
+
+@client_app.train()
+def site_train(msg: Message, context: Context) -> Message:
+    """One client step on this site's data (state kept in ``context.state``)."""
+    try:
+        site = _site(context)
+        req = decode_request(msg.content)
+        differ = fingerprint_mismatch(json.loads(req.fingerprint), site.fingerprint)
+        if differ:
+            return _error(msg, _mismatch(differ))
+        return Message(site.train(req, context.state), reply_to=msg)
+    except GeoflError as err:
+        return _error(msg, str(err))
+
+
+def _mismatch(sections: list[str]) -> str:
+    return (
+        f"config differs from the server's in {', '.join(sections)}; give the site the "
+        "server's experiment config (only data paths may differ)"
+    )

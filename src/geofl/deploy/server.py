@@ -1,0 +1,206 @@
+"""The server side of a deployment: geofl's round loop with its client steps on Flower sites.
+
+:func:`run_server` builds the very :class:`~geofl.engine.run.FederatedRun` the simulator
+runs — sampling, directives, validation, defenses, weighting, aggregation, server state,
+evaluation, checkpoints, accounting and subscribers (governance included) — and hands it a
+:class:`FlowerRunner` as the place where client steps run: one ``train`` message per
+trained client to the SuperNode hosting it, replies consumed in cohort order.
+
+Faults: a round waits at most ``round_timeout`` seconds for its replies; a site that does
+not answer in time (killed, disconnected) or answers with an error is recorded like a lost
+upload (``lost_in_transit``, with the reason) and the round aggregates the updates that
+arrived. Privacy accounting counts only what sites report they released.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+from geofl.client.state import ClientStateStore
+from geofl.config.load import dump_config
+from geofl.deploy.setup import DeploySetup, fingerprint
+from geofl.deploy.wire import decode_reply, encode_request
+from geofl.engine.run import FederatedRun
+from geofl.engine.scheduler import ClientJob, LostUpload, StepOutcome
+from geofl.errors import DeployError
+from geofl.events import RunInfo
+from geofl.records import RoundRecord
+from geofl.rundir import seed_dir
+
+__all__ = ["FlowerRunner", "discover_sites", "run_server"]
+
+log = logging.getLogger("geofl")
+
+QUERY, TRAIN = "query", "train"
+
+
+def discover_sites(
+    grid: Grid, expected: int, fp: Mapping[str, str], num_clients: int, timeout: float
+) -> dict[int, int]:
+    """Wait for ``expected`` SuperNodes, ask each which clients it hosts; client → node.
+
+    Raises:
+        DeployError: too few sites within ``timeout``, a site that cannot load its data or
+            runs another config, or clients that no site (or two sites) host.
+    """
+    deadline = time.monotonic() + timeout
+    nodes = list(grid.get_node_ids())
+    while len(nodes) < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+        nodes = list(grid.get_node_ids())
+    if len(nodes) < expected:
+        raise DeployError(
+            f"only {len(nodes)} of {expected} sites connected within {timeout:g} s; check "
+            "that every SuperNode runs and points --superlink at this SuperLink"
+        )
+    content = RecordDict({"query": ConfigRecord({"fingerprint": json.dumps(fp)})})
+    msgs = [Message(content, dst_node_id=n, message_type=QUERY, group_id="0") for n in nodes]
+    replies = {r.metadata.src_node_id: r for r in grid.send_and_receive(msgs, timeout=timeout)}
+    hosts: dict[int, int] = {}
+    for node in nodes:
+        rep = replies.get(node)
+        if rep is None:
+            raise DeployError(f"site node {node} did not answer within {timeout:g} s")
+        if rep.has_error():
+            raise DeployError(f"site node {node} failed: {rep.error.reason!s}")
+        info = rep.content.config_records["site"]
+        if "error" in info:
+            raise DeployError(f"site node {node}: {info['error']!s}")
+        for k in json.loads(str(info["clients"])):
+            if k in hosts:
+                raise DeployError(f"client {k} is hosted by two sites (nodes {hosts[k]}, {node})")
+            hosts[int(k)] = node
+    missing = sorted(set(range(num_clients)) - set(hosts))
+    if missing:
+        raise DeployError(
+            f"no site hosts clients {missing}; give each in some node config clients="
+        )
+    return hosts
+
+
+class FlowerRunner:
+    """Client steps on Flower sites (a :class:`~geofl.engine.scheduler.ClientRunner`).
+
+    It also subscribes to the run, to tell each client with its next request whether its
+    last upload was admitted (the site then commits or forgets the state it staged).
+
+    Args:
+        grid: The ServerApp's grid.
+        hosts: Client id → SuperNode id.
+        fp: The server config's fingerprint.
+        round_timeout: Seconds a round waits for replies.
+    """
+
+    def __init__(
+        self, grid: Grid, hosts: Mapping[int, int], fp: Mapping[str, str], round_timeout: float
+    ) -> None:
+        self.grid, self.hosts, self.timeout = grid, dict(hosts), round_timeout
+        self.fp = json.dumps(dict(fp))
+        self._last: dict[int, tuple[int, bool]] = {}  # client → (round, admitted)
+
+    def __call__(
+        self, global_params: torch.Tensor, jobs: Sequence[ClientJob]
+    ) -> Iterator[StepOutcome]:
+        msgs = []
+        for job in jobs:
+            d = job.directives
+            content = encode_request(
+                global_params, d, self.fp, self._last.get(d.client_id, (0, False))
+            )
+            msgs.append(
+                Message(
+                    content,
+                    dst_node_id=self.hosts[d.client_id],
+                    message_type=TRAIN,
+                    group_id=str(d.round),
+                )
+            )
+        ids = list(self.grid.push_messages(msgs))
+        replies = self._pull(ids)
+        for job, mid in zip(jobs, ids, strict=True):
+            yield self._outcome(job.directives.client_id, replies.get(mid))
+
+    def _pull(self, ids: list[str]) -> dict[str, Message]:
+        """Replies by request id, until all arrived or the round's deadline passed."""
+        got: dict[str, Message] = {}
+        deadline = time.monotonic() + self.timeout
+        while len(got) < len(ids) and time.monotonic() < deadline:
+            pending = [i for i in ids if i not in got]
+            for rep in self.grid.pull_messages(pending):
+                got[rep.metadata.reply_to_message_id] = rep
+            if len(got) < len(ids):
+                time.sleep(0.05)
+        return got
+
+    def _outcome(self, client: int, rep: Message | None) -> StepOutcome:
+        node = self.hosts[client]
+        if rep is None:
+            return LostUpload(client, f"no reply from site node {node} within {self.timeout:g} s")
+        if rep.has_error():
+            return LostUpload(client, f"site node {node} failed: {rep.error.reason!s}")
+        site = rep.content.config_records.get("site")
+        if site is not None and "error" in site:
+            return LostUpload(client, f"site node {node}: {site['error']!s}")
+        return decode_reply(rep.content)
+
+    # Subscriber: who was admitted in each round.
+    def on_run_start(self, info: RunInfo) -> None: ...
+
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
+        refused = {r.client for r in record.rejected}
+        for k in record.cohort:
+            if k not in record.excluded:
+                self._last[k] = (record.round, k not in refused)
+
+    def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
+
+
+def run_server(
+    grid: Grid,
+    setup: DeploySetup,
+    out: Path,
+    *,
+    sites: int,
+    round_timeout: float,
+    connect_timeout: float,
+) -> dict[str, Any]:
+    """Run (method, seed) of ``setup`` over the connected sites into ``out``; ``final.json``.
+
+    The run directory has the simulator's layout (``methods/<method>/seed-<seed>/``).
+    """
+    cfg, method, seed = setup.cfg, setup.method, setup.seed
+    fp = fingerprint(cfg, method, seed)
+    hosts = discover_sites(grid, sites, fp, cfg.federation.num_clients, connect_timeout)
+    runner = FlowerRunner(grid, hosts, fp, round_timeout)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
+    subs: list[Any] = [runner]
+    if cfg.governance is not None:
+        from geofl import plugins
+
+        resolved = cfg.model_dump(mode="json")
+        subs.append(plugins.SUBSCRIBERS.build("governance", cfg.governance, experiment=resolved))
+    run = FederatedRun(
+        cfg,
+        method,
+        seed,
+        setup.data,
+        setup.partition,
+        seed_dir(out, method.name, seed),
+        subs,
+        runner,
+    )
+    # Client state lives on the sites: the server keeps only each client's public ledger.
+    run.comps = replace(run.comps, store=ClientStateStore(cfg.federation.num_clients, {}))
+    run.scheduler.c = run.comps
+    return run.run()

@@ -1,0 +1,113 @@
+"""What the server and every site build from the same experiment config.
+
+A deployment runs one (method, seed) of an experiment config. The server and each site
+load the config, the dataset, the seed's split and the method's partition exactly as the
+simulator does (:mod:`geofl.engine.experiment`), so site ``k`` trains on the simulator's
+client ``k`` data and the deployment reproduces the simulation. A site keeps only the
+clients it hosts; the server uses the split's validation and test parts for evaluation.
+
+The config's :func:`fingerprint` — one hash per section that changes a result — travels
+with every request, so a site whose config differs (another model, task, method, …) is
+refused with the sections named instead of training something else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from geofl import plugins
+from geofl.config.load import load_config
+from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.data.partition import Partition
+from geofl.data.split import stratified_split
+from geofl.engine.components import PreparedData
+from geofl.engine.experiment import (
+    build_partition,
+    load_dataset,
+    prepare_split,
+    split_labels,
+    task_info,
+)
+from geofl.errors import ConfigError, DeployError
+
+__all__ = ["DeploySetup", "fingerprint", "fingerprint_mismatch", "load_setup"]
+
+#: Config sections whose difference between server and a site changes the run.
+FINGERPRINT_SECTIONS = ("data", "task", "model", "train", "federation", "privacy", "method")
+
+
+@dataclass(frozen=True)
+class DeploySetup:
+    """One (method, seed) of an experiment, with its prepared data and partition."""
+
+    cfg: ExperimentConfig
+    method: MethodConfig
+    seed: int
+    data: PreparedData
+    partition: Partition
+
+
+def pick_method(cfg: ExperimentConfig, name: str | None) -> MethodConfig:
+    """The method called ``name`` (None: the config's only method).
+
+    Raises:
+        ConfigError: naming ``methods`` when it is absent or ambiguous.
+    """
+    if name is None or name == "":
+        if len(cfg.methods) != 1:
+            names = [m.name for m in cfg.methods]
+            raise ConfigError("methods", f"name the method to deploy, one of {names}")
+        return cfg.methods[0]
+    for m in cfg.methods:
+        if m.name == name:
+            return m
+    raise ConfigError(
+        "methods", f"no method {name!r}; choose one of {[m.name for m in cfg.methods]}"
+    )
+
+
+def load_setup(config: str | Path, method: str | None, seed: int | None) -> DeploySetup:
+    """Load ``config`` and build the split and partition of (``method``, ``seed``).
+
+    Raises:
+        DeployError: when the config file is missing.
+        ConfigError, DataError: as the simulator raises them (e.g. the dataset's files
+            are missing).
+    """
+    path = Path(config).expanduser()
+    if not path.is_file():
+        raise DeployError(
+            f"experiment config {path} not found; give its path in the run/node config"
+        )
+    plugins.load_all()
+    cfg = load_config(path)
+    m = pick_method(cfg, method)
+    s = cfg.seeds[0] if seed is None else int(seed)
+    ds = load_dataset(cfg)
+    task_info(cfg, ds)
+    split = stratified_split(split_labels(ds), cfg.data.split, s)
+    data = prepare_split(ds, cfg, s, split)
+    part = build_partition(cfg, m, ds, split.train, s)
+    return DeploySetup(cfg, m, s, data, part)
+
+
+def fingerprint(cfg: ExperimentConfig, method: MethodConfig, seed: int) -> dict[str, str]:
+    """A short hash of every result-relevant config section (and the seed)."""
+    dump = cfg.model_dump(mode="json")
+    dump["data"] = {k: v for k, v in dump["data"].items() if k not in ("cache", "cache_dir")}
+    dump["federation"] = {k: v for k, v in dump["federation"].items() if k != "workers"}
+    dump["method"] = method.model_dump(mode="json")
+    out = {}
+    for key in FINGERPRINT_SECTIONS:
+        text = json.dumps(dump.get(key), sort_keys=True, separators=(",", ":"))
+        out[key] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    out["seed"] = str(seed)
+    return out
+
+
+def fingerprint_mismatch(server: dict[str, str], site: dict[str, str]) -> list[str]:
+    """The sections whose hashes differ (empty: the same run)."""
+    return sorted(k for k in set(server) | set(site) if server.get(k) != site.get(k))

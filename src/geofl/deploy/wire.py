@@ -1,0 +1,184 @@
+"""What crosses between the ServerApp and a site, as Flower records.
+
+Server → site (one message per trained client, type ``train``):
+
+* ``model`` — :class:`~flwr.app.ArrayRecord`: ``params`` (``[D]`` float32 global model)
+  and ``payload.<name>`` (the strategy's broadcast tensors, e.g. SCAFFOLD's ``control``);
+* ``directives`` — :class:`~flwr.app.ConfigRecord`: ``round``, ``client``,
+  ``extra.<key>`` (per-client scalar directives), ``fingerprint`` (the config the server
+  runs), and ``ack_round`` / ``ack_accepted``: whether the client's previous upload was
+  admitted, so the site commits (or forgets) the state it staged then.
+
+Site → server (the reply):
+
+* ``update`` — ArrayRecord: ``delta`` (``[D]`` float32 Δw), ``upload.<name>``,
+  ``label_histogram`` when shared;
+* ``meta`` — :class:`~flwr.app.MetricRecord`: ``num_samples``, ``train_loss``, ``steps``,
+  ``bytes_sent``, ``scalar.<name>``, ``metric.<name>``, ``spatial_alpha``;
+* ``site`` — ConfigRecord: ``client``, ``round``, ``dp_events`` (JSON list: the client's
+  whole privacy ledger, public mechanism parameters only), ``epsilon`` (its ε after the
+  round, when it accounts); a client that declines the round (privacy budget) sends only
+  ``declined``, ``epsilon`` (what the round would reach) and ``target``. The client-local log
+  never leaves the site.
+
+Arrays travel as raw float32 bytes, so values are bit-exact on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+from geofl.client.state import ClientState
+from geofl.client.step import ClientResult
+from geofl.errors import BudgetExhaustedError, DeployError
+from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
+
+__all__ = [
+    "TrainRequest",
+    "decode_reply",
+    "decode_request",
+    "encode_declined",
+    "encode_reply",
+    "encode_request",
+]
+
+PARAMS, PAYLOAD, UPLOAD, EXTRA = "params", "payload.", "upload.", "extra."
+
+
+def _array(t: torch.Tensor | np.ndarray) -> Array:
+    return Array(np.ascontiguousarray(np.asarray(t)))
+
+
+def _tensor(a: Array) -> torch.Tensor:
+    return torch.from_numpy(np.array(a.numpy(), copy=True))
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """A decoded ``train`` message: the global model, directives and acknowledgement.
+
+    Attributes:
+        params: ``[D]`` float32 global model.
+        directives: The client's directives (payload tensors included).
+        fingerprint: The server's config fingerprint.
+        ack_round: Round of the client's previous step (0: none).
+        ack_accepted: Whether that step's upload was admitted.
+    """
+
+    params: torch.Tensor
+    directives: ClientDirectives
+    fingerprint: str
+    ack_round: int = 0
+    ack_accepted: bool = False
+
+
+def encode_request(
+    params: torch.Tensor, d: ClientDirectives, fingerprint: str, ack: tuple[int, bool]
+) -> RecordDict:
+    """The ``train`` message content for client ``d.client_id``."""
+    arrays = {PARAMS: _array(params)}
+    arrays.update({PAYLOAD + k: _array(v) for k, v in d.payload.items()})
+    config: dict[str, Any] = {
+        "round": d.round,
+        "client": d.client_id,
+        "fingerprint": fingerprint,
+        "ack_round": ack[0],
+        "ack_accepted": ack[1],
+    }
+    for key, value in d.extra.items():
+        if not isinstance(value, bool | int | float | str):
+            raise DeployError(f"directive {key!r} of client {d.client_id} is not a scalar")
+        config[EXTRA + key] = value
+    return RecordDict({"model": ArrayRecord(arrays), "directives": ConfigRecord(config)})
+
+
+def decode_request(content: RecordDict) -> TrainRequest:
+    """Read a ``train`` message (inverse of :func:`encode_request`)."""
+    arrays, config = content.array_records["model"], content.config_records["directives"]
+    payload = {k[len(PAYLOAD) :]: _tensor(a) for k, a in arrays.items() if k.startswith(PAYLOAD)}
+    extra = {k[len(EXTRA) :]: v for k, v in config.items() if k.startswith(EXTRA)}
+    d = ClientDirectives(int(config["round"]), int(config["client"]), extra, payload)  # type: ignore[arg-type]
+    return TrainRequest(
+        _tensor(arrays[PARAMS]),
+        d,
+        str(config["fingerprint"]),
+        int(config["ack_round"]),  # type: ignore[arg-type]
+        bool(config["ack_accepted"]),
+    )
+
+
+def encode_reply(res: ClientResult) -> RecordDict:
+    """A client step's upload (Δw, uploads, metadata) and its public ledger."""
+    u, m = res.update, res.update.meta
+    arrays = {"delta": _array(u.delta)}
+    arrays.update({UPLOAD + k: _array(v) for k, v in u.tensors.items()})
+    if m.label_histogram is not None:
+        arrays["label_histogram"] = _array(np.asarray(m.label_histogram))
+    metrics: dict[str, Any] = {
+        "num_samples": int(m.num_samples),
+        "train_loss": float(m.train_loss),
+        "steps": int(m.steps),
+        "bytes_sent": int(m.bytes_sent),
+    }
+    metrics.update({f"scalar.{k}": float(v) for k, v in m.scalars.items()})
+    metrics.update({f"metric.{k}": float(v) for k, v in m.train_metrics.items()})
+    if m.spatial_alpha is not None:
+        metrics["spatial_alpha"] = float(m.spatial_alpha)
+    site: dict[str, Any] = {
+        "client": m.client_id,
+        "round": m.round,
+        "dp_events": json.dumps([dict(e) for e in res.state.dp_events]),
+    }
+    if res.epsilon is not None:
+        site["epsilon"] = float(res.epsilon)
+    return RecordDict(
+        {"update": ArrayRecord(arrays), "meta": MetricRecord(metrics), "site": ConfigRecord(site)}
+    )
+
+
+def encode_declined(client: int, round_idx: int, epsilon: float, target: float) -> RecordDict:
+    """A client's refusal of the round: its ε would reach ``epsilon`` > ``target``."""
+    record = {"client": client, "round": round_idx, "epsilon": epsilon, "target": target}
+    return RecordDict({"site": ConfigRecord({**record, "declined": True})})
+
+
+def decode_reply(content: RecordDict) -> ClientResult | BudgetExhaustedError:
+    """The server's view of a reply: a :class:`ClientResult` whose state holds only the
+    client's public ledger, or the client's refusal of the round."""
+    site = content.config_records["site"]
+    if "declined" in site:
+        return BudgetExhaustedError(
+            int(site["client"]),  # type: ignore[arg-type]
+            float(site["epsilon"]),  # type: ignore[arg-type]
+            float(site["target"]),  # type: ignore[arg-type]
+        )
+    arrays, metrics = content.array_records["update"], content.metric_records["meta"]
+    hist = arrays.get("label_histogram")
+    meta = UpdateMeta(
+        client_id=int(site["client"]),  # type: ignore[arg-type]
+        num_samples=int(metrics["num_samples"]),  # type: ignore[arg-type]
+        round=int(site["round"]),  # type: ignore[arg-type]
+        label_histogram=None if hist is None else np.array(hist.numpy(), copy=True),
+        train_loss=float(metrics["train_loss"]),  # type: ignore[arg-type]
+        train_metrics=_prefixed(metrics, "metric."),
+        steps=int(metrics["steps"]),  # type: ignore[arg-type]
+        bytes_sent=int(metrics["bytes_sent"]),  # type: ignore[arg-type]
+        scalars=_prefixed(metrics, "scalar."),
+        spatial_alpha=float(metrics["spatial_alpha"]) if "spatial_alpha" in metrics else None,  # type: ignore[arg-type]
+    )
+    uploads = {k[len(UPLOAD) :]: _tensor(a) for k, a in arrays.items() if k.startswith(UPLOAD)}
+    update = ClientUpdate(_tensor(arrays["delta"]), meta, {}, uploads)
+    events = tuple(json.loads(str(site["dp_events"])))
+    eps = site.get("epsilon")
+    return ClientResult(update, ClientState({}, events), {}, None if eps is None else float(eps))  # type: ignore[arg-type]
+
+
+def _prefixed(record: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    return {k[len(prefix) :]: float(v) for k, v in record.items() if k.startswith(prefix)}

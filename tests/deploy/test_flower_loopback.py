@@ -1,0 +1,157 @@
+"""geofl on a real Flower deployment on loopback: a SuperLink and two SuperNodes (each a
+site hosting one client) run 2 rounds of a small config through ``flwr run``; the global
+model after every round equals the simulator's bit for bit (same seed and config: the
+sites run the simulator's client step with the same generators, arrays travel as raw
+float32). Bad input ends in one clear error within bounded time: a site pointing at a
+missing config/data, a site whose config differs from the server's, a SuperNode pointing
+at a SuperLink that is not there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+pytest.importorskip("flwr")
+
+from geofl.config.load import load_config
+from geofl.deploy.flower import ERROR_FILE
+from geofl.deploy.loopback import Loopback, free_port
+from geofl.engine.experiment import run_experiment
+from geofl.rundir import seed_dir
+
+pytestmark = pytest.mark.slow
+
+SEED = 3
+
+
+def _raw(**model: Any) -> dict[str, Any]:
+    return {
+        "name": "deploy-loopback",
+        "seeds": [SEED],
+        "data": {"dataset": "synthetic", "params": {"num_samples": 160, "size": 16, "seed": 0}},
+        "model": {"name": "small_cnn", "params": {"width": 4, "blocks": 1, **model}},
+        "train": {"batch_size": 32, "local_epochs": 1},
+        "federation": {"num_clients": 2, "rounds": 2},
+        "methods": [
+            {
+                "name": "dpsgd",
+                "partition": {"name": "dirichlet", "alpha": 0.5, "min_samples": 5},
+                "trainer": {"name": "dp_sgd", "noise_multiplier": 1.0, "adaptive_clip": {}},
+            }
+        ],
+    }
+
+
+def _write(path: Path, raw: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def _run_config(config: Path, out: Path, **over: Any) -> dict[str, Any]:
+    rc = {"config": str(config), "out": str(out), "method": "", "seed": -1, "sites": 2}
+    rc.update({"round-timeout": 120.0, "connect-timeout": 60.0})
+    rc.update(over)
+    return rc
+
+
+def _rounds(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        for key in ("time_s", "client_log"):  # wall times; the client-local log stays on sites
+            rec.pop(key, None)
+        out.append(rec)
+    return out
+
+
+def test_two_supernodes_match_the_simulator(tmp_path: Path) -> None:
+    config = _write(tmp_path / "exp.yaml", _raw())
+    sim = run_experiment(load_config(config), tmp_path / "sim")
+    sites = [{"clients": "0"}, {"clients": "1"}]
+    with Loopback(tmp_path / "flwr", sites, tls=True) as lb:  # TLS with generated certs
+        output = lb.run(_run_config(config, tmp_path / "dep"), timeout=600)
+    assert "https://127.0.0.1" in (tmp_path / "flwr" / "superlink.log").read_text()
+    sim_dir = seed_dir(sim, "dpsgd", SEED)
+    dep_dir = seed_dir(tmp_path / "dep", "dpsgd", SEED)
+    assert (dep_dir / "final.json").exists(), output[-3000:]
+    a, b = _rounds(sim_dir / "rounds.jsonl"), _rounds(dep_dir / "rounds.jsonl")
+    assert [r["model_sha256"] for r in a] == [r["model_sha256"] for r in b]
+    assert a == b
+    pa = torch.load(sim_dir / "checkpoint.pt", weights_only=False)
+    pb = torch.load(dep_dir / "checkpoint.pt", weights_only=False)
+    assert torch.equal(pa["params"], pb["params"])
+    assert pa["strategy"].keys() == pb["strategy"].keys()
+    # the clients' ledgers reached the server's accounting: same ε as the simulation
+    fa = json.loads((sim_dir / "final.json").read_text())
+    fb = json.loads((dep_dir / "final.json").read_text())
+    assert fb["privacy"]["epsilon_per_client"] == fa["privacy"]["epsilon_per_client"]
+
+
+def test_bad_sites_end_in_one_clear_error(tmp_path: Path) -> None:
+    config = _write(tmp_path / "exp.yaml", _raw())
+    other = _write(tmp_path / "other.yaml", _raw(width=6))
+    missing = tmp_path / "missing.yaml"
+    sites = [{"clients": "0"}, {"clients": "1", "config": str(missing)}]
+    with Loopback(tmp_path / "flwr", sites) as lb:
+        t0 = time.monotonic()
+        output = lb.run(_run_config(config, tmp_path / "dep"), timeout=300)
+        assert time.monotonic() - t0 < 300
+    # the log stream shows it too, when Flower delivers the stream's tail before it ends
+    error = (tmp_path / "dep" / ERROR_FILE).read_text()
+    assert "geofl deploy error" in output or error, output[-3000:]
+    assert error.count("\n") == 1 and f"{missing} not found" in error
+    sites = [{"clients": "0"}, {"clients": "1", "config": str(other)}]
+    with Loopback(tmp_path / "flwr2", sites) as lb:
+        lb.run(_run_config(config, tmp_path / "dep2"), timeout=300)
+    error = (tmp_path / "dep2" / ERROR_FILE).read_text()
+    assert "config differs from the server's in model" in error
+
+
+def test_unreachable_superlink_fails_within_its_retry_bound(tmp_path: Path) -> None:
+    with Loopback(tmp_path / "flwr", []) as lb:
+        proc = lb.start_supernode(0, {"clients": "0"}, superlink=f"127.0.0.1:{free_port()}")
+        try:
+            rc = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("a SuperNode without a SuperLink did not give up within 120 s")
+        assert rc != 0
+        log = (tmp_path / "flwr" / "supernode0.log").read_text()
+        assert "SuperLink" in log or "connect" in log.lower()
+
+
+def test_supernode_killed_after_round_1_round_2_completes_with_the_survivor(tmp_path: Path) -> None:
+    config = _write(tmp_path / "exp.yaml", _raw())
+    out = tmp_path / "dep"
+    rounds = seed_dir(out, "dpsgd", SEED) / "rounds.jsonl"
+    with Loopback(tmp_path / "flwr", [{"clients": "0"}, {"clients": "1"}]) as lb:
+        # the deadline must exceed a live site's step: Flower starts a ClientApp process
+        # per message (tens of seconds on a loaded 2-core machine)
+        rc = _run_config(config, out, **{"round-timeout": 75.0})
+        args = [lb.flwr, "run", str(lb.app), "loop", "--run-config", lb.write_run_config(rc)]
+        proc = subprocess.Popen(
+            [*args, "--stream"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=lb.env, cwd=lb.workdir,
+        )  # fmt: skip
+        deadline = time.monotonic() + 400
+        while not (rounds.exists() and rounds.read_text().count("\n") >= 1):
+            assert time.monotonic() < deadline, "round 1 never finished"
+            time.sleep(0.5)
+        lb.kill_supernode(1)  # site 1 disappears after round 1
+        output, _ = proc.communicate(timeout=400)
+    assert (seed_dir(out, "dpsgd", SEED) / "final.json").exists(), output[-3000:]
+    recs = [json.loads(x) for x in rounds.read_text().splitlines()]
+    assert [r["participants"] for r in recs] == [[0, 1], [0]], recs
+    (lost,) = recs[1]["rejected"]
+    assert lost["client"] == 1 and lost["reason"] == "lost in transit"
+    assert "within 75 s" in lost["detail"] or "failed" in lost["detail"]
+    final = json.loads((seed_dir(out, "dpsgd", SEED) / "final.json").read_text())
+    eps = final["privacy"]["epsilon_per_client"]
+    assert eps["0"] > eps["1"]  # site 1 released once, site 0 twice
