@@ -34,7 +34,6 @@ of the federation (read them back with :meth:`geofl.records.RoundRecord.client_s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,15 +44,13 @@ from geofl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, fail_
 from geofl.privacy.adaptive import PUBLIC_NORMS, REPUTATION_KEY, ROUNDS_KEY, public_norm_key
 from geofl.registry import CheckContext
 from geofl.server.cgf import EPS_MAD, CgfResult, CgfSettings, CosineFilter, Reference
+from geofl.server.columns import linear_combinations
 from geofl.server.optimizers import PlainServerOptimizer
 from geofl.server.reputation import HraSettings, ReputationBook, reputation_weights
 from geofl.server.strategy import ComposedStrategy, RoundPlan, StrategyResult, UpdateBatch
 from geofl.server.tier import FlatTier
 
 __all__ = ["DualShieldParams", "DualShieldStrategy", "ShieldRound", "survivor_products"]
-
-#: Columns of one chunk of the two-row product (aggregate and survivors' mean).
-PRODUCT_COLUMNS = 1 << 15
 
 
 class DualShieldParams(BaseModel):
@@ -114,24 +111,12 @@ def survivor_products(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``([D] Σ ω_j Δw_j, [D] survivors' mean)`` from one read of ``[K, D]``.
 
-    Both rows of a ``[2, K] × [K, D]`` product, column chunks on worker threads.
+    Both rows of a ``[2, K] × [K, D]`` product in cache-sized column blocks
+    (:func:`geofl.server.columns.linear_combinations`).
     """
     n = int(survivors.sum())
     coeffs = torch.stack([weights.to(torch.float64), survivors.to(torch.float64) / n])
-    coeffs = coeffs.to(updates.dtype)
-    d = updates.shape[1]
-    out = torch.empty((2, d), dtype=updates.dtype)
-
-    def chunk(a: int) -> None:
-        torch.mm(coeffs, updates[:, a : a + PRODUCT_COLUMNS], out=out[:, a : a + PRODUCT_COLUMNS])
-
-    starts = range(0, d, PRODUCT_COLUMNS)
-    workers = min(torch.get_num_threads(), len(starts))
-    if workers <= 1 or updates.device.type != "cpu":
-        out = coeffs @ updates
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(chunk, starts))
+    out = linear_combinations(coeffs, updates)
     return out[0], out[1]
 
 
@@ -197,7 +182,7 @@ class DualShieldStrategy(ComposedStrategy):
         else:  # every update dropped by the method's defenses: the model stays
             delta = torch.zeros_like(global_params)
         params = self.optimizer.step(global_params, delta)
-        change = float(torch.linalg.vector_norm((params - global_params).to(torch.float64)))
+        change = float(torch.linalg.vector_norm(params - global_params, dtype=torch.float64))
         self.public_norms = [change, *self.public_norms][:PUBLIC_NORMS]
         return StrategyResult(params, delta, sr.weights, sr.hard, self._info(sr))
 
