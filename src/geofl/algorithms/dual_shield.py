@@ -1,5 +1,10 @@
 """DUAL-SHIELD's server side (paper 004, §2.5–2.6, Alg. 1 steps 3–6): CGF + HRA.
 
+Ablations (004 Table 4): ``cgf_filter: false`` keeps every update (HRA only: the evidence of
+Eq. 8 is the soft mask m̃ alone, weights ∝ r); ``hra_weighting: false`` averages CGF's
+survivors plainly (CGF only); both false with the ``adaptive_dp`` release step is ADP only
+(a plain mean; reputations are still tracked, ADP's budget needs them).
+
 Per round: the method's own defenses (if any) first, then the cosine-guided filter
 (:mod:`geofl.server.cgf`, Eq. 6–7) on the updates they kept, then the reputation update
 (:mod:`geofl.server.reputation`, Eq. 8) of every update that arrived — rows a defense or
@@ -72,6 +77,16 @@ class DualShieldParams(BaseModel):
     absent_decay: float = Field(
         0.99, gt=0.0, le=1.0, description="γ of absent: decay, r ← max(r_min, γ r)"
     )
+    cgf_filter: bool = Field(
+        True,
+        description="drop updates with z > λ (false, ablation 'HRA only': every update is "
+        "kept, Eq. 8's evidence is m̃ alone)",
+    )
+    hra_weighting: bool = Field(
+        True,
+        description="ω ∝ r (Eq. 9; false, ablation 'CGF only': the survivors' plain mean, "
+        "reputation still tracked for ADP and the records)",
+    )
 
     def cgf(self) -> CgfSettings:
         return CgfSettings(
@@ -142,6 +157,7 @@ class DualShieldStrategy(ComposedStrategy):
         rounds: int = 0,
     ) -> None:
         super().__init__(tier, PlainServerOptimizer(server_lr))
+        self.params = params
         self.filter = CosineFilter(params.cgf())
         self.book = ReputationBook(params.hra(), num_clients)
         self.rounds = rounds
@@ -165,10 +181,15 @@ class DualShieldStrategy(ComposedStrategy):
         res = None
         if idx.numel():
             res = self.filter.scores(updates if idx.numel() == k else updates[idx])
-            hard[idx], soft[idx] = res.hard, res.soft
+            hard[idx] = res.hard if self.params.cgf_filter else True
+            soft[idx] = res.soft
         clients = torch.tensor([m.client_id for m in batch.metas], dtype=torch.int64)
         r = self.book.update(clients, hard, soft)
-        return ShieldRound(clients, screened, res, hard, soft, r, reputation_weights(r, hard))
+        if self.params.hra_weighting:
+            weights = reputation_weights(r, hard)
+        else:
+            weights = hard.to(torch.float64) / max(int(hard.sum()), 1)
+        return ShieldRound(clients, screened, res, hard, soft, r, weights)
 
     def aggregate(
         self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
