@@ -3,11 +3,20 @@ scores on hand-built models, and the strategy dropping an update that keeps the 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
+from tests.conftest import tiny_raw
 from torch import nn
+from typer.testing import CliRunner
 
 from geofl.algorithms.backdoor_indicator import BackdoorIndicatorParams, BackdoorIndicatorStrategy
+from geofl.cli import app
+from geofl.config.load import load_config
+from geofl.errors import ConfigError
 from geofl.models.base import FlatModel
 from geofl.models.cnn import SmallCNNParams, build_small_cnn
 from geofl.server.aggregators import build_mean
@@ -149,3 +158,46 @@ def test_strategy_drops_updates_that_keep_the_indicator() -> None:
     assert r2.info["indicator.score.1"] > 0.9 > r2.info["indicator.score.0"]
     assert torch.allclose(r2.aggregate, (undo + undo * 1.1) / 2, atol=1e-6)
     assert r2.weights.tolist() == pytest.approx([0.5, 0.0, 0.5])
+
+
+def test_end_to_end_run_records_scores_and_is_deterministic(tmp_path: Path) -> None:
+    raw = tiny_raw()
+    raw["federation"]["rounds"] = 3
+    raw["methods"] = [
+        {
+            "name": "bi",
+            "partition": {"name": "iid"},
+            "algorithm": {"name": "backdoor_indicator", "num_samples": 16, "plant_epochs": 1,
+                          "start_round": 1, "threshold": 0.5},
+            "attack": {"name": "backdoor", "fraction": 0.25, "target": 0},
+        }
+    ]  # fmt: skip
+    path = tmp_path / "bi.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    finals = []
+    for run in ("a", "b"):
+        out = tmp_path / run
+        result = CliRunner().invoke(
+            app, ["run", str(path), "--out", str(out), "--no-progress", "--no-report"]
+        )
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in (out / "methods/bi/seed-3/rounds.jsonl").open()]
+        assert [r["strategy"]["indicator.planted"] for r in rows] == [1.0, 1.0, 1.0]
+        assert "indicator.score.0" not in rows[0]["strategy"]  # round 1: nothing planted yet
+        scored = {k for k in rows[1]["strategy"] if k.startswith("indicator.score.")}
+        assert len(scored) == 4
+        finals.append(json.loads((out / "summary.json").read_text()))
+    acc = [f["methods"]["bi"]["final_test_accuracy"]["values"] for f in finals]
+    assert acc[0] == acc[1]
+
+
+@pytest.mark.parametrize(
+    ("params", "field"), [({"threshold": 0.0}, "threshold"), ({"ood": "cifar"}, "ood")]
+)
+def test_bad_params_name_the_field(tmp_path: Path, params: dict[str, object], field: str) -> None:
+    raw = tiny_raw()
+    raw["methods"][1]["algorithm"] = {"name": "backdoor_indicator", **params}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=rf"methods\.1\.algorithm\.{field}"):
+        load_config(path)
