@@ -24,6 +24,7 @@ def _methods(name: str) -> dict[str, dict[str, object]]:
         "paper004-table3",
         "paper004-ablation",
         "paper004-table5",
+        "paper004-table5-scale",
         "paper004-table7",
         "paper004-table10",
     ],
@@ -79,7 +80,8 @@ def test_ablation_switches_and_table5_axes_and_table7_families() -> None:
 
 
 def test_uc_merced_and_the_scale_panels_are_one_set_away() -> None:
-    cfg = load_config("paper004-table5", ["federation.num_clients=50", "train.local_epochs=5"])
+    sets = ["federation.num_clients=50", "data.params.num_samples=10000", "train.local_epochs=5"]
+    cfg = load_config("paper004-table5-scale", sets)
     assert cfg.federation.num_clients == 50 and cfg.train.local_epochs == 5
     uc = load_config(
         "paper004-table3",
