@@ -87,6 +87,7 @@ _PLUGIN_MODULES = (
     "geofl.algorithms.dpftrl",
     "geofl.algorithms.dual_shield",
     "geofl.algorithms.flame",
+    "geofl.algorithms.backdoor_indicator",
     "geofl.server.robust",
     "geofl.server.consistency",
     "geofl.privacy.mechanisms",

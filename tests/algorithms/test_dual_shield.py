@@ -174,3 +174,26 @@ def test_cli_exits_2_on_a_bad_lambda(tiny_config_file: Path, tmp_path: Path) -> 
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "methods.1.algorithm.lam: " in result.output and not out.exists()
+
+
+def test_ablation_switches_cgf_only_and_hra_only() -> None:
+    """004 Table 4: CGF only averages the survivors plainly; HRA only keeps every update,
+    weighs it by r, and its reputation moves by m̃ alone (Eq. 8 with m = 1)."""
+    batch = _batch(1, list(range(8)), bad={0, 1})
+    full = DualShieldStrategy(_tier(), 1.0, DualShieldParams(), N).aggregate(
+        1, torch.zeros(D), batch
+    )
+    cgf_only = DualShieldStrategy(_tier(), 1.0, DualShieldParams(hra_weighting=False), N)
+    res = cgf_only.aggregate(1, torch.zeros(D), batch)
+    assert res.kept.tolist() == full.kept.tolist() == [False, False] + [True] * 6
+    assert res.weights.tolist() == pytest.approx([0.0, 0.0] + [1 / 6] * 6)
+    assert torch.allclose(res.aggregate, batch.deltas[2:].mean(0), atol=1e-6)
+    hra_only = DualShieldStrategy(_tier(), 1.0, DualShieldParams(cgf_filter=False), N)
+    res = hra_only.aggregate(1, torch.zeros(D), batch)
+    assert res.kept.all()
+    last = hra_only.last
+    assert last is not None and last.cgf is not None
+    expected_r = (0.92 * 0.5 + 0.08 * last.cgf.soft).clamp_min(0.1)
+    assert torch.allclose(last.reputation, expected_r)
+    assert torch.allclose(res.weights, expected_r / expected_r.sum())
+    assert float(res.weights[0]) < float(res.weights[2])  # the attackers still weigh less

@@ -194,3 +194,44 @@ def test_geometric_median_resists_an_outlier() -> None:
     # on the diagonal where the unit vectors balance: 6t² − 6t + 1 = 0, t = (3 + √3)/6
     t = (3.0 + math.sqrt(3.0)) / 6.0
     assert gm.tolist() == pytest.approx([t, t], abs=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocked_fast_path_matches_the_exact_reference_on_adversarial_inputs(
+    monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """The one-read blocked path (dots and norms per cache block, float64 across blocks)
+    against the float64 difference form, with blocks and worker threads forced: a large
+    common offset, exact ties, a zero-norm row, a sign-flipped row and a zero column tail."""
+    from geofl.server import columns
+
+    gen = torch.Generator().manual_seed(11)
+    d = 3000
+    base = torch.randn(d, generator=gen)
+    rows = [
+        base * 1e-3 + 1e3,  # large common offset: near-parallel to the reference
+        base * 1e-3 + 1e3,  # an exact tie with the row above
+        torch.zeros(d),  # zero norm: no direction
+        -5.0 * (base + 1e3),  # sign-flipped and scaled
+        torch.randn(d, generator=gen),  # unrelated direction
+        torch.cat([torch.randn(d // 2, generator=gen), torch.zeros(d - d // 2)]),
+    ]
+    u = torch.stack(rows).to(torch.float32)
+    ref = (torch.full((d,), 1e3) + torch.randn(d, generator=gen) * 1e-3).to(torch.float32)
+    monkeypatch.setattr(columns, "BLOCK_BYTES", 6 * 4 * 256)  # 256-column blocks
+    monkeypatch.setattr(columns, "MIN_COLUMNS_PER_WORKER", 500)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        fast = cosine_distances(u, ref)
+        dots, sq = columns.dots_and_norms(u, ref)
+    finally:
+        torch.set_num_threads(before)
+    exact = cosine_distances(u, ref, exact=True)
+    assert fast[2] == 1.0 and exact[2] == 1.0
+    assert fast[0] == fast[1]  # ties stay ties
+    assert torch.allclose(fast, exact, rtol=1e-6, atol=1e-9)
+    x64 = u.to(torch.float64)
+    assert torch.allclose(dots, x64 @ ref.to(torch.float64), rtol=1e-6)
+    assert torch.allclose(sq, x64.square().sum(1), rtol=1e-6)
+    assert torch.get_num_threads() == before

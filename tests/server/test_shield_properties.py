@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from geofl.algorithms import dual_shield
-from geofl.server import cgf
+from geofl.server import cgf, columns
 from geofl.server.cgf import CgfSettings, cgf_scores, cosine_distances
 from geofl.server.flame import cosine_distance_matrix, flame
 from geofl.server.reputation import reputation_step, reputation_weights
@@ -96,7 +96,8 @@ def test_threaded_paths_match_the_plain_products(monkeypatch: pytest.MonkeyPatch
     ref = torch.randn(5000, generator=gen)
     plain = cosine_distances(u, ref, exact=True)
     monkeypatch.setattr(cgf, "BLOCK_COLUMNS", 64)
-    monkeypatch.setattr(dual_shield, "PRODUCT_COLUMNS", 100)
+    monkeypatch.setattr(columns, "BLOCK_BYTES", 9 * 4 * 300)
+    monkeypatch.setattr(columns, "MIN_COLUMNS_PER_WORKER", 700)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -8,12 +8,14 @@ the rest of a method (SCAFFOLD needs a linear aggregator, …) run at config loa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn
 
 from geofl.client.step import ClientAlgorithm, PlainClient
 from geofl.client.trainer import LocalTrainParams
 from geofl.errors import ConfigError
+from geofl.models.base import FlatModel
 from geofl.registry import CheckContext, Registry
 from geofl.server.strategy import Strategy
 from geofl.server.tier import FlatTier
@@ -44,6 +46,10 @@ class AlgorithmContext:
         clients_per_round: Clients trained per round when the sampler fixes it, else None.
         delta: ``privacy.delta``, the δ of the ε a private strategy reports.
         rounds: ``federation.rounds``, T (0 when unknown).
+        model_factory: Builds a fresh workspace of the run's architecture, for a server that
+            evaluates or trains models itself (BackdoorIndicator); None where unavailable.
+        input_shape: One input's shape (``(C, H, W)``; ``()`` when unknown).
+        num_classes: The task's output width (0 when unknown).
     """
 
     tier: FlatTier
@@ -55,6 +61,9 @@ class AlgorithmContext:
     clients_per_round: int | None = None
     delta: float = 1e-5
     rounds: int = 0
+    model_factory: Callable[[], FlatModel] | None = None
+    input_shape: tuple[int, ...] = ()
+    num_classes: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,10 @@
 """DUAL-SHIELD's server side (paper 004, §2.5–2.6, Alg. 1 steps 3–6): CGF + HRA.
 
+Ablations (004 Table 4): ``cgf_filter: false`` keeps every update (HRA only: the evidence of
+Eq. 8 is the soft mask m̃ alone, weights ∝ r); ``hra_weighting: false`` averages CGF's
+survivors plainly (CGF only); both false with the ``adaptive_dp`` release step is ADP only
+(a plain mean; reputations are still tracked, ADP's budget needs them).
+
 Per round: the method's own defenses (if any) first, then the cosine-guided filter
 (:mod:`geofl.server.cgf`, Eq. 6–7) on the updates they kept, then the reputation update
 (:mod:`geofl.server.reputation`, Eq. 8) of every update that arrived — rows a defense or
@@ -34,7 +39,6 @@ of the federation (read them back with :meth:`geofl.records.RoundRecord.client_s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,15 +49,13 @@ from geofl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, fail_
 from geofl.privacy.adaptive import PUBLIC_NORMS, REPUTATION_KEY, ROUNDS_KEY, public_norm_key
 from geofl.registry import CheckContext
 from geofl.server.cgf import EPS_MAD, CgfResult, CgfSettings, CosineFilter, Reference
+from geofl.server.columns import linear_combinations
 from geofl.server.optimizers import PlainServerOptimizer
 from geofl.server.reputation import HraSettings, ReputationBook, reputation_weights
 from geofl.server.strategy import ComposedStrategy, RoundPlan, StrategyResult, UpdateBatch
 from geofl.server.tier import FlatTier
 
 __all__ = ["DualShieldParams", "DualShieldStrategy", "ShieldRound", "survivor_products"]
-
-#: Columns of one chunk of the two-row product (aggregate and survivors' mean).
-PRODUCT_COLUMNS = 1 << 15
 
 
 class DualShieldParams(BaseModel):
@@ -74,6 +76,16 @@ class DualShieldParams(BaseModel):
     absent: Literal["hold", "decay"] = Field("hold", description="rule for absent clients")
     absent_decay: float = Field(
         0.99, gt=0.0, le=1.0, description="γ of absent: decay, r ← max(r_min, γ r)"
+    )
+    cgf_filter: bool = Field(
+        True,
+        description="drop updates with z > λ (false, ablation 'HRA only': every update is "
+        "kept, Eq. 8's evidence is m̃ alone)",
+    )
+    hra_weighting: bool = Field(
+        True,
+        description="ω ∝ r (Eq. 9; false, ablation 'CGF only': the survivors' plain mean, "
+        "reputation still tracked for ADP and the records)",
     )
 
     def cgf(self) -> CgfSettings:
@@ -114,24 +126,12 @@ def survivor_products(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``([D] Σ ω_j Δw_j, [D] survivors' mean)`` from one read of ``[K, D]``.
 
-    Both rows of a ``[2, K] × [K, D]`` product, column chunks on worker threads.
+    Both rows of a ``[2, K] × [K, D]`` product in cache-sized column blocks
+    (:func:`geofl.server.columns.linear_combinations`).
     """
     n = int(survivors.sum())
     coeffs = torch.stack([weights.to(torch.float64), survivors.to(torch.float64) / n])
-    coeffs = coeffs.to(updates.dtype)
-    d = updates.shape[1]
-    out = torch.empty((2, d), dtype=updates.dtype)
-
-    def chunk(a: int) -> None:
-        torch.mm(coeffs, updates[:, a : a + PRODUCT_COLUMNS], out=out[:, a : a + PRODUCT_COLUMNS])
-
-    starts = range(0, d, PRODUCT_COLUMNS)
-    workers = min(torch.get_num_threads(), len(starts))
-    if workers <= 1 or updates.device.type != "cpu":
-        out = coeffs @ updates
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(chunk, starts))
+    out = linear_combinations(coeffs, updates)
     return out[0], out[1]
 
 
@@ -157,6 +157,7 @@ class DualShieldStrategy(ComposedStrategy):
         rounds: int = 0,
     ) -> None:
         super().__init__(tier, PlainServerOptimizer(server_lr))
+        self.params = params
         self.filter = CosineFilter(params.cgf())
         self.book = ReputationBook(params.hra(), num_clients)
         self.rounds = rounds
@@ -180,10 +181,15 @@ class DualShieldStrategy(ComposedStrategy):
         res = None
         if idx.numel():
             res = self.filter.scores(updates if idx.numel() == k else updates[idx])
-            hard[idx], soft[idx] = res.hard, res.soft
+            hard[idx] = res.hard if self.params.cgf_filter else True
+            soft[idx] = res.soft
         clients = torch.tensor([m.client_id for m in batch.metas], dtype=torch.int64)
         r = self.book.update(clients, hard, soft)
-        return ShieldRound(clients, screened, res, hard, soft, r, reputation_weights(r, hard))
+        if self.params.hra_weighting:
+            weights = reputation_weights(r, hard)
+        else:
+            weights = hard.to(torch.float64) / max(int(hard.sum()), 1)
+        return ShieldRound(clients, screened, res, hard, soft, r, weights)
 
     def aggregate(
         self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
@@ -197,7 +203,7 @@ class DualShieldStrategy(ComposedStrategy):
         else:  # every update dropped by the method's defenses: the model stays
             delta = torch.zeros_like(global_params)
         params = self.optimizer.step(global_params, delta)
-        change = float(torch.linalg.vector_norm((params - global_params).to(torch.float64)))
+        change = float(torch.linalg.vector_norm(params - global_params, dtype=torch.float64))
         self.public_norms = [change, *self.public_norms][:PUBLIC_NORMS]
         return StrategyResult(params, delta, sr.weights, sr.hard, self._info(sr))
 

@@ -278,6 +278,17 @@ def build_program(
         clients_per_round=clients_per_round(cfg),
         delta=cfg.privacy.delta,
         rounds=fed.rounds,
+        model_factory=lambda: FlatModel(
+            MODELS.build(
+                cfg.model.name,
+                cfg.model.params,
+                in_channels=in_channels,
+                num_classes=num_outputs,
+                generator=torch_generator(seed, "model_init"),
+            )
+        ),
+        input_shape=tuple(int(s) for s in data.train.inputs.shape[1:]),
+        num_classes=num_outputs,
     )
     algorithm = ALGORITHMS.build(method.algorithm.name, method.algorithm.params, ctx=ctx)
     attack = build_attack(cfg, method, seed, data.train)

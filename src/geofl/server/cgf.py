@@ -27,8 +27,10 @@ with fewer than K_min updates per round still gets a history to fall back to).
 Fallback: when fewer than K_min updates survive, the scores are
 recomputed against h (logged with the reason); without h yet, the round keeps its mask.
 
-Numerics. ⟨Δw_j, r̄⟩ is one matrix–vector product ``updates @ r̄`` (BLAS, float32) and
-‖Δw_j‖ the row norms: two reads of ``[K, D]``, s_j good to ~1e-7 absolute. Near-parallel
+Numerics. ⟨Δw_j, r̄⟩ and ‖Δw_j‖² come from one read of ``[K, D]`` in cache-sized column
+blocks (:func:`geofl.server.columns.dots_and_norms`: a float32 matrix–vector product and a
+row-norm reduction per block, summed over blocks in float64; no float64 or normalised copy
+of the stack), s_j good to ~1e-7 absolute. Near-parallel
 rows (s_j < 1e-3, where that form loses relative precision — e.g. updates sharing a large
 common offset) are recomputed from differences, s_j = ½‖Δw_j/‖Δw_j‖ − r̄/‖r̄‖‖² in float64,
 which cancels nothing. BLAS rounds each row a little differently depending on its position
@@ -48,6 +50,7 @@ from typing import Any, Literal
 
 import torch
 
+from geofl.server.columns import dots_and_norms
 from geofl.server.robust import coordinate_median, trimmed_mean
 
 __all__ = [
@@ -161,8 +164,8 @@ def cosine_distances(
 ) -> torch.Tensor:
     """s_j = 1 − cos(Δw_j, r̄) for every row (004 Eq. 6); vectorised, no loop over clients.
 
-    One matrix–vector product ``updates @ r̄`` and the row norms; rows with s < 1e-3 (or all
-    rows, with ``exact``) recomputed from differences in float64.
+    The dots and row norms from one blocked read of ``updates``; rows with s < 1e-3 (or all
+    rows, with ``exact``, the slow reference) recomputed from differences in float64.
 
     Args:
         updates: ``[K, D]`` floating, finite; not modified.
@@ -181,9 +184,9 @@ def cosine_distances(
     ref = reference.detach().to(x.dtype)
     if exact:
         return _exact_distances(x, torch.arange(x.shape[0]), ref).clamp_(0.0, 2.0)
-    dots = (x @ ref).to(torch.float64)  # the one matmul
-    norms = torch.linalg.vector_norm(x, dim=1).to(torch.float64)
-    ref_norm = float(torch.linalg.vector_norm(ref.to(torch.float64)))
+    dots, sq = dots_and_norms(x, ref)  # one read of [K, D]
+    norms = sq.sqrt()
+    ref_norm = float(torch.linalg.vector_norm(ref, dtype=torch.float64))
     denom = norms * ref_norm
     cos = torch.where(denom > 0, dots / torch.where(denom > 0, denom, 1.0), 0.0)
     s = (1.0 - cos).clamp_(0.0, 2.0)

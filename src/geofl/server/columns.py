@@ -1,0 +1,114 @@
+"""Column-blocked passes over a ``[K, D]`` update stack: several reductions, one memory read.
+
+A robust server step needs more than one reduction of the same stack — CGF (004 Eq. 6) the
+dots ⟨Δw_j, r̄⟩ *and* the norms ‖Δw_j‖; HRA (004 Eq. 9) the weighted mean *and* the
+survivors' mean. As whole-tensor ops each one streams the whole stack from memory (4.4 GB at
+K = 100, D = 1.1e7), so the server step costs a multiple of one weighted mean. Here the
+columns are cut into blocks of about :data:`BLOCK_BYTES` (K rows × C columns, cache
+resident): every reduction of a block reads it from cache, and the stack is read from memory
+once per pass.
+
+Threads: the columns are split into one contiguous range per torch thread, each range runs
+on a worker thread whose torch ops are single-threaded (``torch.set_num_threads(1)`` around
+the pass, restored after): no nested parallel regions, no fork–join per block, and the ops
+release the GIL. Each worker writes per-block partial results (float32) that are summed in
+float64 at the end, so the result does not depend on the thread count beyond float32
+rounding inside a block. Tensors on another device use the whole-tensor ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import torch
+
+__all__ = ["BLOCK_BYTES", "block_columns", "dots_and_norms", "linear_combinations", "map_ranges"]
+
+#: Bytes of one ``[K, C]`` column block (fits a core's L2 cache on the benchmark machine).
+BLOCK_BYTES = 1 << 21
+#: Fewest columns per worker before another thread is worth starting.
+MIN_COLUMNS_PER_WORKER = 1 << 15
+
+T = TypeVar("T")
+
+
+def block_columns(rows: int, itemsize: int) -> int:
+    """C, the columns of one block of ``rows`` rows: about :data:`BLOCK_BYTES`, ≥ 256."""
+    return max(256, BLOCK_BYTES // max(1, rows * itemsize) // 256 * 256)
+
+
+def map_ranges(d: int, work: Callable[[int, int], T]) -> list[T]:
+    """``work(lo, hi)`` on contiguous column ranges covering ``[0, d)``, one per thread.
+
+    Runs on ``torch.get_num_threads()`` worker threads (fewer for small ``d``) with
+    single-threaded torch ops; the thread count is restored afterwards.
+    """
+    threads = torch.get_num_threads()
+    n = max(1, min(threads, d // MIN_COLUMNS_PER_WORKER))
+    bounds = [d * i // n for i in range(n + 1)]
+    if n == 1:
+        return [work(0, d)]
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            return list(pool.map(work, bounds[:-1], bounds[1:]))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def dots_and_norms(updates: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``([K] ⟨Δw_j, r⟩, [K] ‖Δw_j‖²)`` in float64 from one read of ``updates``.
+
+    Per block: one matrix–vector product and one row-norm reduction (float32, the block in
+    cache), accumulated over blocks in float64. No copy of the stack is made.
+
+    Args:
+        updates: ``[K, D]`` float32 (or float64), rows contiguous.
+        ref: ``[D]`` in the same dtype.
+    """
+    k, d = updates.shape
+    if updates.device.type != "cpu":
+        sq = torch.linalg.vector_norm(updates, dim=1).to(torch.float64).square()
+        return (updates @ ref).to(torch.float64), sq
+    cols = block_columns(k, updates.element_size())
+
+    def work(lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = -(-(hi - lo) // cols)
+        dots = torch.empty((n, k), dtype=updates.dtype)
+        norms = torch.empty((n, k), dtype=updates.dtype)
+        for i, a in enumerate(range(lo, hi, cols)):
+            b = min(a + cols, hi)
+            block = updates[:, a:b]
+            torch.mv(block, ref[a:b], out=dots[i])
+            torch.linalg.vector_norm(block, dim=1, out=norms[i])
+        return dots.to(torch.float64).sum(0), norms.to(torch.float64).square_().sum(0)
+
+    parts = map_ranges(d, work)
+    return sum(p[0] for p in parts[1:]) + parts[0][0], sum(p[1] for p in parts[1:]) + parts[0][1]
+
+
+def linear_combinations(coeffs: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """``[M, D]`` = coeffs ``[M, K]`` × updates ``[K, D]`` from one read of ``updates``.
+
+    Per block: M vector–matrix products (the first reads the block from memory, the others
+    from cache), written straight into the output rows. Small M (the server needs 2).
+    """
+    m = coeffs.shape[0]
+    k, d = updates.shape
+    coeffs = coeffs.to(updates.dtype)
+    if updates.device.type != "cpu":
+        return coeffs @ updates
+    out = torch.empty((m, d), dtype=updates.dtype)
+    cols = block_columns(k, updates.element_size())
+
+    def work(lo: int, hi: int) -> None:
+        for a in range(lo, hi, cols):
+            b = min(a + cols, hi)
+            block_t = updates[:, a:b].T
+            for row in range(m):
+                torch.mv(block_t, coeffs[row], out=out[row, a:b])
+
+    map_ranges(d, work)
+    return out
