@@ -14,7 +14,7 @@ from geofl.report.summary import MethodSummary, RunData, Stat, format_pm, make_s
 __all__ = ["uplink_html"]
 
 HOPS = ("tractor_server", "tractor_neighbour", "neighbour_server")
-PIPELINES = ("compressed", "chunked", "fallback", "raw")
+PIPELINES = ("compressed", "chunked", "fallback", "raw", "paq")
 
 
 def _seed_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
