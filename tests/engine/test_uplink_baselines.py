@@ -78,3 +78,11 @@ def test_aircomp_truncates_deep_fades_and_drops_them() -> None:
     up.superpose(deltas)
     summary = up.summary([])
     assert summary["aircomp"]["superposed"] == 3 and summary["aircomp"]["noise_std"] > 0
+
+
+def test_forward_false_buffers_an_outage_instead_of_forwarding() -> None:
+    up = _uplink(network={"deadline_s": 1e6, "forward": False})
+    up.begin_round(1, LinkStates(np.array([GOOD] * 4), np.array([True, False, False, False])))
+    tx = up.transmit(_x(0), 0)
+    assert tx.status is TransmitStatus.OUTAGE and tx.via is None
+    assert up.tractors[0].pending is not None  # buffered for a later round

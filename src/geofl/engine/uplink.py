@@ -240,7 +240,7 @@ class Uplink:
                 return self._buffer(st, x, age, held)
         via, origin = None, client
         if self._links.outage[client]:
-            via = self._neighbour(client)
+            via = self._neighbour(client) if self.cfg.network.forward else None
             if via is None:
                 return self._buffer(st, x, age, Transmission(client, TransmitStatus.OUTAGE, score))
             origin, score = via, float(self._nqi[via])
