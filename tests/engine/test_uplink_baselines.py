@@ -86,3 +86,13 @@ def test_forward_false_buffers_an_outage_instead_of_forwarding() -> None:
     tx = up.transmit(_x(0), 0)
     assert tx.status is TransmitStatus.OUTAGE and tx.via is None
     assert up.tractors[0].pending is not None  # buffered for a later round
+
+
+def test_report_reduction_and_energy_relative_to_fedavg() -> None:
+    from geofl.report.summary import make_stat
+    from geofl.report.uplink import _relative
+
+    ref = {"total": make_stat([40.0, 60.0]), "energy": make_stat([2.0])}
+    ours = {"total": make_stat([5.0]), "energy": make_stat([0.5])}
+    assert _relative(ours, ref) == ("90.0", "0.25")  # 1 − 5/50, 0.5/2
+    assert _relative(ours, None) == ("–", "–")
