@@ -57,6 +57,7 @@ def test_without_compression_the_gate_stays_and_payloads_are_raw() -> None:
                                  np.zeros(4, bool)))  # fmt: skip
     sent = up.transmit(_x(1), 0)
     assert sent.pipeline is Pipeline.RAW and sent.bytes_by_hop["tractor_server"] == 8 + 4 * 3000
+    assert up.summary([sent])["pipeline_bytes"] == {"raw": 8 + 4 * 3000}
     assert up.transmit(_x(2), 2).status is TransmitStatus.SKIPPED  # NQI −0.2 < τ
 
 

@@ -332,12 +332,17 @@ class Uplink:
         for tx in sent:
             hops.update(tx.bytes_by_hop)
         delivered = [tx for tx in sent if tx.status is TransmitStatus.DELIVERED]
+        pipe_bytes: Counter[str] = Counter()
+        for tx in delivered:
+            if tx.pipeline is not None:
+                pipe_bytes[tx.pipeline.value] += sum(tx.bytes_by_hop.values())
         return {
             "bytes_by_hop": dict(sorted(hops.items())),
             "status": dict(sorted(Counter(tx.status.value for tx in sent).items())),
             "pipeline": dict(
                 sorted(Counter(tx.pipeline.value for tx in delivered if tx.pipeline).items())
             ),
+            "pipeline_bytes": dict(sorted(pipe_bytes.items())),  # Table 8: bytes per update
             "forwarded": sum(tx.via is not None for tx in delivered),
             "airtime_s": sum(tx.airtime_s for tx in sent),
             "energy": sum(tx.energy for tx in sent),
