@@ -3,6 +3,7 @@ error feedback."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
@@ -49,7 +50,8 @@ def test_each_pipeline_round_trips_and_counts_encoded_bytes() -> None:
     x = torch.randn(d, generator=torch.Generator().manual_seed(0))
     sizes = {}
     for pipe in Pipeline:
-        enc = encode_update(x, pipe, P, round_idx=4, timestamp=12.5)
+        rng = np.random.default_rng(0)
+        enc = encode_update(x, pipe, P, round_idx=4, timestamp=12.5, rng=rng)
         assert enc.nbytes == sum(len(f) for f in enc.frames)
         dec = decode_update(list(enc.frames), d)
         torch.testing.assert_close(dec.values, enc.recon)
@@ -58,6 +60,7 @@ def test_each_pipeline_round_trips_and_counts_encoded_bytes() -> None:
     # 4-bit top-10 %: 0.1 · (½ B code + ≈ 1 B varint gap) ≈ 0.15 B/param; 8-bit dense ≈ 1 B
     assert sizes[Pipeline.COMPRESSED] < 0.16 * d < sizes[Pipeline.FALLBACK] < 1.03 * d
     assert sizes[Pipeline.CHUNKED] == sizes[Pipeline.FALLBACK] - 12 + 4 * FRAME_HEADER_BYTES
+    assert sizes[Pipeline.PAQ] == sizes[Pipeline.FALLBACK]  # same 8-bit dense format
 
 
 def test_chunk_reassembly_detects_missing_and_keeps_tags() -> None:

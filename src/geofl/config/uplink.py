@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.client.checkpointer import CheckpointParams
+from geofl.network.aircomp import AirCompParams
 from geofl.network.nqi import NqiParams
 from geofl.network.pipelines import Pipeline, PipelineParams
 from geofl.network.rural import RuralParams
@@ -32,5 +33,16 @@ class UplinkConfig(BaseModel):
     fixed_pipeline: Pipeline | None = Field(
         None,
         description="send every update through this pipeline, without the NQI gate "
-        "(ablations; `raw`: FedAvg's float32 upload over the same links); None: by NQI",
+        "(ablations; `raw`: FedAvg's float32 upload over the same links; `paq`: FedPAQ's "
+        "stochastic quantisation); None: by NQI",
+    )
+    compress: bool = Field(
+        True,
+        description="false: an update the NQI gate lets through is sent as raw float32 "
+        "(003 Table 14 'w/o Compression'); the gate and checkpointer stay",
+    )
+    aircomp: AirCompParams | None = Field(
+        None,
+        description="digital AirComp-FL approximation: Rayleigh fading with truncated "
+        "channel inversion, receiver noise at snr_db on the superposed sum",
     )

@@ -306,6 +306,8 @@ class SyncScheduler:
         trained = [k for k in cohort.clients if k not in excluded]
         got = self._collect(global_params, trained, round_idx)
         n_acc = len(got.accepted)
+        if self.c.uplink is not None:  # AirComp-FL: the noisy over-the-air sum
+            self.c.uplink.superpose(self._buffer("delta", n_acc)[:n_acc])
         batch = UpdateBatch(
             self._buffer("delta", n_acc)[:n_acc],
             [u.meta for u in got.accepted],

@@ -6,8 +6,10 @@ lost earlier, dropped once it has waited ``max_retries`` rounds: "superseded by 
 updates"); the cosine checkpointer may hold it back; below τ_NQI it is buffered; in an
 outage it is forwarded through the group neighbour with the highest NQI (groups of
 ``neighbour_group`` consecutive ids; the cluster layer is not built yet) or buffered;
-otherwise the NQI picks a pipeline (or ``fixed_pipeline`` is used, without the NQI gate),
-the update is really encoded (with error feedback),
+otherwise the NQI picks a pipeline (or ``fixed_pipeline`` is used, without the NQI gate;
+``compress: false`` sends what passes the gate as raw float32), with ``aircomp`` a deep
+fade silences the tractor (dropped), the update is really encoded (with error feedback;
+FedPAQ's ``paq`` pipeline rounds stochastically from (seed, round, client, "paq")),
 every frame is sealed per hop, sent over the sampled link (transfer time from its byte
 size, B and L; frames past the deadline ℓ_max are lost), opened and decoded by the
 server. Anything not delivered is buffered for a later round; error-feedback residuals
@@ -29,6 +31,7 @@ import torch
 
 from geofl.client.checkpointer import cosine_gate
 from geofl.config.uplink import UplinkConfig
+from geofl.network.aircomp import Superposition, channel_gain, superpose
 from geofl.network.nqi import nqi, ranges_for
 from geofl.network.payload import PayloadError
 from geofl.network.pipelines import (
@@ -59,6 +62,7 @@ class TransmitStatus(StrEnum):
     OUTAGE = "outage"  # link down, no neighbour: buffered
     DEADLINE = "deadline"  # not (fully) delivered by ℓ_max: buffered
     REJECTED = "rejected"  # an envelope or the payload refused by a receiver: buffered
+    TRUNCATED = "truncated"  # AirComp: deep fade below g_th, silent; dropped (not buffered)
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ class Uplink:
         self._round = 0
         self._links = LinkStates(np.zeros((0, 3)), np.zeros(0, bool))
         self._nqi = np.zeros(0)
+        self._air: Superposition | None = None
 
     # -- per round -------------------------------------------------------------------------
     def begin_round(self, round_idx: int, links: LinkStates | None = None) -> None:
@@ -140,7 +145,7 @@ class Uplink:
             round_idx: 1-based round.
             links: Use these link states instead of drawing them (replayed traces, tests).
         """
-        self._round = round_idx
+        self._round, self._air = round_idx, None
         if links is None:
             links = sample_link_states(self.profiles, self.cfg.network, self.seed, round_idx)
         self._links = links
@@ -235,7 +240,7 @@ class Uplink:
                 return self._buffer(st, x, age, held)
         via, origin = None, client
         if self._links.outage[client]:
-            via = self._neighbour(client)
+            via = self._neighbour(client) if self.cfg.network.forward else None
             if via is None:
                 return self._buffer(st, x, age, Transmission(client, TransmitStatus.OUTAGE, score))
             origin, score = via, float(self._nqi[via])
@@ -244,8 +249,17 @@ class Uplink:
         if pipe is None:
             skip = Transmission(client, TransmitStatus.SKIPPED, score, detail=f"NQI {score:.3f}")
             return self._buffer(st, x, age, skip)
+        air = self.cfg.aircomp
+        if air is not None and (g := channel_gain(self.seed, self._round, client)) < air.g_th:
+            log.info("round %d: client %d silent (AirComp |h|² %.4f)", self._round, client, g)
+            return Transmission(client, TransmitStatus.TRUNCATED, score, detail=f"|h|² {g:.4f}")
+        if not self.cfg.compress:
+            pipe = Pipeline.RAW
+        rng = None
+        if pipe is Pipeline.PAQ:
+            rng = numpy_generator(self.seed, "round", self._round, "client", client, "paq")
         enc, residual = encode_with_feedback(
-            x, st.residual, pipe, self.cfg.pipelines, round_idx=self._round
+            x, st.residual, pipe, self.cfg.pipelines, round_idx=self._round, rng=rng
         )
         tx = self._send(enc, x.numel(), client, via, origin, score)
         if tx.status is not TransmitStatus.DELIVERED:
@@ -304,6 +318,13 @@ class Uplink:
         except PayloadError as err:
             return replace(tx, status=TransmitStatus.REJECTED, detail=f"payload: {err}")
 
+    def superpose(self, deltas: torch.Tensor) -> None:
+        """AirComp-FL (``aircomp`` set): the round's delivered updates ``[n, D]`` become one
+        noisy analog sum — the common receiver noise is added to every row in place
+        (:func:`geofl.network.aircomp.superpose`); otherwise nothing."""
+        if self.cfg.aircomp is not None:
+            self._air = superpose(deltas, self.cfg.aircomp, self.seed, self._round)
+
     # -- records and checkpoints -----------------------------------------------------------
     def summary(self, sent: list[Transmission]) -> dict[str, Any]:
         """The round's uplink figures for :attr:`RoundRecord.uplink` (003 §3.1.4)."""
@@ -311,12 +332,17 @@ class Uplink:
         for tx in sent:
             hops.update(tx.bytes_by_hop)
         delivered = [tx for tx in sent if tx.status is TransmitStatus.DELIVERED]
+        pipe_bytes: Counter[str] = Counter()
+        for tx in delivered:
+            if tx.pipeline is not None:
+                pipe_bytes[tx.pipeline.value] += sum(tx.bytes_by_hop.values())
         return {
             "bytes_by_hop": dict(sorted(hops.items())),
             "status": dict(sorted(Counter(tx.status.value for tx in sent).items())),
             "pipeline": dict(
                 sorted(Counter(tx.pipeline.value for tx in delivered if tx.pipeline).items())
             ),
+            "pipeline_bytes": dict(sorted(pipe_bytes.items())),  # Table 8: bytes per update
             "forwarded": sum(tx.via is not None for tx in delivered),
             "airtime_s": sum(tx.airtime_s for tx in sent),
             "energy": sum(tx.energy for tx in sent),
@@ -326,7 +352,7 @@ class Uplink:
             "nqi_mean": _mean([tx.nqi for tx in sent]),
             "envelope_rejections": dict(sorted(self.envelope_rejections.items())),
             "replays_accepted": self.replays_accepted,
-        }
+        } | ({} if self._air is None else {"aircomp": vars(self._air).copy()})
 
     def state_dict(self) -> dict[str, Any]:
         """Tractor buffers/residuals, sealer counters, receiver windows (for resume)."""

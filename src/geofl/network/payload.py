@@ -73,9 +73,12 @@ class PayloadError(ValueError):
     """An encoded update is malformed; the message says which part."""
 
 
-def quantised_body(values: np.ndarray, bits: int, chunk: int) -> tuple[bytes, np.ndarray]:
-    """``lo ‖ scale ‖ packed codes`` of ``values`` and their reconstruction ``[n]``."""
-    q = quantise(values, bits, chunk)
+def quantised_body(
+    values: np.ndarray, bits: int, chunk: int, rng: np.random.Generator | None = None
+) -> tuple[bytes, np.ndarray]:
+    """``lo ‖ scale ‖ packed codes`` of ``values`` and their reconstruction ``[n]``
+    (stochastic rounding when ``rng`` is given, :func:`~geofl.network.quantize.quantise`)."""
+    q = quantise(values, bits, chunk, rng)
     body = q.lo.tobytes() + q.scale.tobytes() + pack_codes(q.codes, bits)
     return body, dequantise(q)
 
@@ -166,11 +169,15 @@ def decode_sparse(payload: bytes, dim: int) -> torch.Tensor:
 
 
 def encode_dense(
-    delta: torch.Tensor, bits: int = 8, chunk: int = 512
+    delta: torch.Tensor,
+    bits: int = 8,
+    chunk: int = 512,
+    rng: np.random.Generator | None = None,
 ) -> tuple[bytes, torch.Tensor]:
-    """Dense b-bit quantisation of all D values (pipeline c's light quantisation)."""
+    """Dense b-bit quantisation of all D values (pipeline c's light quantisation; with
+    ``rng``, unbiased stochastic rounding: FedPAQ's upload)."""
     dim = delta.numel()
-    body, recon = quantised_body(_as_numpy(delta), bits, chunk)
+    body, recon = quantised_body(_as_numpy(delta), bits, chunk, rng)
     return _DENSE.pack(DENSE_ID, bits, 0, dim, chunk) + body, torch.from_numpy(recon)
 
 

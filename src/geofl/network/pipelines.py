@@ -14,6 +14,14 @@ quantisation of pipeline c. Table 9's comment ("very low NQI") places the fallba
 at the other end; §3.1.3 gives numbers, so its mapping is the default — the thresholds are
 configurable. Every payload is real bytes; its cost on the wire is ``len``.
 
+Not the paper's own pipelines, but its Table 5–7 baselines over the same links:
+
+* ``raw``: Δw as float32 (FedAvg's upload), the reference for byte and energy reductions;
+* ``paq``: FedPAQ's upload (Reisizadeh et al., AISTATS 2020, Alg. 1: x_{k+1} = x_k +
+  (1/r) Σ Q(x_{k,τ}^{(i)} − x_k)): the dense b-bit codec with unbiased *stochastic*
+  rounding (their Assumption 1), drawn from the caller's generator; FedPAQ has no error
+  feedback, so a preset turns it off.
+
 Error feedback (optional): the client keeps ``e`` and sends ``C(Δw + e)``, then sets
 ``e ← Δw + e − Ĉ(Δw + e)`` with Ĉ the receiver's reconstruction, so what compression
 drops is sent later instead of lost.
@@ -26,6 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,6 +69,8 @@ class Pipeline(StrEnum):
     #: Not one of the paper's: Δw as raw float32 (FedAvg's upload) over the same links,
     #: the reference for byte and energy reductions (Tables 6–7).
     RAW = "raw"
+    #: Not one of the paper's: FedPAQ's unbiased stochastically quantised dense upload.
+    PAQ = "paq"
 
 
 class PipelineParams(BaseModel):
@@ -71,6 +82,7 @@ class PipelineParams(BaseModel):
     sparse_bits: Literal[4, 8] = Field(4, description="code width of pipeline a")
     chunked_bits: Literal[4, 8] = Field(8, description="code width of pipeline b")
     fallback_bits: Literal[4, 8] = Field(8, description="code width of pipeline c")
+    paq_bits: Literal[4, 8] = Field(8, description="code width of FedPAQ's stochastic codec")
     quant_chunk: int = Field(512, ge=1, description="values per quantisation chunk")
     frame_values: int = Field(65536, ge=1, description="parameters per chunked-pipeline frame")
     error_feedback: bool = Field(True, description="keep the compression residual on the client")
@@ -133,8 +145,10 @@ def encode_update(
     *,
     round_idx: int = 0,
     timestamp: float = 0.0,
+    rng: np.random.Generator | None = None,
 ) -> EncodedUpdate:
-    """Encode ``delta [D]`` with ``pipeline`` into real bytes."""
+    """Encode ``delta [D]`` with ``pipeline`` into real bytes (``rng``: the stochastic
+    rounding of ``paq``, required there)."""
     if pipeline is Pipeline.COMPRESSED:
         payload, recon = encode_sparse(delta, params.k_frac, params.sparse_bits, params.quant_chunk)
         return EncodedUpdate(pipeline, (payload,), recon)
@@ -151,6 +165,11 @@ def encode_update(
     if pipeline is Pipeline.RAW:
         payload, recon = encode_raw(delta)
         return EncodedUpdate(pipeline, (payload,), recon)
+    if pipeline is Pipeline.PAQ:
+        if rng is None:
+            raise ValueError("the paq pipeline quantises stochastically; pass a generator")
+        payload, recon = encode_dense(delta, params.paq_bits, params.quant_chunk, rng)
+        return EncodedUpdate(pipeline, (payload,), recon)
     payload, recon = encode_dense(delta, params.fallback_bits, params.quant_chunk)
     return EncodedUpdate(pipeline, (payload,), recon)
 
@@ -163,14 +182,14 @@ def encode_with_feedback(
     *,
     round_idx: int = 0,
     timestamp: float = 0.0,
+    rng: np.random.Generator | None = None,
 ) -> tuple[EncodedUpdate, torch.Tensor | None]:
     """Encode ``Δw + e`` and return the new residual ``e'`` (None without feedback)."""
-    if not params.error_feedback:
-        return encode_update(
-            delta, pipeline, params, round_idx=round_idx, timestamp=timestamp
-        ), None
-    target = delta if residual is None else delta + residual
-    enc = encode_update(target, pipeline, params, round_idx=round_idx, timestamp=timestamp)
+    feedback = params.error_feedback
+    target = delta if residual is None or not feedback else delta + residual
+    enc = encode_update(target, pipeline, params, round_idx=round_idx, timestamp=timestamp, rng=rng)
+    if not feedback:
+        return enc, None
     return enc, target - enc.recon
 
 

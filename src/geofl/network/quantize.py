@@ -7,6 +7,12 @@ receiver reconstructs ``x̂ = lo_c + q · scale_c``, so ``|x − x̂| ≤ scale_
 float32 rounding): the error bound the tests check. Rounding is to nearest (deterministic,
 no generator needed); chunks bound the damage of one outlier to its own chunk. Codes of
 b = 4 are packed two per byte (low nibble first), b = 8 one per byte.
+
+Stochastic rounding (given a generator): ``q = ⌊y⌋ + 1[u < y − ⌊y⌋]``, ``u ~ U[0, 1)``,
+``y = (x − lo_c) / scale_c``. Then ``E[x̂] = x`` (unbiased) and
+``Var[x̂_i] = scale_c² · f_i (1 − f_i) ≤ scale_c² / 4`` with ``f_i = y_i − ⌊y_i⌋``, and
+``|x − x̂| < scale_c``: the random quantiser FedPAQ needs (Reisizadeh et al., AISTATS
+2020, Assumption 1: unbiased, variance bounded). Same byte format; only the codes differ.
 """
 
 from __future__ import annotations
@@ -43,13 +49,17 @@ def _chunk_starts(n: int, chunk: int) -> np.ndarray:
     return np.arange(0, n, chunk, dtype=np.int64)
 
 
-def quantise(values: np.ndarray, bits: int, chunk: int) -> Quantised:
+def quantise(
+    values: np.ndarray, bits: int, chunk: int, rng: np.random.Generator | None = None
+) -> Quantised:
     """Quantise ``values [n]`` (float32, finite) to ``bits``-bit codes per chunk.
 
     Args:
         values: ``[n]`` float32.
         bits: 4 or 8.
         chunk: Values per chunk (≥ 1).
+        rng: None: round to nearest; a generator: unbiased stochastic rounding (one
+            uniform draw per value).
     """
     if bits not in SUPPORTED_BITS:
         raise ValueError(f"bits: {bits}; use one of {SUPPORTED_BITS}")
@@ -67,7 +77,12 @@ def quantise(values: np.ndarray, bits: int, chunk: int) -> Quantised:
     inv = np.divide(1.0, scale, out=np.zeros_like(scale), where=scale > 0)
     counts = np.diff(np.append(starts, x.size))
     q = (x - np.repeat(lo, counts)) * np.repeat(inv, counts)
-    codes = np.clip(np.rint(q), 0, levels).astype(np.uint8)
+    if rng is None:
+        q = np.rint(q)
+    else:
+        floor = np.floor(q)
+        q = floor + (rng.random(x.size, dtype=np.float32) < q - floor)
+    codes = np.clip(q, 0, levels).astype(np.uint8)
     return Quantised(codes, lo, scale, bits, chunk)
 
 

@@ -1,7 +1,9 @@
 """The report's uplink table (003 §3.1.4, Tables 6–8): per method with ``method.uplink``,
 mean bytes per tractor and round by hop (the encoded, sealed bytes), delivery ratio, pipeline
 shares of the delivered updates, forwarded uploads, energy proxy Σ P_tx·t_i and envelope
-rejections — mean ± std over finished seeds; ``""`` when no method has an uplink."""
+rejections — mean ± std over finished seeds; with a method named ``fedavg`` (uploading
+through the uplink too), Table 6's byte reduction and Table 7's normalised energy from the
+records' encoded bytes; ``""`` when no method has an uplink."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from geofl.report.summary import MethodSummary, RunData, Stat, format_pm, make_s
 __all__ = ["uplink_html"]
 
 HOPS = ("tractor_server", "tractor_neighbour", "neighbour_server")
-PIPELINES = ("compressed", "chunked", "fallback", "raw")
+PIPELINES = ("compressed", "chunked", "fallback", "raw", "paq")
+#: The method Tables 6–7 normalise by (003: vanilla FedAvg), when the run has it.
+REFERENCE = "fedavg"
 
 
 def _seed_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
@@ -38,12 +42,22 @@ def _seed_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
     out["forwarded"] = sum(int(up.get("forwarded", 0)) for up in ups) / max(1, delivered)
     out["energy"] = sum(float(up.get("energy", 0.0)) for up in ups) / slots
     out["rejections"] = float(sum(ups[-1].get("envelope_rejections", {}).values()))
+    out["total"] = sum(hops.values()) / slots
     return out
+
+
+def _relative(stat: dict[str, Stat], ref: dict[str, Stat] | None) -> tuple[str, str]:
+    """Table 6's byte reduction and Table 7's normalised energy vs FedAvg (means), or "–"."""
+    if ref is None or not ref["total"]["mean"] or not ref["energy"]["mean"]:
+        return "–", "–"
+    red = 100.0 * (1.0 - (stat["total"]["mean"] or 0.0) / ref["total"]["mean"])
+    return f"{red:.1f}", f"{(stat['energy']['mean'] or 0.0) / ref['energy']['mean']:.2f}"
 
 
 def uplink_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     """``<h2>Uplink</h2>`` and a table of the methods whose rounds carry uplink figures."""
     rows, names = [], run.display_names()
+    stats: dict[str, dict[str, Stat]] = {}
     for method, ms in methods.items():
         seeds = [int(s) for s in ms["seeds_done"]]
         figs = [
@@ -55,19 +69,24 @@ def uplink_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
         if not figs:
             continue
         stat: dict[str, Stat] = {k: make_stat([f[k] for f in figs]) for k in figs[0]}
+        stats[method] = stat
+    for method, stat in stats.items():
         cells = [f"<td>{escape(names.get(method, method))}</td>"]
         cells += [f'<td class="num">{format_pm(stat[h], scale=1e-3, digits=1)}</td>' for h in HOPS]
         cells += [f'<td class="num">{format_pm(stat[k], digits=1)}</td>'
                   for k in ("delivery", *PIPELINES, "forwarded")]  # fmt: skip
         cells.append(f'<td class="num">{format_pm(stat["energy"], scale=1.0, digits=3)}</td>')
         cells.append(f'<td class="num">{format_pm(stat["rejections"], scale=1.0, digits=0)}</td>')
+        cells += [f'<td class="num">{v}</td>' for v in _relative(stat, stats.get(REFERENCE))]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     if not rows:
         return ""
+    ref = names.get(REFERENCE, REFERENCE)
     head = [
         "method", *(f"kB / tractor·round<br>{h.replace('_', ' → ')}" for h in HOPS),
         "delivered %", *(f"{p} %" for p in PIPELINES), "forwarded %",
         "energy proxy (J / tractor·round)", "envelopes rejected",
+        f"bytes reduction vs {escape(ref)} % (Table 6)", f"energy / {escape(ref)} (Table 7)",
     ]  # fmt: skip
     header = "".join(f"<th>{h}</th>" for h in head)
     intro = (
