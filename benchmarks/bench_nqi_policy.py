@@ -32,6 +32,7 @@ from geofl.network.nqi import NqiParams, nqi, ranges_for
 from geofl.network.pipelines import Pipeline, PipelineParams, choose_pipeline, encode_update
 from geofl.network.rural import RuralParams, assign_profiles, sample_link_states
 from geofl.network.tuning import Trace, tune_weights
+from geofl.rng import numpy_generator
 
 TABLE8 = {"compressed": 52.0, "chunked": 31.0, "fallback": 17.0}
 PAPER = (Pipeline.COMPRESSED, Pipeline.CHUNKED, Pipeline.FALLBACK)
@@ -61,7 +62,10 @@ def main() -> None:
         args.rounds = 20
     header("bench_nqi_policy", args)
     x = torch.randn(95_000, generator=torch.Generator().manual_seed(0))
-    sizes = {p: encode_update(x, p, PipelineParams()).nbytes for p in Pipeline}
+    sizes = {
+        p: encode_update(x, p, PipelineParams(), rng=numpy_generator(1, "paq")).nbytes
+        for p in Pipeline
+    }
     print("encoded bytes per update (D = 95 k):", {p.value: n for p, n in sizes.items()})
     nq = NqiParams()
     rows = []
