@@ -14,7 +14,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from geofl.data.split import stratified_split
+from geofl.data.split import make_split
 from geofl.engine.experiment import build_partition, load_dataset
 from geofl.report.fragments import partition_figure_name, partition_text
 
@@ -37,7 +37,7 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
             (``partition-<index>-<method>.png``, :func:`partition_figure_name`).
     """
     ds = load_dataset(cfg)
-    split = stratified_split(ds.label_codes(), cfg.data.split, seed)
+    split = make_split(ds.label_codes(), cfg.data.split, seed, ds.metadata)
     shape = tuple(ds.inputs.shape[1:])
     what = (
         f"{shape[0]} features {list(ds.bands)}"

@@ -99,6 +99,12 @@ class SplitConfig(_Strict):
 
     val: float = Field(0.1, ge=0.0, lt=1.0, description="validation fraction")
     test: float = Field(0.2, gt=0.0, lt=1.0, description="test fraction")
+    group: str | None = Field(
+        None,
+        min_length=1,
+        description="metadata key whose groups stay in one split (e.g. 'source' for tiles "
+        "of one image); null: stratified by class",
+    )
 
     @model_validator(mode="after")
     def _fractions_leave_train(self) -> SplitConfig:

@@ -22,7 +22,7 @@ from geofl import plugins
 from geofl.config.load import load_config
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.partition import Partition
-from geofl.data.split import stratified_split
+from geofl.data.split import make_split
 from geofl.engine.components import PreparedData
 from geofl.engine.experiment import (
     build_partition,
@@ -88,7 +88,7 @@ def load_setup(config: str | Path, method: str | None, seed: int | None) -> Depl
     s = cfg.seeds[0] if seed is None else int(seed)
     ds = load_dataset(cfg)
     task_info(cfg, ds)
-    split = stratified_split(split_labels(ds), cfg.data.split, s)
+    split = make_split(split_labels(ds), cfg.data.split, s, ds.metadata)
     data = prepare_split(ds, cfg, s, split)
     part = build_partition(cfg, m, ds, split.train, s)
     return DeploySetup(cfg, m, s, data, part)

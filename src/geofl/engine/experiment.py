@@ -25,7 +25,7 @@ from geofl.data.base import ArrayDataset, standardized_view
 from geofl.data.cache import check_cache_dir, default_cache_dir
 from geofl.data.lazy import StoredRows
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
-from geofl.data.split import Split, stratified_split
+from geofl.data.split import Split, make_split
 from geofl.data.targets import label_codes
 from geofl.engine.components import (
     PreparedData,
@@ -88,7 +88,7 @@ def prepare_split(
     ``mean``/``std`` travel in the result (for ``model.json``).
     """
     if split is None:
-        split = stratified_split(split_labels(ds), cfg.data.split, seed)
+        split = make_split(split_labels(ds), cfg.data.split, seed, ds.metadata)
     train, val, test = ds.subset(split.train), ds.subset(split.val), ds.subset(split.test)
     if cfg.data.normalize != "standardize":
         return PreparedData(train, val, test)
@@ -229,7 +229,7 @@ def _plan(
     """Every seed's split and every (seed, method)'s partition, checked against the first
     round's budget: everything that can fail on the data, before anything is written."""
     labels = split_labels(ds)
-    splits = {seed: stratified_split(labels, cfg.data.split, seed) for seed in cfg.seeds}
+    splits = {seed: make_split(labels, cfg.data.split, seed, ds.metadata) for seed in cfg.seeds}
     if ds.target_kind in ("class", "binary"):
         _warn_degenerate(labels[splits[cfg.seeds[0]].train], ds.classes)
     partitions: dict[int, dict[str, Partition]] = {
