@@ -82,6 +82,7 @@ def test_report_has_the_uplink_table(tmp_path: Path) -> None:
     _run(tmp_path, "rep", _raw(UPLINK, rounds=2))
     page = write_report(tmp_path / "rep").read_text()
     assert '<h2 id="uplink">Uplink</h2>' in page and "tractor → server" in page
+    assert "latency (s)" in page
 
 
 @pytest.mark.slow

@@ -1,12 +1,13 @@
 """The report's uplink table (003 §3.1.4, Tables 6–8): per method with ``method.uplink``,
 mean bytes per tractor and round by hop (the encoded, sealed bytes), delivery ratio, pipeline
-shares of the delivered updates, forwarded uploads, energy proxy Σ P_tx·t_i and envelope
-rejections — mean ± std over finished seeds; with a method named ``fedavg`` (uploading
-through the uplink too), Table 6's byte reduction and Table 7's normalised energy from the
-records' encoded bytes; ``""`` when no method has an uplink."""
+shares of the delivered updates, forwarded uploads, energy proxy Σ P_tx·t_i, latency of the
+delivered updates and envelope rejections — mean ± std over finished seeds; with a method
+named ``fedavg`` (uploading through the uplink too), Table 6's byte reduction and Table 7's
+normalised energy from the records' encoded bytes; ``""`` when no method has an uplink."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from html import escape
 
@@ -43,7 +44,23 @@ def _seed_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
     out["energy"] = sum(float(up.get("energy", 0.0)) for up in ups) / slots
     out["rejections"] = float(sum(ups[-1].get("envelope_rejections", {}).values()))
     out["total"] = sum(hops.values()) / slots
+    out["latency"], out["latency_local"] = _latency(ups)
     return out
+
+
+def _latency(ups: list[dict[str, object]]) -> tuple[float, float]:
+    """Mean creation → server latency and its local-hop part (s) over the delivered
+    updates of a seed (each round's mean weighted by its deliveries); NaN if none."""
+    num = local = den = 0.0
+    for up in ups:
+        status = up.get("status")
+        n = float(status.get("delivered", 0)) if isinstance(status, dict) else 0.0
+        lat, loc = up.get("latency_s"), up.get("latency_local_s")
+        if n > 0 and isinstance(lat, int | float) and math.isfinite(lat):
+            num += n * float(lat)
+            local += n * float(loc) if isinstance(loc, int | float) and math.isfinite(loc) else 0.0
+            den += n
+    return (num / den, local / den) if den else (math.nan, math.nan)
 
 
 def _relative(stat: dict[str, Stat], ref: dict[str, Stat] | None) -> tuple[str, str]:
@@ -76,6 +93,8 @@ def uplink_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
         cells += [f'<td class="num">{format_pm(stat[k], digits=1)}</td>'
                   for k in ("delivery", *PIPELINES, "forwarded")]  # fmt: skip
         cells.append(f'<td class="num">{format_pm(stat["energy"], scale=1.0, digits=3)}</td>')
+        cells += [f'<td class="num">{format_pm(stat[k], scale=1.0, digits=2)}</td>'
+                  for k in ("latency", "latency_local")]  # fmt: skip
         cells.append(f'<td class="num">{format_pm(stat["rejections"], scale=1.0, digits=0)}</td>')
         cells += [f'<td class="num">{v}</td>' for v in _relative(stat, stats.get(REFERENCE))]
         rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -85,14 +104,17 @@ def uplink_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     head = [
         "method", *(f"kB / tractor·round<br>{h.replace('_', ' → ')}" for h in HOPS),
         "delivered %", *(f"{p} %" for p in PIPELINES), "forwarded %",
-        "energy proxy (J / tractor·round)", "envelopes rejected",
+        "energy proxy (J / tractor·round)", "latency (s)", "of which local hop (s)",
+        "envelopes rejected",
         f"bytes reduction vs {escape(ref)} % (Table 6)", f"energy / {escape(ref)} (Table 7)",
     ]  # fmt: skip
     header = "".join(f"<th>{h}</th>" for h in head)
     intro = (
         "003 ground-layer uplink: encoded and sealed bytes per sampled tractor and round by "
         "hop, delivery ratio, shares of the delivered updates per pipeline (Table 8), "
-        "forwarded uploads, Σ P_tx·t_i, envelopes refused by receivers (tampered, replayed)"
+        "forwarded uploads, Σ P_tx·t_i, mean creation → server latency of the delivered "
+        "updates (and its tractor → neighbour part; §3.1.4's latency decomposition), "
+        "envelopes refused by receivers (tampered, replayed)"
     )
     return (
         f"<h2>Uplink</h2>\n<p>{intro}.</p>\n<table><thead><tr>{header}</tr></thead>"
