@@ -12,6 +12,10 @@ adaptive rules of Reddi et al. 2021 ("Adaptive federated optimization", Alg. 2):
     w_{t+1} = w_t + η m_t / (√v_t + τ)
 
 with v_0 = τ² (Reddi et al., Alg. 2 input) and m_0 = 0; no bias correction, as in the paper.
+``v0: zero`` starts from v_0 = 0 as Flower's strategies do; Flower's FedAdam additionally
+scales η by √(1 − β₂^(t+1)) / (1 − β₁^(t+1)), which geofl does not (Reddi et al. have no
+such factor) — ``tests/deploy/test_flower_reference_server_opt.py`` cancels it when
+comparing.
 Every step is a few ``[D]`` vector operations; the state is checkpointed with the run.
 """
 
@@ -110,6 +114,11 @@ class AdaptiveParams(BaseModel):
     beta1: float = Field(0.9, ge=0.0, lt=1.0, description="β₁ of the first moment")
     beta2: float = Field(0.99, ge=0.0, lt=1.0, description="β₂ of the second moment")
     tau: float = Field(1e-3, gt=0.0, description="τ, adaptivity; v₀ = τ²")
+    v0: Literal["tau_squared", "zero"] = Field(
+        "tau_squared",
+        description="v₀: τ² as in Reddi et al. Alg. 2, or 0 as Flower's FedAdam/FedYogi/"
+        "FedAdagrad start (the cross-check in tests/deploy uses it)",
+    )
 
 
 def adaptive_second_moment(
@@ -148,7 +157,7 @@ class AdaptiveServerOptimizer:
         p = self.p
         if self.m is None or self.v is None:
             self.m = torch.zeros_like(delta)
-            self.v = torch.full_like(delta, p.tau * p.tau)
+            self.v = torch.full_like(delta, p.tau * p.tau if p.v0 == "tau_squared" else 0.0)
         self.m = self.m * p.beta1 + delta * (1.0 - p.beta1)
         self.v = adaptive_second_moment(self.kind, self.v, delta, p.beta2)
         return global_params + p.server_lr * self.m / (self.v.sqrt() + p.tau)
