@@ -236,7 +236,9 @@ class GovernanceProcess:
                     election_id=eid,
                     round_id=r,
                     validators=eligible,
-                    protection=self._protection(eligible),
+                    protection=(
+                        self._protection(eligible) if cfg.committee.protection_weight else None
+                    ),
                 )
                 self.committee = list(rec.members)
                 rc = led.record_committee(
