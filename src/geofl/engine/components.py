@@ -32,6 +32,7 @@ from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
 from geofl.engine.threat import build_attack
 from geofl.engine.uplink import Uplink
+from geofl.engine.uplink_build import build_uplink
 from geofl.errors import ConfigError
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
@@ -353,7 +354,9 @@ def build_components(
         lr_schedule=_lr_schedule(cfg),
         probe=None if poisoning is None else poisoning.probe(data.test.targets),
         threat=None if poisoning is None else poisoning.describe(clients),
-        uplink=None if method.uplink is None else Uplink(method.uplink, fed.num_clients, seed),
+        uplink=None
+        if method.uplink is None
+        else build_uplink(method.uplink, data.train.metadata, partition.indices, seed),
     )
 
 

@@ -39,6 +39,7 @@ from geofl.engine.provenance import Provenance
 from geofl.engine.run import FederatedRun
 from geofl.engine.stop import StopRequest
 from geofl.engine.threat import check_attack_inputs
+from geofl.engine.uplink_build import check_uplink_inputs
 from geofl.errors import ConfigError, RunDirError
 from geofl.events import ExperimentObserver, Subscriber
 from geofl.io import write_json_atomic, write_text_atomic
@@ -272,6 +273,7 @@ def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
     """
     check_model_inputs(cfg, ds)
     check_release_inputs(cfg, ds)
+    check_uplink_inputs(cfg, ds)
     check_attack_inputs(cfg, ds, cfg.seeds[0])
     task = build_task(cfg, ds.num_classes, ds.targets)
     return TaskInfo(task.name, task.primary_metric, task.direction)

@@ -41,11 +41,21 @@ from geofl.network.pipelines import (
     decode_update,
     encode_with_feedback,
 )
-from geofl.network.rural import LinkStates, assign_profiles, frames_delivered, sample_link_states
+from geofl.network.rural import (
+    LinkStates,
+    assign_profiles,
+    frames_delivered,
+    sample_link_states,
+)
 from geofl.rng import numpy_generator
 from geofl.security.envelope import OVERHEAD_BYTES, Opener, Sealer
 
-__all__ = ["SERVER_ID", "Transmission", "TransmitStatus", "Uplink"]
+__all__ = [
+    "SERVER_ID",
+    "Transmission",
+    "TransmitStatus",
+    "Uplink",
+]
 
 log = logging.getLogger("geofl")
 
@@ -121,9 +131,26 @@ def _secret(seed: int, client: int) -> bytes:
 class Uplink:
     """Per-run uplink state: tractors' buffers and residuals, sealers, receivers' openers."""
 
-    def __init__(self, cfg: UplinkConfig, num_clients: int, seed: int) -> None:
+    def __init__(
+        self,
+        cfg: UplinkConfig,
+        num_clients: int,
+        seed: int,
+        profiles: np.ndarray | None = None,
+    ) -> None:
+        """Args:
+        cfg: The method's uplink.
+        num_clients: K tractors.
+        seed: Experiment seed.
+        profiles: ``[K]`` nominal profile per tractor (``network.profile_source: data``);
+            None: drawn in ``network.shares``.
+        """
         self.cfg, self.seed, self.k = cfg, seed, num_clients
-        self.profiles = assign_profiles(num_clients, cfg.network.shares, seed)
+        if profiles is None:
+            profiles = assign_profiles(num_clients, cfg.network.shares, seed)
+        elif len(profiles) != num_clients:
+            raise ValueError(f"{len(profiles)} link profiles for {num_clients} tractors")
+        self.profiles = np.asarray(profiles, dtype=np.int64)
         self.ranges = ranges_for(self.profiles, cfg.nqi.normalisation)
         self.tractors = [_Tractor() for _ in range(num_clients)]
         self.secrets = {k: _secret(seed, k) for k in range(num_clients)}

@@ -41,6 +41,13 @@ class RuralParams(BaseModel):
     shares: tuple[float, float, float] = Field(
         (0.31, 0.49, 0.20), description="shares of 3G, 4G, 5G tractors (sum 1)"
     )
+    profile_source: Literal["shares", "data"] = Field(
+        "shares",
+        description="where each tractor's nominal 3G/4G/5G profile comes from: `shares` "
+        "(drawn in exactly those shares, regardless of region) or `data` (the dataset's "
+        "per-sample `link_profile`, e.g. synthetic_agri's per-region connectivity of 003 "
+        "Table 12; a client holding several takes its most common one)",
+    )
     p_fail: float = Field(0.1, ge=0.0, le=1.0, description="per-round outage probability")
     deadline_s: float = Field(10.0, gt=0.0, description="upload deadline ℓ_max (s)")
     max_retries: int = Field(3, ge=0, description="R_max: retries of a buffered update")
@@ -87,6 +94,28 @@ def assign_profiles(num_clients: int, shares: Sequence[float], seed: int) -> np.
     counts[order[: num_clients - int(counts.sum())]] += 1
     labels = np.repeat(np.arange(len(shares)), counts)
     return numpy_generator(seed, "network", "profiles").permutation(labels)
+
+
+def profiles_from_data(link_profile: np.ndarray, indices: Sequence[np.ndarray]) -> np.ndarray:
+    """``[K]`` nominal profile of each client from its samples' ``link_profile`` (0 = 3G,
+    1 = 4G, 2 = 5G): the most common one (ties: the slower profile), so a tractor whose
+    blocks all share its uplink gets exactly that uplink.
+
+    Raises:
+        ValueError: a client without samples, or with an unknown (negative or > 2) profile.
+    """
+    out = np.empty(len(indices), dtype=np.int64)
+    for k, idx in enumerate(indices):
+        values = np.asarray(link_profile)[np.asarray(idx, dtype=np.int64)]
+        if values.size == 0:
+            raise ValueError(f"client {k} holds no sample to take its link profile from")
+        if values.min() < 0 or values.max() >= len(PROFILE_NAMES):
+            raise ValueError(
+                f"client {k} has samples with unknown link_profile "
+                f"{sorted(set(values.tolist()) - set(range(len(PROFILE_NAMES))))}"
+            )
+        out[k] = int(np.argmax(np.bincount(values, minlength=len(PROFILE_NAMES))))
+    return out
 
 
 def _draw(rng: np.random.Generator, lo: np.ndarray, hi: np.ndarray, how: str) -> np.ndarray:
