@@ -290,6 +290,50 @@ class CommitteeRecord:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _validator_reputations(
+    reputation: Mapping[int, float], validators: Iterable[int] | None, seats: int
+) -> tuple[list[int], np.ndarray]:
+    """The sorted validator ids and their ``[n]`` float64 reputations, checked.
+
+    Raises:
+        GovernanceError: a validator without a reputation, a negative or non-finite one, or
+            fewer validators than seats.
+    """
+    nodes = sorted(set(reputation if validators is None else validators))
+    missing = [n for n in nodes if n not in reputation]
+    if missing:
+        raise GovernanceError(f"reputation: no value for validators {missing}")
+    rep = np.array([float(reputation[n]) for n in nodes], dtype=np.float64)
+    if not np.all(np.isfinite(rep)) or np.any(rep < 0):
+        raise GovernanceError("reputation: values must be finite and >= 0")
+    if len(nodes) < seats:
+        raise GovernanceError(f"size: {seats} seats but only {len(nodes)} validators {nodes}")
+    return nodes, rep
+
+
+def _fill_shortfall(
+    nodes: list[int],
+    rep: np.ndarray,
+    eligible: np.ndarray,
+    params: CommitteeParams,
+    where: str,
+) -> list[int]:
+    """Seats fewer validators reach τ for: the best below τ (``shortfall: fill``), highest
+    reputation first, ties by id.
+
+    Raises:
+        GovernanceError: with ``shortfall: raise``.
+    """
+    reach = int(eligible.sum())
+    msg = f"{where}: {reach} validators reach tau={params.tau:g} for {params.size} seats"
+    if params.shortfall == "raise":
+        raise GovernanceError(f"tau: {msg}; lower tau or set shortfall='fill'")
+    below = sorted(np.flatnonzero(~eligible), key=lambda k: (-rep[k], nodes[k]))
+    filled = [nodes[k] for k in below[: params.size - reach]]
+    log.warning("%s; filling with the best below tau: %s", msg, filled)
+    return filled
+
+
 def elect_committee(
     *,
     reputation: Mapping[int, float],
@@ -320,15 +364,7 @@ def elect_committee(
         GovernanceError: if a validator has no or an invalid reputation, if there are
             fewer validators than seats, or if C is too small and ``shortfall="raise"``.
     """
-    nodes = sorted(set(reputation if validators is None else validators))
-    missing = [n for n in nodes if n not in reputation]
-    if missing:
-        raise GovernanceError(f"reputation: no value for validators {missing}")
-    rep = np.array([float(reputation[n]) for n in nodes], dtype=np.float64)
-    if not np.all(np.isfinite(rep)) or np.any(rep < 0):
-        raise GovernanceError("reputation: values must be finite and >= 0")
-    if len(nodes) < params.size:
-        raise GovernanceError(f"size: {params.size} seats but only {len(nodes)} validators {nodes}")
+    nodes, rep = _validator_reputations(reputation, validators, params.size)
     gamma = params.protection_weight
     prot = np.array([float((protection or {}).get(n, 0.0)) if gamma else 0.0 for n in nodes])
     eligible = rep >= params.tau
@@ -344,15 +380,8 @@ def elect_committee(
     n_draw = min(params.size, int(idx_c.size))
     filled: list[int] = []
     if n_draw < params.size:
-        msg = (
-            f"election {election_id} (round {round_id}): {idx_c.size} validators reach "
-            f"tau={params.tau:g} for {params.size} seats"
-        )
-        if params.shortfall == "raise":
-            raise GovernanceError(f"tau: {msg}; lower tau or set shortfall='fill'")
-        below = sorted(np.flatnonzero(~eligible), key=lambda k: (-rep[k], nodes[k]))
-        filled = [nodes[k] for k in below[: params.size - n_draw]]
-        log.warning("%s; filling with the best below tau: %s", msg, filled)
+        where = f"election {election_id} (round {round_id})"
+        filled = _fill_shortfall(nodes, rep, eligible, params, where)
     members: list[int] = []
     if n_draw:
         rng = numpy_generator(seed, "committee", election_id)
