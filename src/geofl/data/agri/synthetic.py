@@ -285,6 +285,29 @@ def _vigour(
     return np.asarray(np.clip(0.35 + 0.4 * water + 0.1 * om + 0.15 * ph + effect, 0.3, 1.0))
 
 
+def _static(
+    rng: np.random.Generator,
+    soil: dict[str, np.ndarray],
+    zone: np.ndarray,
+    y: np.ndarray,
+    goal: np.ndarray,
+    legume: np.ndarray,
+    irrigated: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Per-block static columns: soil P and K tests, yield and its goal, the previous
+    crop, irrigation and elevation by climate zone."""
+    b = zone.size
+    return {
+        "soil_p_ppm": rng.lognormal(np.log(22.0), 0.45, b),
+        "soil_k_ppm": rng.lognormal(np.log(150.0), 0.35, b) * (0.7 + soil["clay_pct"] / 60),
+        "yield_goal_t_ha": goal,
+        "yield_t_ha": y,
+        "prev_legume": legume,
+        "irrigated": irrigated,
+        "elevation_m": np.array([220.0, 480.0, 950.0])[zone] + rng.normal(0, 60, b),
+    }
+
+
 def generate_blocks(
     seed: int = 0,
     *,
@@ -327,15 +350,7 @@ def generate_blocks(
     weekly.update(sensors, no3_n_ppm=no3, n_applied_kg_ha=applied, clear=clear)
     texture = texture_group(soil["sand_pct"], soil["clay_pct"])
     tractor = two_level_tractors(farm, crop, texture, fleet.tractors)
-    static = {
-        "soil_p_ppm": rng.lognormal(np.log(22.0), 0.45, b),
-        "soil_k_ppm": rng.lognormal(np.log(150.0), 0.35, b) * (0.7 + soil["clay_pct"] / 60),
-        "yield_goal_t_ha": goal,
-        "yield_t_ha": y,
-        "prev_legume": legume,
-        "irrigated": irrigated,
-        "elevation_m": np.array([220.0, 480.0, 950.0])[fleet.zone[farm]] + rng.normal(0, 60, b),
-    }
+    static = _static(rng, soil, fleet.zone[farm], y, goal, legume, irrigated)
     return FieldBlocks(
         block_id=np.array([f"B{i:05d}" for i in range(b)]),
         farm=farm,
