@@ -64,6 +64,50 @@ def nms_cpu(
     return order[torch.as_tensor(keep, dtype=torch.long)]
 
 
+def _sample_grid(
+    rois: torch.Tensor,
+    spatial_scale: float,
+    ph: int,
+    pw: int,
+    sampling_ratio: int,
+    aligned: bool,
+) -> tuple[torch.Tensor, ...]:
+    """The bilinear sample points of every bin: ``(y [K, PH, GH], x [K, PW, GW], ymask
+    [K, GH], xmask [K, GW], count [K])`` — the grid per side is ``sampling_ratio`` or
+    ``ceil(roi_size / pooled_size)`` (adaptive, per roi), padded to the largest; the masks
+    mark the real samples, ``count`` is each bin's ``max(grid_h·grid_w, 1)``."""
+    dt = rois.dtype
+    k = rois.shape[0]
+    off = 0.5 if aligned else 0.0
+    x0, y0 = rois[:, 1] * spatial_scale - off, rois[:, 2] * spatial_scale - off
+    rw = rois[:, 3] * spatial_scale - off - x0
+    rh = rois[:, 4] * spatial_scale - off - y0
+    if not aligned:
+        rw, rh = rw.clamp(min=1.0), rh.clamp(min=1.0)
+    if sampling_ratio > 0:
+        gh = torch.full((k,), sampling_ratio, dtype=torch.long)
+        gw = gh.clone()
+    else:
+        gh, gw = torch.ceil(rh / ph).long(), torch.ceil(rw / pw).long()
+    gmax_h = max(int(gh.max()), 1) if k else 1
+    gmax_w = max(int(gw.max()), 1) if k else 1
+    count = (gh * gw).clamp(min=1).to(dt)
+    iy = torch.arange(gmax_h, dtype=dt)
+    ix = torch.arange(gmax_w, dtype=dt)
+    bh, bw = rh / ph, rw / pw
+    y = (
+        y0[:, None, None]
+        + torch.arange(ph, dtype=dt)[None, :, None] * bh[:, None, None]
+        + (iy[None, None, :] + 0.5) * (bh / gh.clamp(min=1).to(dt))[:, None, None]
+    )
+    x = (
+        x0[:, None, None]
+        + torch.arange(pw, dtype=dt)[None, :, None] * bw[:, None, None]
+        + (ix[None, None, :] + 0.5) * (bw / gw.clamp(min=1).to(dt))[:, None, None]
+    )
+    return y, x, iy[None, :] < gh[:, None], ix[None, :] < gw[:, None], count
+
+
 def _sample_plan(
     rois: torch.Tensor,
     spatial_scale: float,
@@ -86,37 +130,7 @@ def _sample_plan(
     """
     dt = rois.dtype
     k = rois.shape[0]
-    off = 0.5 if aligned else 0.0
-    batch = rois[:, 0].long()
-    x0, y0 = rois[:, 1] * spatial_scale - off, rois[:, 2] * spatial_scale - off
-    rw = rois[:, 3] * spatial_scale - off - x0
-    rh = rois[:, 4] * spatial_scale - off - y0
-    if not aligned:
-        rw, rh = rw.clamp(min=1.0), rh.clamp(min=1.0)
-    if sampling_ratio > 0:
-        gh = torch.full((k,), sampling_ratio, dtype=torch.long)
-        gw = gh.clone()
-    else:
-        gh, gw = torch.ceil(rh / ph).long(), torch.ceil(rw / pw).long()
-    gmax_h = max(int(gh.max()), 1) if k else 1
-    gmax_w = max(int(gw.max()), 1) if k else 1
-    count = (gh * gw).clamp(min=1).to(dt)
-    iy = torch.arange(gmax_h, dtype=dt)
-    ix = torch.arange(gmax_w, dtype=dt)
-    bh, bw = rh / ph, rw / pw
-    # y: [K, PH, GH], x: [K, PW, GW]
-    y = (
-        y0[:, None, None]
-        + torch.arange(ph, dtype=dt)[None, :, None] * bh[:, None, None]
-        + (iy[None, None, :] + 0.5) * (bh / gh.clamp(min=1).to(dt))[:, None, None]
-    )
-    x = (
-        x0[:, None, None]
-        + torch.arange(pw, dtype=dt)[None, :, None] * bw[:, None, None]
-        + (ix[None, None, :] + 0.5) * (bw / gw.clamp(min=1).to(dt))[:, None, None]
-    )
-    ymask = iy[None, :] < gh[:, None]  # [K, GH]
-    xmask = ix[None, :] < gw[:, None]
+    y, x, ymask, xmask, count = _sample_grid(rois, spatial_scale, ph, pw, sampling_ratio, aligned)
     ylo, yhi, ly, yok = _axis(y, height, ymask[:, None, :])
     xlo, xhi, lx, xok = _axis(x, width, xmask[:, None, :])
 
@@ -129,7 +143,7 @@ def _sample_plan(
 
     ok = (yb(yok) & xb(xok)).to(dt) / count[:, None, None, None, None]
     hy, hx = 1.0 - ly, 1.0 - lx
-    base = batch[:, None, None, None, None] * (height * width)
+    base = rois[:, 0].long()[:, None, None, None, None] * (height * width)
     cols = torch.stack(
         [
             base + yb(ylo) * width + xb(xlo),
