@@ -255,6 +255,9 @@ class _PassTracker:
         peak = np.where(cont, np.maximum(peak, self.open_peak[row]), peak)
         drop = self.open_drop[row].copy()
         drop[~cont] = self._dropped(row[~cont], start_slot[~cont])
+        ended = self.open_start >= 0  # open passes not continued at column 0 end at t0
+        ended[row[cont]] = False
+        self.closed.append(self._open_rows(ended, t0))
         self.open_start[:] = -1
         keep_open = (c1 == tc) & (not final)
         self.open_start[row[keep_open]] = start_slot[keep_open]
@@ -267,6 +270,11 @@ class _PassTracker:
         mark[ends[drop]] = -1
         in_dropped = np.cumsum(mark[:-1], dtype=np.int8).reshape(g * s, width)[:, 1:-1]
         return np.asarray(vis & (in_dropped == 0).reshape(g, s, tc))
+
+    def _open_rows(self, which: np.ndarray, end: int) -> tuple[np.ndarray, ...]:
+        rows = np.flatnonzero(which)
+        ends = np.full(rows.size, end, dtype=np.int64)
+        return rows, self.open_start[rows], ends, self.open_peak[rows], self.open_drop[rows]
 
     def passes(self) -> tuple[Pass, ...]:
         """Every closed pass, sorted (start_slot, station, sat)."""

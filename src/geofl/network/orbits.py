@@ -205,12 +205,14 @@ def parse_tles(text: str, *, source: str = "<tle>") -> list[Tle]:
             name = line[2:].strip() if line.startswith("0 ") else line.strip()
             k += 1
             if k == len(lines) or not lines[k][1].startswith("1 "):
-                at = lines[k][0] if k < len(lines) else lineno
-                raise _fail(source, at, f"expected TLE line 1 after the name {name!r}")
+                at, found = lines[k] if k < len(lines) else (lineno, "the end")
+                raise _fail(
+                    source, at, f"expected TLE line 1 after the name {name!r}, got {found[:8]!r}"
+                )
             lineno, line = lines[k]
-        if k + 1 == len(lines) or not lines[k + 1][1].startswith("2"):
-            at = lines[k + 1][0] if k + 1 < len(lines) else lineno
-            raise _fail(source, at, "expected TLE line 2 (starting '2 ') after line 1")
+        if k + 1 == len(lines) or not lines[k + 1][1].startswith("2 "):
+            at, found = lines[k + 1] if k + 1 < len(lines) else (lineno, "the end")
+            raise _fail(source, at, f"expected TLE line 2 after line 1, got {found[:8]!r}")
         out.append(_check_pair(name, line, lines[k + 1][1], source, lineno))
         if lines[k + 1][0] != lineno + 1:
             raise _fail(source, lineno + 1, "blank line between TLE lines 1 and 2")
