@@ -10,7 +10,7 @@ import pytest
 
 from geofl.errors import OrbitError
 from geofl.network import contacts
-from geofl.network.contacts import ContactPlan, _relay, classify, contact_plan
+from geofl.network.contacts import ContactPlan, _relay, classify, contact_plan, pass_uniform
 from geofl.network.orbits import (
     Tle,
     gmst82,
@@ -20,6 +20,7 @@ from geofl.network.orbits import (
     teme_to_ecef,
     walker_constellation,
 )
+from geofl.rng import derive_seed
 
 ISS = Tle(
     "ISS (ZARYA)",
@@ -143,6 +144,10 @@ def test_pass_drops_are_deterministic_and_independent_of_other_passes() -> None:
     assert len(common) > 20
     assert all(fate_a[k] == fate_b[k] for k in common)
     assert [p.dropped for p in c.passes] != [p.dropped for p in a.passes]
+    for p in a.passes:  # by hand: the keyed draw of each pass decides its fate
+        assert p.dropped == (pass_uniform(3, p.station, p.sat, p.start_slot) < 0.5)
+    u = derive_seed(3, "leo_pass", 0, 1, 2) / 2**63
+    assert pass_uniform(3, 0, 1, 2) == u and 0.0 <= u < 1.0
 
 
 def test_pass_drop_rate_is_p_leo_fail() -> None:
