@@ -130,6 +130,9 @@ def test_next_contact_and_next_relay_scan_forward() -> None:
     assert plan.next_contact(0, 600) is None and plan.next_relay(0, 600) is None
     with pytest.raises(IndexError, match="station 2 outside"):
         plan.usable(2, 0)
+    assert (plan.slot_at(0.0), plan.slot_at(29.9), plan.slot_at(30.0)) == (0, 0, 1)
+    with pytest.raises(ValueError, match="read-only"):
+        plan.proximity[0, 0] = 3
 
 
 def test_pass_drops_are_deterministic_and_independent_of_other_passes() -> None:

@@ -88,6 +88,8 @@ def test_malformed_line_one_names_the_line(case: str) -> None:
         (_fixsum(ISS_2[:2] + "25545" + ISS_2[7:]), "line 3: catalogue number '25545' differs"),
         (_fixsum(ISS_2[:8] + "181.0000" + ISS_2[16:]), "line 3: inclination 181.0 outside"),
         (ISS_2 + "0", "line 3: TLE line 2 has 70 columns"),
+        (_fixsum(ISS_2[:7] + "0" + ISS_2[8:]), "line 3: column 8 is '0', not blank"),
+        (_fixsum(ISS_2[:26] + "00067-3" + ISS_2[33:]), "line 3: eccentricity columns 27-33"),
     ],
 )
 def test_malformed_line_two_names_the_line(line2: str, message: str) -> None:

@@ -65,7 +65,7 @@ LEO_MIN_REV_DAY = 11.25
 GEO_TOLERANCE = 0.1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pass:
     """One LEO pass over one station: slots ``[start_slot, end_slot)`` above the mask.
 
@@ -86,7 +86,7 @@ class Pass:
     dropped: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ContactPlan:
     """The contact schedule of G stations with S LEOs and one GEO (003 §2.3.2).
 
@@ -99,8 +99,11 @@ class ContactPlan:
         passes: Every LEO pass over every station, sorted (start_slot, station, sat).
         relay: [S, T] bool — LEO s can reach the GEO in slot t.
         geo_visible: [G] bool — the station sees the GEO above the mask in every slot.
-        proximity: [G, T] int16 — the LEO a station transmits to in each slot, −1 for none
+        proximity: [G, T] int8 (int16 beyond 127 LEOs) — the LEO a station transmits to in
+            each slot, −1 for none
             (undropped, highest elevation: the Proximity Driver).
+
+    The arrays are read-only; compare plans by their fields, not with ``==``.
     """
 
     slot_s: float
@@ -116,6 +119,10 @@ class ContactPlan:
     def _check(self, what: str, index: int, size: int) -> None:
         if not 0 <= index < size:
             raise IndexError(f"{what} {index} outside [0, {size})")
+
+    def slot_at(self, seconds: float) -> int:
+        """The slot containing ``seconds`` after ``start`` (may be ≥ ``n_slots``)."""
+        return math.floor(seconds / self.slot_s)
 
     def usable(self, station: int, slot: int) -> int | None:
         """The LEO ``station`` transmits to in ``slot`` (at most one), or None."""
@@ -306,7 +313,7 @@ def _proximity(usable: np.ndarray) -> np.ndarray:
     Highest elevation wins (lowest index on ties); a loop over the S satellites only.
     """
     best_val = usable[:, 0].copy()
-    best = np.zeros(best_val.shape, dtype=np.int16)
+    best = np.zeros(best_val.shape, dtype=np.int8 if usable.shape[1] < 128 else np.int16)
     for k in range(1, usable.shape[1]):
         better = usable[:, k] > best_val
         best[better] = k
@@ -369,7 +376,7 @@ def contact_plan(
     sin_mask = math.sin(math.radians(elevation_mask_deg))
     chunk = max(1, CHUNK_ELEMENTS // (g * (s + 1)))
     relay = np.zeros((s, n_slots), dtype=bool)
-    proximity = np.full((g, n_slots), -1, dtype=np.int16)
+    proximity = np.full((g, n_slots), -1, dtype=np.int8 if s < 128 else np.int16)
     geo_min = np.full(g, np.inf)
     tracker = _PassTracker(g, s, seed, p_leo_fail)
     for t0 in range(0, n_slots, chunk):
@@ -381,6 +388,10 @@ def contact_plan(
         leo_el = sin_el[:, :s]
         usable = tracker.add(leo_el, leo_el >= sin_mask, t0, final=t1 == n_slots)
         proximity[:, t0:t1] = _proximity(usable)
+    for arr in (relay, proximity):
+        arr.flags.writeable = False
+    visible = geo_min >= sin_mask
+    visible.flags.writeable = False
     return ContactPlan(
         slot_s=float(slot_s),
         n_slots=n_slots,
@@ -389,6 +400,6 @@ def contact_plan(
         n_leo=s,
         passes=tracker.passes(),
         relay=relay,
-        geo_visible=geo_min >= sin_mask,
+        geo_visible=visible,
         proximity=proximity,
     )

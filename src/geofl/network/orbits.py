@@ -85,42 +85,29 @@ _EXPO = r"[ +-]\d{5}[+-]\d"
 #: (columns as a slice, field name, regex the field must match) for each line.
 _LAYOUT: dict[str, tuple[tuple[slice, str, str], ...]] = {
     "1": (
-        (slice(1, 2), "column 2", " "),
         (slice(2, 7), "catalogue number", r"[ \dA-Z][ \d]{3}\d"),
         (slice(7, 8), "classification", r"[A-Z ]"),
-        (slice(8, 9), "column 9", " "),
-        (slice(17, 18), "column 18", " "),
         (slice(18, 20), "epoch year", r"\d\d"),
         (slice(20, 32), "epoch day", r"[ \d]{2}\d\.\d{8}"),
-        (slice(32, 33), "column 33", " "),
         (slice(33, 43), "first derivative of mean motion", _FLOAT),
-        (slice(43, 44), "column 44", " "),
         (slice(44, 52), "second derivative of mean motion", _EXPO),
-        (slice(52, 53), "column 53", " "),
         (slice(53, 61), "BSTAR drag term", _EXPO),
-        (slice(61, 62), "column 62", " "),
         (slice(62, 63), "ephemeris type", r"[\d ]"),
-        (slice(63, 64), "column 64", " "),
         (slice(64, 68), "element set number", r"[ \d]{3}\d"),
     ),
     "2": (
-        (slice(1, 2), "column 2", " "),
         (slice(2, 7), "catalogue number", r"[ \dA-Z][ \d]{3}\d"),
-        (slice(7, 8), "column 8", " "),
         (slice(8, 16), "inclination", _FLOAT),
-        (slice(16, 17), "column 17", " "),
         (slice(17, 25), "right ascension of the node", _FLOAT),
-        (slice(25, 26), "column 26", " "),
         (slice(26, 33), "eccentricity", r"\d{7}"),
-        (slice(33, 34), "column 34", " "),
         (slice(34, 42), "argument of perigee", _FLOAT),
-        (slice(42, 43), "column 43", " "),
         (slice(43, 51), "mean anomaly", _FLOAT),
-        (slice(51, 52), "column 52", " "),
         (slice(52, 63), "mean motion", _FLOAT),
         (slice(63, 68), "revolution number", r"[ \d]{4}\d"),
     ),
 }
+#: 1-based columns that must be blank (field separators).
+_BLANK = {"1": (2, 9, 18, 33, 44, 53, 62, 64), "2": (2, 8, 17, 26, 34, 43, 52)}
 _FIX = "copy the line unchanged from its source (69 columns, fixed layout)"
 
 
@@ -139,18 +126,20 @@ def _check_line(line: str, number: str, source: str, lineno: int) -> None:
         raise _fail(source, lineno, f"TLE line {number} has {len(line)} columns, not 69")
     if line[0] != number:
         raise _fail(source, lineno, f"expected TLE line {number}, found line number {line[0]!r}")
+    for col in _BLANK[number]:
+        if line[col - 1] != " ":
+            raise _fail(source, lineno, f"column {col} is {line[col - 1]!r}, not blank")
     for cols, name, pattern in _LAYOUT[number]:
         field = line[cols]
         if not re.fullmatch(pattern, field):
-            where = f"columns {cols.start + 1}-{cols.stop}" if cols.stop - cols.start > 1 else ""
-            raise _fail(source, lineno, f"{name} {where} is {field!r}".replace("  ", " "))
+            where = f" columns {cols.start + 1}-{cols.stop}" if cols.stop - cols.start > 1 else ""
+            raise _fail(source, lineno, f"{name}{where} is {field!r}")
     if number == "2":
-        for cols, name, top in ((slice(8, 16), "inclination", 180.0), (slice(52, 63), "", 0)):
-            value = float(line[cols])
-            if name and not 0.0 <= value <= top:
-                raise _fail(source, lineno, f"inclination {value} outside [0, 180] degrees")
-            if not name and value <= 0.0:
-                raise _fail(source, lineno, f"mean motion {value} is not positive")
+        inclination, mean_motion = float(line[8:16]), float(line[52:63])
+        if not 0.0 <= inclination <= 180.0:
+            raise _fail(source, lineno, f"inclination {inclination} outside [0, 180] degrees")
+        if mean_motion <= 0.0:
+            raise _fail(source, lineno, f"mean motion {mean_motion} is not positive")
     if not line[68].isdigit() or int(line[68]) != tle_checksum(line):
         raise _fail(
             source,
@@ -213,9 +202,9 @@ def parse_tles(text: str, *, source: str = "<tle>") -> list[Tle]:
         if k + 1 == len(lines) or not lines[k + 1][1].startswith("2 "):
             at, found = lines[k + 1] if k + 1 < len(lines) else (lineno, "the end")
             raise _fail(source, at, f"expected TLE line 2 after line 1, got {found[:8]!r}")
-        out.append(_check_pair(name, line, lines[k + 1][1], source, lineno))
         if lines[k + 1][0] != lineno + 1:
             raise _fail(source, lineno + 1, "blank line between TLE lines 1 and 2")
+        out.append(_check_pair(name, line, lines[k + 1][1], source, lineno))
         k += 2
     if not out:
         raise OrbitError(f"{source}: no TLE found — give 2-line or 3-line element sets")
