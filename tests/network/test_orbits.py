@@ -8,7 +8,9 @@ TEME → ITRS chain is the full IAU one; ours uses GMST only (module docstring o
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from geofl.network.orbits import (
     check_location,
     gmst82,
     julian_dates,
+    load_tles,
     parse_tles,
     propagate,
     station_frames,
@@ -57,6 +60,18 @@ def test_parse_three_and_two_line_formats() -> None:
     assert [t.name for t in tles] == [ISS_NAME, "ISS COPY", "25544"]
     assert all(t.line1 == ISS_1 and t.line2 == ISS_2 for t in tles)
     assert tles[0].mean_motion == pytest.approx(15.72125391)
+
+
+def test_load_tles_reads_a_file_and_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.tle"
+    geo = walker_constellation(epoch=ISS_EPOCH)[-1]
+    path.write_text(f"{ISS_NAME}\n{ISS_1}\n{ISS_2}\n{geo.name}\n{geo.line1}\n{geo.line2}\n")
+    assert [t.name for t in load_tles(path)] == [ISS_NAME, "GEO-0"]
+    path.write_text(f"{ISS_NAME}\n{ISS_1}\n{ISS_2[:-1]}5\n")
+    with pytest.raises(OrbitError, match=f"^{re.escape(str(path))} line 3: checksum"):
+        load_tles(path)
+    with pytest.raises(OrbitError, match=r"missing.tle: cannot read the TLE file"):
+        load_tles(tmp_path / "missing.tle")
 
 
 BAD = {

@@ -205,7 +205,7 @@ def _sin_elevation(r_ecef: np.ndarray, pos: np.ndarray, up: np.ndarray) -> np.nd
     rho = np.hstack([-2.0 * pos, zero + 1.0, p2]) @ sat.T  # |r − p|²
     np.sqrt(rho, out=rho)
     along /= rho
-    return along.reshape(len(pos), s, t)
+    return np.asarray(along).reshape(len(pos), s, t)
 
 
 def _relay(leo: np.ndarray, geo: np.ndarray, margin_km: float) -> np.ndarray:

@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 from sgp4.api import WGS72, Satrec, SatrecArray, jday
@@ -35,6 +36,7 @@ __all__ = [
     "check_location",
     "gmst82",
     "julian_dates",
+    "load_tles",
     "parse_tles",
     "propagate",
     "station_frames",
@@ -209,6 +211,17 @@ def parse_tles(text: str, *, source: str = "<tle>") -> list[Tle]:
     if not out:
         raise OrbitError(f"{source}: no TLE found — give 2-line or 3-line element sets")
     return out
+
+
+def load_tles(path: str | Path) -> list[Tle]:
+    """Read a TLE file (:func:`parse_tles` with the path as source in error messages)."""
+    try:
+        text = Path(path).read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise OrbitError(
+            f"{path}: cannot read the TLE file ({exc.strerror}) — check the path"
+        ) from exc
+    return parse_tles(text, source=str(path))
 
 
 # ----------------------------------------------------------------------------- writing
