@@ -163,7 +163,7 @@ def test_walker_constellation_round_trips_through_parse_and_sgp4() -> None:
 
 
 def test_walker_rejects_bad_shapes() -> None:
-    with pytest.raises(OrbitError, match=r"^n_leo: 8 must be a positive multiple of planes=3"):
+    with pytest.raises(OrbitError, match=r"^n_leo: 8 must be a multiple of planes=3"):
         walker_constellation(planes=3, epoch=ISS_EPOCH)
     with pytest.raises(OrbitError, match=r"^geo_longitude_deg: longitude 200.0"):
         walker_constellation(epoch=ISS_EPOCH, geo_longitude_deg=200.0)

@@ -9,11 +9,15 @@ constellation plus one GEO, the default when no file is given.
 
 Frames. sgp4 gives positions in TEME (true equator, mean equinox). :func:`teme_to_ecef`
 rotates them about z by GMST (IAU 1982, the angle SGP4 itself is defined with; Vallado et
-al. AIAA 2006-6753 App. C) into the pseudo-Earth-fixed frame, taken as ECEF. Ignored: polar
-motion (≤ 0.5″) and UT1 − UTC (UTC is used as UT1; |DUT1| < 0.9 s ≈ 13.5″ of Earth
-rotation). The angular error of a station's direction is thus below 15″ ≈ 0.004°, a
-displacement below 0.5 km on the ground — under 0.05° of elevation for any LEO in view.
-Stations sit on the WGS84 ellipsoid (height 0) with the geodetic vertical as "up".
+al. AIAA 2006-6753 App. C) into the pseudo-Earth-fixed frame, taken as ECEF. Because TEME's
+x axis is the *mean* equinox, GMST (not GAST) is the right angle and the equation of the
+equinoxes (≤ 1.2″) cancels out of this step. Ignored: polar motion (≤ 0.5″, PEF → ITRF)
+and UT1 − UTC (UTC is used as UT1; |DUT1| < 0.9 s ≈ 13.5″ of Earth rotation). The angular
+error of a station's direction is thus below 15″ ≈ 0.004°, a displacement below 0.5 km on
+the ground — under 0.05° of elevation for any LEO in view (measured against skyfield's full
+IAU chain for the ISS over three stations and a day: ≤ 0.013°, tests/network/test_orbits.py).
+Stations sit on the WGS84 ellipsoid (height 0) with the geodetic vertical as "up";
+atmospheric refraction is not modelled (geometric elevation, as skyfield's default altaz).
 """
 
 from __future__ import annotations
@@ -237,18 +241,15 @@ def _angle(deg: float) -> str:
 
 
 def format_tle(
-    name: str,
-    satnum: int,
-    epoch: datetime,
-    *,
-    inclination_deg: float,
-    raan_deg: float,
-    argp_deg: float,
-    mean_anomaly_deg: float,
-    mean_motion_rev_day: float,
-    eccentricity: float = 0.0,
+    name: str, satnum: int, epoch: datetime, elements: tuple[float, float, float, float]
 ) -> Tle:
-    """Write one element set as standard TLE lines with valid checksums (drag-free)."""
+    """Write a circular, drag-free orbit as standard TLE lines with valid checksums.
+
+    Args:
+        elements: (inclination, right ascension of the node, mean anomaly) in degrees and
+            the mean motion in rev/day; eccentricity and argument of perigee are 0.
+    """
+    inclination, raan, anomaly, mean_motion = elements
     t = to_utc(epoch)
     day = (t - datetime(t.year, 1, 1, tzinfo=UTC)).total_seconds() / DAY_S + 1.0
     body1 = (
@@ -256,9 +257,8 @@ def format_tle(
         f"{t.year % 100:02d}{day:012.8f}  .00000000  00000-0  00000-0 0  999"
     )
     body2 = (
-        f"2 {satnum:05d} {inclination_deg:8.4f} {_angle(raan_deg)} "
-        f"{round(eccentricity * 1e7):07d} {_angle(argp_deg)} {_angle(mean_anomaly_deg)} "
-        f"{mean_motion_rev_day:11.8f}    1"
+        f"2 {satnum:05d} {inclination:8.4f} {_angle(raan)} 0000000 {_angle(0.0)} "
+        f"{_angle(anomaly)} {mean_motion:11.8f}    1"
     )
     return Tle(name, body1 + str(tle_checksum(body1)), body2 + str(tle_checksum(body2)))
 
@@ -294,8 +294,8 @@ def walker_constellation(
     Returns:
         ``n_leo`` LEO TLEs then the GEO's; catalogue numbers 90000 + index.
     """
-    if n_leo < 1 or planes < 1 or n_leo % planes:
-        raise OrbitError(f"n_leo: {n_leo} must be a positive multiple of planes={planes}")
+    if not 1 <= n_leo <= 9999 or planes < 1 or n_leo % planes:
+        raise OrbitError(f"n_leo: {n_leo} must be a multiple of planes={planes} in [1, 9999]")
     if not altitude_km > 0 or not 0.0 <= inclination_deg <= 180.0:
         raise OrbitError(
             f"altitude_km={altitude_km}, inclination_deg={inclination_deg}: need altitude > 0 "
@@ -304,34 +304,16 @@ def walker_constellation(
     check_location(0.0, geo_longitude_deg, field="geo_longitude_deg")
     a = EARTH_RADIUS_KM + altitude_km
     n_rev_day = math.sqrt(MU_KM3_S2 / a**3) * DAY_S / (2 * math.pi)
-    per_plane = n_leo // planes
+    q = n_leo // planes  # satellites per plane
     tles = []
     for i in range(n_leo):
-        j, k = divmod(i, per_plane)
-        tles.append(
-            format_tle(
-                f"LEO-{i}",
-                90000 + i,
-                epoch,
-                inclination_deg=inclination_deg,
-                raan_deg=180.0 * j / planes,
-                argp_deg=0.0,
-                mean_anomaly_deg=360.0 * k / per_plane + 360.0 * j / n_leo,
-                mean_motion_rev_day=n_rev_day,
-            )
-        )
-    jd, fr = julian_dates(epoch, 1, 1.0)
-    gmst = math.degrees(float(gmst82(jd, fr)[0]))
-    geo = format_tle(
-        "GEO-0",
-        90000 + n_leo,
-        epoch,
-        inclination_deg=0.0,
-        raan_deg=0.0,
-        argp_deg=0.0,
-        mean_anomaly_deg=geo_longitude_deg + gmst,
-        mean_motion_rev_day=GEO_MEAN_MOTION,
-    )
+        plane, k = divmod(i, q)
+        anomaly = 360.0 * k / q + 360.0 * plane / n_leo  # f = 1 phasing between planes
+        elements = (inclination_deg, 180.0 * plane / planes, anomaly, n_rev_day)
+        tles.append(format_tle(f"LEO-{i}", 90000 + i, epoch, elements))
+    gmst = math.degrees(float(gmst82(*julian_dates(epoch, 1, 1.0))[0]))
+    elements = (0.0, 0.0, geo_longitude_deg + gmst, GEO_MEAN_MOTION)
+    geo = format_tle("GEO-0", 90000 + n_leo, epoch, elements)
     return [*tles, geo]
 
 
