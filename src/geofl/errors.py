@@ -149,3 +149,11 @@ __all__ += ["BudgetExhaustedError", "RunDirLockedError", "RunStoppedError"]
 class DeployError(GeoflError):
     """A deployment cannot run: a site's data is missing, server and site configs differ,
     the SuperLink or a site cannot be reached in time. The message names the site."""
+
+
+class HierarchyError(GeoflError, ValueError):
+    """A paper-003 space-layer input is invalid: an empty cluster, κ < 0, a location outside
+    [−90, 90] × [−180, 180], personalisation weights off the simplex. Names the field."""
+
+
+__all__ += ["HierarchyError"]
