@@ -483,6 +483,15 @@ def _robust_chunk(
     return torch.where(ok, mean, 0.0), rows, int(ok.sum())
 
 
+def _row_norms(x: torch.Tensor) -> torch.Tensor:
+    """``[L]`` L2 norms of the rows of ``x`` (float64), scaled by each row's largest
+    magnitude first so that rows near the float64 limits neither overflow nor underflow."""
+    big = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=x.dtype)
+    safe = torch.where(big > 0, big, 1.0)
+    norms: torch.Tensor = big * torch.linalg.vector_norm(x / safe[:, None], dim=1)
+    return norms
+
+
 def _normalised_weights(weights: torch.Tensor, k: int) -> torch.Tensor:
     w = weights.detach().to("cpu", torch.float64)
     if w.shape != (k,) or not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
@@ -534,7 +543,7 @@ def robust_avg(
     alpha = _normalised_weights(weights, k)
     b = trim_count(k, trim_fraction)
     x = deltas.detach().to("cpu", torch.float64)
-    x = x * torch.clamp(clip / (torch.linalg.vector_norm(x, dim=1) + eps), max=1.0)[:, None]
+    x = x * torch.clamp(clip / (_row_norms(x) + eps), max=1.0)[:, None]
     if b == 0:
         return Aggregate((alpha @ x).to(deltas.dtype).to(deltas.device), alpha)
     out = torch.empty(d, dtype=torch.float64)
