@@ -95,6 +95,16 @@ def test_chunked_columns_match_one_chunk(monkeypatch: pytest.MonkeyPatch) -> Non
     # same values up to the summation order of the column reductions
     assert torch.allclose(whole.delta, chunked.delta, rtol=1e-14, atol=1e-16)
     assert torch.allclose(whole.weights, chunked.weights, rtol=1e-14, atol=0)
+    # chunks on worker threads: the same numbers as the chunks in one thread
+    monkeypatch.setattr(robust, "_PARALLEL_MIN_ELEMENTS", 0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        threaded = robust_avg(d, w, clip=2.0, trim_fraction=0.2)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(threaded.delta, chunked.delta)
+    assert torch.equal(threaded.weights, chunked.weights)
 
 
 # ----------------------------------------------------------------------------- slow reference
