@@ -216,3 +216,23 @@ def test_health_draws_come_from_seed_round_cluster_generators() -> None:
 def test_monitor_refuses_bad_parameters(kwargs: dict[str, float], match: str) -> None:
     with pytest.raises(HierarchyError, match=match):
         DriverMonitor(_clusters(), RHO, seed=0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_snapshot_and_restore_continue_identically() -> None:
+    clusters = Clusters(tuple((i, i + 20) for i in range(20)), tuple(range(20)), np.arange(40) % 20)
+    rho = np.linspace(1.0, 0.0, 40)
+    a: DriverMonitor[int] = DriverMonitor(clusters, rho, seed=3, p_fail=0.4, down_rounds=2)
+    for r in range(3):
+        a.health_check(r)
+        for t in range(40):
+            if t not in a.down:
+                a.submit(t, 100 * r + t)
+    state = a.snapshot()
+    b: DriverMonitor[int] = DriverMonitor(clusters, rho, seed=3, p_fail=0.4, down_rounds=2)
+    b.restore(state)
+    for r in range(3, 6):
+        assert a.health_check(r) == b.health_check(r)
+        assert a.drivers == b.drivers and a.down == b.down
+    assert [a.drain(c) for c in range(20)] == [b.drain(c) for c in range(20)]
+    with pytest.raises(HierarchyError, match="monitor state"):
+        DriverMonitor(_clusters(), RHO, seed=0).restore(state)

@@ -37,6 +37,7 @@ __all__ = [
     "Clusters",
     "DriverMonitor",
     "Failover",
+    "MonitorState",
     "capability_score",
     "elect",
     "form_clusters",
@@ -204,6 +205,23 @@ class Failover:
     handed_over: int
 
 
+@dataclass(frozen=True)
+class MonitorState(Generic[T]):
+    """Everything a :class:`DriverMonitor` holds, for checkpoint and resume.
+
+    Attributes:
+        drivers: Cluster → current driver (None while every member is down).
+        down_until: (tractor, first round it is up again) of every tractor that is down.
+        buffers: Cluster → its buffered updates, submission order.
+        last_round: The last round health-checked, or None.
+    """
+
+    drivers: tuple[int | None, ...]
+    down_until: tuple[tuple[int, int], ...]
+    buffers: tuple[tuple[T, ...], ...]
+    last_round: int | None
+
+
 class DriverMonitor(Generic[T]):
     """Health monitoring, ρ re-election and the drivers' update buffers (003 §2.1.6).
 
@@ -306,6 +324,29 @@ class DriverMonitor(Generic[T]):
                 if u < self.p_fail and (f := self.fail(c, round_idx)) is not None:
                     out.append(f)
         return tuple(out)
+
+    def snapshot(self) -> MonitorState[T]:
+        """The monitor's state (drivers, down times, buffers, last round)."""
+        return MonitorState(
+            tuple(self._driver),
+            tuple(sorted(self._down_until.items())),
+            tuple(tuple(b) for b in self._buffer),
+            self._last_round,
+        )
+
+    def restore(self, state: MonitorState[T]) -> None:
+        """Continue from :meth:`snapshot`'s ``state`` (same clusters and parameters)."""
+        if len(state.drivers) != self.clusters.num_clusters or len(state.buffers) != len(
+            state.drivers
+        ):
+            raise HierarchyError(
+                f"monitor state: {len(state.drivers)} clusters, this monitor has "
+                f"{self.clusters.num_clusters}; resume with the same clusters"
+            )
+        self._driver = list(state.drivers)
+        self._down_until = dict(state.down_until)
+        self._buffer = [list(b) for b in state.buffers]
+        self._last_round = state.last_round
 
     def _elect(self, cluster: int) -> int | None:
         mem = self.clusters.members[cluster]
