@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from geofl.errors import HierarchyError
+from geofl.hierarchy import clusters as clusters_module
 from geofl.hierarchy.clusters import (
     EARTH_RADIUS_KM,
     Clusters,
@@ -122,6 +123,45 @@ def test_alg2_is_order_dependent_as_written() -> None:
     # with 2 listed before 1, the chain absorbs everyone
     c = form_clusters(_line_fleet([0.0, 1.0, 2.0], [0, 0, 0]), radius_km=120.0)
     assert c.members == ((0, 1, 2),)
+
+
+def _literal_alg2(f: Fleet, r: float) -> list[int]:
+    """Alg. 2 lines 1–10 word for word: a list of clusters, scanned in creation order."""
+    cluster_of = [-1] * f.num_tractors
+    n = 0
+    for m in sorted(set(f.model_type.tolist())):
+        clusters: list[list[int]] = []
+        for i in [i for i in range(f.num_tractors) if f.model_type[i] == m]:
+            for c, members in enumerate(clusters):
+                if any(haversine_km(f.lat[i], f.lon[i], f.lat[j], f.lon[j]) <= r for j in members):
+                    members.append(i)
+                    cluster_of[i] = n + c
+                    break
+            else:
+                clusters.append([i])
+                cluster_of[i] = n + len(clusters) - 1
+        n += len(clusters)
+    return cluster_of
+
+
+@pytest.mark.parametrize("max_pairs", [1 << 23, 10])  # KD-tree pairs; dense fallback
+@pytest.mark.parametrize("seed", range(3))
+def test_fast_neighbour_search_matches_the_literal_algorithm(
+    seed: int, max_pairs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(clusters_module, "MAX_NEIGHBOUR_PAIRS", max_pairs)
+    rng = np.random.default_rng(seed)
+    t = 150
+    lat = np.concatenate([rng.uniform(-89.9, 89.9, t - 30), rng.normal(0, 0.3, 30)])
+    lon = np.concatenate([rng.uniform(-180, 180, t - 30), 179.8 + rng.normal(0, 0.3, 30)])
+    lon = (lon + 180) % 360 - 180  # a cluster across the date line
+    f = Fleet(
+        farm=np.arange(t), region=np.zeros(t, np.int64), lat=lat, lon=lon,
+        model_type=rng.integers(0, 2, t), capability=rng.random((t, 4)),
+        context_bin=np.zeros(t, np.int64), link_profile=np.ones(t, np.int64),
+    )  # fmt: skip
+    for r in (0.0, 50.0, 500.0, 3000.0, 30000.0):
+        assert form_clusters(f, radius_km=r).cluster_of.tolist() == _literal_alg2(f, r), r
 
 
 def test_driver_ties_go_to_the_lowest_id() -> None:
