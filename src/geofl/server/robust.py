@@ -554,6 +554,9 @@ def robust_avg(
     weights and C ≥ every ‖Δ_l‖ this equals :func:`trimmed_mean` (b = 0: the weighted mean).
     Computed in float64 on the CPU (centred on the lowest kept value of each coordinate), in
     column chunks sorted by numpy; returned in the dtype and on the device of ``deltas``.
+    Speed (one thread, a loaded 2-core machine, randn float32): L = 100, D = 1e6 ~2.5 s =
+    ~40× ``mean(0)``, ~7× :func:`trimmed_mean` (which uses both cores); the GEO's L = 8,
+    D = 1.2e5 ~1.5 ms.
 
     Args:
         deltas: ``[L, D]`` regional deltas Δ_l = w̄_l − w^t (Eq. 1), finite; not modified.
