@@ -63,6 +63,7 @@ def server_main(grid: Grid, context: Context) -> None:
     """Run the configured (method, seed) over the connected sites."""
     rc = context.run_config
     config, method, seed = _run_setting(context)
+    (Path(str(rc["out"])) / ERROR_FILE).unlink(missing_ok=True)  # a resumed run's old error
     try:
         setup = load_setup(config, method, seed)
         final = run_server(

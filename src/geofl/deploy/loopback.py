@@ -260,6 +260,17 @@ class Loopback:
         _signal_group(proc, signal.SIGKILL)
         proc.wait(timeout=10)
 
+    def stop_supernode(self, i: int) -> None:
+        """Stop SuperNode ``i`` (SIGTERM: it leaves the SuperLink's node list; SIGKILL after
+        30 s)."""
+        proc = self.nodes[i]
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=10)
+
     def kill_superlink(self) -> None:
         """Kill the SuperLink and the ServerApp it runs (a server machine that fails); the
         SuperNodes stay."""

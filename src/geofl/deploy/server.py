@@ -96,6 +96,9 @@ def discover_sites(
 ) -> dict[int, int]:
     """Wait for ``expected`` SuperNodes, ask each which clients it hosts; client → node.
 
+    A node that does not answer within ``timeout`` (one the SuperLink still lists after it
+    died) is passed over with a warning, as long as the others host every client.
+
     Raises:
         DeployError: too few sites within ``timeout``, a site that cannot load its data,
             runs another config or cannot restore its clients as of ``plan``'s
@@ -119,10 +122,13 @@ def discover_sites(
     msgs = [Message(content, dst_node_id=n, message_type=QUERY, group_id="0") for n in nodes]
     replies = {r.metadata.src_node_id: r for r in grid.send_and_receive(msgs, timeout=timeout)}
     hosts: dict[int, int] = {}
+    silent = [n for n in nodes if n not in replies]
+    for node in silent:
+        log.warning("site node %d did not answer within %g s; passed over", node, timeout)
     for node in nodes:
         rep = replies.get(node)
         if rep is None:
-            raise DeployError(f"site node {node} did not answer within {timeout:g} s")
+            continue
         if rep.has_error():
             raise DeployError(f"site node {node} failed: {rep.error.reason!s}")
         info = rep.content.config_records["site"]
@@ -134,8 +140,9 @@ def discover_sites(
             hosts[int(k)] = node
     missing = sorted(set(range(num_clients)) - set(hosts))
     if missing:
+        quiet = f" (nodes {silent} did not answer within {timeout:g} s)" if silent else ""
         raise DeployError(
-            f"no site hosts clients {missing}; give each in some node config clients="
+            f"no site hosts clients {missing}{quiet}; give each in some node config clients="
         )
     return hosts
 
