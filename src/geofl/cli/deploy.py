@@ -38,10 +38,10 @@ def app_cmd(path: Annotated[Path, typer.Argument(help="Directory to write.")]) -
 @deploy_app.command("certs")
 def certs_cmd(
     path: Annotated[Path, typer.Argument(help="Directory to write.")],
-    host: Annotated[list[str], typer.Option(help="SuperLink host name or IP (repeatable).")] = [
-        "127.0.0.1",
-        "localhost",
-    ],  # noqa: B006 - typer reads the default
+    host: Annotated[
+        list[str] | None,
+        typer.Option(help="SuperLink host name or IP (repeatable; default 127.0.0.1, localhost)."),
+    ] = None,
     days: Annotated[int, typer.Option(min=1, help="Validity in days.")] = 365,
 ) -> None:
     """Write ca.crt, server.pem and server.key for a TLS SuperLink."""
@@ -49,7 +49,7 @@ def certs_cmd(
         from geofl.deploy.certs import write_certificates
     except ImportError:
         raise fail("geofl deploy needs Flower: pip install 'geofl[deploy]'") from None
-    c = write_certificates(path, host, days)
+    c = write_certificates(path, host or ["127.0.0.1", "localhost"], days)
     print("\n".join(str(p) for p in (c.ca, c.cert, c.key)))
 
 
