@@ -51,12 +51,13 @@ def test_request_round_trips_bit_exactly() -> None:
     params = torch.randn(1000, generator=torch.Generator().manual_seed(0))
     payload = {"control": torch.randn(1000, generator=torch.Generator().manual_seed(1))}
     d = ClientDirectives(4, 2, {"lr": 0.1, "clip_bound": 3}, payload)
-    req = decode_request(encode_request(params, d, "fp", (3, True)))
+    req = decode_request(encode_request(params, d, "fp", 3, resume_round=2, ledger_events=5))
     assert torch.equal(req.params, params)
     assert torch.equal(req.directives.payload["control"], payload["control"])
     assert (req.directives.round, req.directives.client_id) == (4, 2)
     assert dict(req.directives.extra) == {"lr": 0.1, "clip_bound": 3}
-    assert (req.fingerprint, req.ack_round, req.ack_accepted) == ("fp", 3, True)
+    assert (req.fingerprint, req.admitted_round) == ("fp", 3)
+    assert (req.resume_round, req.ledger_events) == (2, 5)
 
 
 def test_declined_round_reads_as_the_budget_error() -> None:
@@ -73,16 +74,18 @@ def test_parse_clients_and_its_errors() -> None:
         parse_clients("a", 4)
 
 
-def test_site_step_equals_the_simulator_and_state_follows_acks(scaffold_config: Path) -> None:
+def test_site_step_equals_the_simulator_and_state_follows_acks(
+    scaffold_config: Path, tmp_path: Path
+) -> None:
     setup = load_setup(scaffold_config, None, None)
-    site = Site(setup, [1])
+    site = Site(setup, [1], tmp_path / "state")
     comps = build_components(setup.cfg, setup.method, setup.seed, setup.data, setup.partition)
     params = comps.workspace.snapshot()
     plan = comps.strategy.configure(1, [1])
     d = ClientDirectives(1, 1, {}, plan.payload)
     fp = "{}"
     state = RecordDict()
-    reply = site.train(decode_request(encode_request(params, d, fp, (0, False))), state)
+    reply = site.train(decode_request(encode_request(params, d, fp, 0)), state)
     got = decode_reply(reply)
     want = client_step(
         comps.program, params, comps.clients[1], comps.store.get(1), d,
@@ -93,16 +96,22 @@ def test_site_step_equals_the_simulator_and_state_follows_acks(scaffold_config: 
     for name, t in want.update.tensors.items():
         assert torch.equal(got.update.tensors[name], t)
     np.testing.assert_array_equal(got.update.meta.label_histogram, want.update.meta.label_histogram)
-    # staged, not committed, until the next request acknowledges round 1
-    assert "geofl.state.1" not in state.array_records
+
+    def committed() -> np.ndarray:
+        (arr,) = state.array_records["geofl.state.1"].values()
+        return np.asarray(arr.numpy())
+
+    # staged, not committed, until the next request names round 1 as admitted
+    assert not np.any(committed())  # c_k = 0 as before the first step
     d2 = ClientDirectives(2, 1, {}, plan.payload)
-    site.train(decode_request(encode_request(params, d2, fp, (1, False))), state)
-    assert "geofl.state.1" not in state.array_records  # round 1 refused: c_k forgotten
+    site.train(decode_request(encode_request(params, d2, fp, 0)), state)
+    assert not np.any(committed())  # round 1 not admitted: its c_k forgotten
     d3 = ClientDirectives(3, 1, {}, plan.payload)
-    site.train(decode_request(encode_request(params, d3, fp, (2, True))), state)
-    kept = state.array_records["geofl.state.1"]
-    (name,) = kept.keys()
-    assert np.any(kept[name].numpy() != 0)  # round 2 admitted: its c_k committed
+    site.train(decode_request(encode_request(params, d3, fp, 2)), state)
+    staged2 = site.disk.load(1, 2)[0].tensors
+    (name,) = staged2.keys()
+    assert np.any(committed() != 0)  # round 2 admitted: its c_k committed
+    np.testing.assert_array_equal(committed(), staged2[name].numpy())
 
 
 def test_fingerprint_names_the_sections_that_differ(scaffold_config: Path) -> None:

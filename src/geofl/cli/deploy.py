@@ -2,9 +2,13 @@
 
 * ``geofl deploy app DIR`` — write the Flower app directory (``pyproject.toml`` naming
   geofl's ServerApp and ClientApp) for ``flwr run DIR <superlink>``;
+* ``geofl deploy certs DIR --host NAME`` — a CA and the SuperLink's TLS certificate;
+* ``geofl deploy key DIR NAME`` — a SuperNode's authentication key pair (``NAME``,
+  ``NAME.pub``) for ``flwr supernode register``;
 * ``geofl deploy loopback CONFIG --out DIR`` — start a SuperLink and one SuperNode per site
   on this machine, run (method, seed) of CONFIG on them and stop them again (a rehearsal
-  of a multi-site deployment; README "Many cores, many sites").
+  of a multi-site deployment; README "Many cores, many sites"); ``--resume`` continues a
+  run directory from its checkpoint (the sites' state lies under ``DIR/flower``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,40 @@ def app_cmd(path: Annotated[Path, typer.Argument(help="Directory to write.")]) -
     print(write_app(path))
 
 
+@deploy_app.command("certs")
+def certs_cmd(
+    path: Annotated[Path, typer.Argument(help="Directory to write.")],
+    host: Annotated[
+        list[str] | None,
+        typer.Option(help="SuperLink host name or IP (repeatable; default 127.0.0.1, localhost)."),
+    ] = None,
+    days: Annotated[int, typer.Option(min=1, help="Validity in days.")] = 365,
+) -> None:
+    """Write ca.crt, server.pem and server.key for a TLS SuperLink."""
+    try:
+        from geofl.deploy.certs import write_certificates
+    except ImportError:
+        raise fail("geofl deploy needs Flower: pip install 'geofl[deploy]'") from None
+    c = write_certificates(path, host or ["127.0.0.1", "localhost"], days)
+    print("\n".join(str(p) for p in (c.ca, c.cert, c.key)))
+
+
+@deploy_app.command("key")
+def key_cmd(
+    path: Annotated[Path, typer.Argument(help="Directory to write.")],
+    name: Annotated[str, typer.Argument(help="Key name (e.g. the site's).")],
+) -> None:
+    """Write a SuperNode authentication key pair NAME and NAME.pub (P-384, OpenSSH)."""
+    try:
+        from geofl.deploy.certs import write_node_key
+    except ImportError:
+        raise fail("geofl deploy needs Flower: pip install 'geofl[deploy]'") from None
+    if (path / name).exists():
+        raise fail(f"{path / name} exists; choose another name or directory")
+    k = write_node_key(path, name)
+    print(f"{k.private}\n{k.public}")
+
+
 @deploy_app.command("loopback")
 def loopback_cmd(
     config: Annotated[Path, typer.Argument(help="Experiment YAML.")],
@@ -40,6 +78,7 @@ def loopback_cmd(
     seed: Annotated[int, typer.Option(help="Seed (-1: the config's first).")] = -1,
     round_timeout: Annotated[float, typer.Option(help="Seconds a round waits.")] = 300.0,
     timeout: Annotated[float, typer.Option(help="Seconds the whole run may take.")] = 3600.0,
+    resume: Annotated[bool, typer.Option(help="Continue from the run's checkpoint.")] = False,
 ) -> None:
     """Run CONFIG on a SuperLink and SuperNodes started on this machine."""
     try:
@@ -61,6 +100,7 @@ def loopback_cmd(
             "method": method,
             "seed": seed,
             "sites": sites,
+            "resume": resume,
             "round-timeout": round_timeout,
             "connect-timeout": 120.0,
         }

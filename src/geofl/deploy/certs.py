@@ -5,6 +5,11 @@ with ``--ssl-ca-certfile``); SuperNodes and ``flwr`` verify it against the CA
 (``--root-certificates``, ``root-certificates`` in the Flower connection). Generated with
 ``cryptography`` (Flower's own dependency); for a real deployment name the SuperLink's host
 in ``hosts``.
+
+SuperNode authentication (SuperLink ``--enable-supernode-auth``) uses one EC key pair per
+site in OpenSSH format (:func:`write_node_key`, like ``ssh-keygen -t ecdsa -b 384``): the
+public key is registered with ``flwr supernode register site.pub <connection>``, the
+SuperNode starts with ``--auth-supernode-private-key site``.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["Certificates", "write_certificates"]
+__all__ = ["Certificates", "NodeKey", "write_certificates", "write_node_key"]
 
 
 @dataclass(frozen=True)
@@ -89,4 +94,32 @@ def write_certificates(
         )
     )
     out.key.chmod(0o600)
+    return out
+
+
+@dataclass(frozen=True)
+class NodeKey:
+    """Paths of a SuperNode's authentication key pair (OpenSSH format)."""
+
+    private: Path
+    public: Path
+
+
+def write_node_key(path: Path, name: str) -> NodeKey:
+    """Write a P-384 key pair ``<name>`` (private, 0600) and ``<name>.pub`` under ``path``."""
+    path.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP384R1())
+    out = NodeKey(path / name, path / f"{name}.pub")
+    out.private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+    )
+    out.private.chmod(0o600)
+    pub = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    out.public.write_bytes(pub + f" geofl-{name}\n".encode())
     return out

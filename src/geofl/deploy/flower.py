@@ -6,6 +6,8 @@ Run config (``flwr run --run-config``; both apps read it):
 * ``method`` — the method to deploy (may be empty when the config has one);
 * ``seed`` — the seed (-1: the config's first);
 * ``out`` — the server's run directory;
+* ``resume`` — continue from the checkpoint in the run directory (after a SuperLink
+  restart): sites restore their clients' state from their state directories;
 * ``sites`` — how many SuperNodes to wait for;
 * ``round-timeout`` / ``connect-timeout`` — seconds a round waits for replies, and the
   server for its sites.
@@ -13,7 +15,9 @@ Run config (``flwr run --run-config``; both apps read it):
 Node config (``flower-supernode --node-config``): ``clients`` — the client ids the site
 hosts (``"0"``, ``"0,1"``, ``"2-5"``), and optionally ``config`` — the site's own copy of
 the experiment YAML (data paths may differ per site; every result-relevant section must
-match the server's, which the config fingerprint checks).
+match the server's, which the config fingerprint checks), and ``state-dir`` — where the
+site saves its clients' steps (default ``~/.geofl/site-state``;
+:mod:`geofl.deploy.sitestate`).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ client_app = ClientApp()
 
 #: Sites built in this process, by (config, method, seed, clients): a long-lived ClientApp
 #: process builds its data and program once.
-_SITES: dict[tuple[str, str, int, str], Site] = {}
+_SITES: dict[tuple[str, str, int, str, str], Site] = {}
 
 
 def _run_setting(context: Context) -> tuple[str, str | None, int | None]:
@@ -59,6 +63,7 @@ def server_main(grid: Grid, context: Context) -> None:
     """Run the configured (method, seed) over the connected sites."""
     rc = context.run_config
     config, method, seed = _run_setting(context)
+    (Path(str(rc["out"])) / ERROR_FILE).unlink(missing_ok=True)  # a resumed run's old error
     try:
         setup = load_setup(config, method, seed)
         final = run_server(
@@ -66,6 +71,7 @@ def server_main(grid: Grid, context: Context) -> None:
             setup,
             Path(str(rc["out"])),
             sites=int(rc.get("sites", 2)),
+            resume=bool(rc.get("resume", False)),
             round_timeout=float(rc.get("round-timeout", 120.0)),
             connect_timeout=float(rc.get("connect-timeout", 60.0)),
         )
@@ -84,10 +90,12 @@ def _site(context: Context) -> Site:
     config, method, seed = _run_setting(context)
     config = str(context.node_config.get("config", config))
     clients = str(context.node_config.get("clients", ""))
-    key = (config, method or "", -1 if seed is None else seed, clients)
+    state_dir = str(context.node_config.get("state-dir", ""))
+    key = (config, method or "", -1 if seed is None else seed, clients, state_dir)
     if key not in _SITES:
         setup = load_setup(config, method, seed)
-        _SITES[key] = Site(setup, parse_clients(clients, setup.cfg.federation.num_clients))
+        hosted = parse_clients(clients, setup.cfg.federation.num_clients)
+        _SITES[key] = Site(setup, hosted, Path(state_dir) if state_dir else None)
     return _SITES[key]
 
 
@@ -97,15 +105,24 @@ def _error(msg: Message, text: str) -> Message:
 
 @client_app.query()
 def site_query(msg: Message, context: Context) -> Message:
-    """Which clients this site hosts, after loading its data and checking the config."""
+    """Which clients this site hosts, after loading its data and checking the config (and,
+    when the server resumes from a checkpoint, that the site can restore its clients)."""
+    query = msg.content.config_records["query"]
     try:
         site = _site(context)
+        differ = fingerprint_mismatch(json.loads(str(query["fingerprint"])), site.fingerprint)
+        if differ:
+            return _error(msg, _mismatch(differ))
+        checkpoint = int(query.get("resume_round", 0))  # type: ignore[arg-type]
+        if checkpoint:
+            plan = json.loads(str(query["resume_plan"]))
+            site.check_resume(
+                {int(k): (int(a), int(m)) for k, (a, m) in plan.items()},
+                checkpoint,
+                context.run_id,
+            )
     except GeoflError as err:
         return _error(msg, str(err))
-    server_fp = json.loads(str(msg.content.config_records["query"]["fingerprint"]))
-    differ = fingerprint_mismatch(server_fp, site.fingerprint)
-    if differ:
-        return _error(msg, _mismatch(differ))
     info: dict[str, Any] = {"clients": json.dumps(sorted(site.clients)), "dim": site.dim}
     return Message(RecordDict({"site": ConfigRecord(info)}), reply_to=msg)
 
@@ -119,7 +136,7 @@ def site_train(msg: Message, context: Context) -> Message:
         differ = fingerprint_mismatch(json.loads(req.fingerprint), site.fingerprint)
         if differ:
             return _error(msg, _mismatch(differ))
-        return Message(site.train(req, context.state), reply_to=msg)
+        return Message(site.train(req, context.state, context.run_id), reply_to=msg)
     except GeoflError as err:
         return _error(msg, str(err))
 

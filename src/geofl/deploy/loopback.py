@@ -4,13 +4,15 @@ Used by the loopback equivalence test and ``geofl deploy loopback``; the same co
 with other addresses and real certificates, start a multi-site deployment (README).
 Every process gets a bounded timeout; telemetry is off and the SuperLink never installs
 dependencies at run time (``--disable-runtime-dependency-installation``): the app is geofl
-as installed.
+as installed. With ``auth`` the SuperLink admits only SuperNodes whose public keys were
+registered (``--enable-supernode-auth``, ``flwr supernode register``; TLS required).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,7 +26,7 @@ from typing import Any
 
 import tomli_w
 
-from geofl.deploy.certs import Certificates, write_certificates
+from geofl.deploy.certs import Certificates, NodeKey, write_certificates, write_node_key
 from geofl.errors import DeployError
 
 __all__ = ["APP_CONFIG", "Loopback", "free_port", "write_app"]
@@ -35,6 +37,7 @@ APP_CONFIG: dict[str, Any] = {
     "method": "",
     "seed": -1,
     "out": "geofl-deploy",
+    "resume": False,
     "sites": 2,
     "round-timeout": 120.0,
     "connect-timeout": 60.0,
@@ -100,22 +103,28 @@ class Loopback:
     """A SuperLink and one SuperNode per site on 127.0.0.1 (insecure: loopback only).
 
     Args:
-        workdir: Where logs, the app and the Flower home go.
-        sites: Node config of each SuperNode (e.g. ``{"clients": "0"}``).
+        workdir: Where logs, the app, the Flower home and the sites' state go.
+        sites: Node config of each SuperNode (e.g. ``{"clients": "0"}``); a site without
+            ``state-dir`` gets ``<workdir>/site<i>-state``.
         start_timeout: Seconds to wait for the SuperLink to listen.
         tls: Encrypt every connection with certificates generated here
             (:func:`geofl.deploy.certs.write_certificates`) instead of running insecure.
+        auth: SuperNode authentication (implies ``tls``): a key pair per site
+            (:func:`geofl.deploy.certs.write_node_key`), each public key registered with
+            ``flwr supernode register`` once the SuperLink listens.
     """
 
     workdir: Path
     sites: Sequence[Mapping[str, str]]
     start_timeout: float = 60.0
     tls: bool = False
+    auth: bool = False
     port: int = 0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
-    nodes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    nodes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     certs: Certificates | None = None
+    keys: list[NodeKey] = field(default_factory=list)
 
     def __enter__(self) -> Loopback:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -123,10 +132,18 @@ class Loopback:
         self.home.mkdir(exist_ok=True)
         self.port = self.port or free_port()
         self.ports.append(self.port)
+        self.sites = [
+            {"state-dir": str(self.workdir / f"site{i}-state"), **node}
+            for i, node in enumerate(self.sites)
+        ]
         loop: dict[str, Any] = {"address": f"127.0.0.1:{self.port}", "insecure": True}
-        if self.tls:
+        if self.tls or self.auth:
             self.certs = write_certificates(self.workdir / "certs")
             loop = {"address": loop["address"], "root-certificates": str(self.certs.ca)}
+        if self.auth:
+            self.keys = [
+                write_node_key(self.workdir / "keys", f"site{i}") for i in range(len(self.sites))
+            ]
         conn = {"superlink": {"default": "loop", "loop": loop}}
         (self.home / "config.toml").write_text(tomli_w.dumps(conn), encoding="utf-8")
         self.app = write_app(self.workdir / "app")
@@ -139,14 +156,18 @@ class Loopback:
         c = self.certs
         if c is None:
             return ["--insecure"]
+        auth = ["--enable-supernode-auth"] if self.auth else []
         return ["--ssl-ca-certfile", str(c.ca), "--ssl-certfile", str(c.cert),
-                "--ssl-keyfile", str(c.key)]  # fmt: skip
+                "--ssl-keyfile", str(c.key), *auth]  # fmt: skip
 
-    def _node_security(self) -> list[str]:
-        return ["--insecure"] if self.certs is None else ["--root-certificates", str(self.certs.ca)]
+    def _node_security(self, key: Path | None) -> list[str]:
+        if self.certs is None:
+            return ["--insecure"]
+        auth = [] if key is None else ["--auth-supernode-private-key", str(key)]
+        return ["--root-certificates", str(self.certs.ca), *auth]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, env=_env(self.home), start_new_session=True
         )
@@ -154,38 +175,67 @@ class Loopback:
         return proc
 
     def start_superlink(self) -> None:
-        """Start the SuperLink and wait until it listens."""
-        self._spawn(
+        """Start the SuperLink, wait until it listens, register the sites' keys (auth)."""
+        self.link = self._spawn(
             "superlink",
             [_bin("flower-superlink"), *self._link_security(), "--port", str(self.port),
              "--disable-runtime-dependency-installation"],
         )  # fmt: skip
         deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
+        while True:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
+                    break
             except OSError:
+                if time.monotonic() > deadline:
+                    raise DeployError(
+                        f"the SuperLink did not listen on port {self.port} within "
+                        f"{self.start_timeout:g} s"
+                    ) from None
                 time.sleep(0.2)
-        raise DeployError(
-            f"the SuperLink did not listen on port {self.port} within {self.start_timeout:g} s"
-        )
+        for key in self.keys:
+            self.register(key)
+
+    def register(self, key: NodeKey) -> str:
+        """``flwr supernode register`` the public key of ``key``; the command's output.
+
+        Raises:
+            DeployError: when the SuperLink refuses it or does not answer within 60 s.
+        """
+        args = [self.flwr, "supernode", "register", str(key.public), "loop"]
+        try:
+            proc = subprocess.run(
+                args, capture_output=True, timeout=60, env=self.env, cwd=self.workdir
+            )
+        except subprocess.TimeoutExpired:
+            raise DeployError(f"flwr supernode register {key.public} took over 60 s") from None
+        out = (proc.stdout + proc.stderr).decode(errors="replace")
+        if proc.returncode != 0:
+            raise DeployError(f"flwr supernode register {key.public} failed: {out.strip()}")
+        return out
 
     def start_supernode(
-        self, i: int, node: Mapping[str, str], superlink: str | None = None
+        self,
+        i: int,
+        node: Mapping[str, str],
+        superlink: str | None = None,
+        key: Path | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start SuperNode ``i`` with ``node`` as its node config."""
+        """Start SuperNode ``i`` with ``node`` as its node config (with ``auth``, and
+        ``key`` None, it authenticates with site ``i``'s key)."""
+        if key is None and self.auth and i < len(self.keys):
+            key = self.keys[i].private
         cfg = " ".join(f'{k}="{v}"' for k, v in node.items())
         port = free_port()
         self.ports.append(port)
         proc = self._spawn(
             f"supernode{i}",
-            [_bin("flower-supernode"), *self._node_security(),
+            [_bin("flower-supernode"), *self._node_security(key),
              "--superlink", superlink or f"127.0.0.1:{self.port}",
              "--port", str(port), "--max-retries", "3", "--max-wait-time", "20",
              "--node-config", cfg],
         )  # fmt: skip
-        self.nodes.append(proc)
+        self.nodes[i] = proc
         return proc
 
     @property
@@ -209,6 +259,28 @@ class Loopback:
         proc = self.nodes[i]
         _signal_group(proc, signal.SIGKILL)
         proc.wait(timeout=10)
+
+    def stop_supernode(self, i: int) -> None:
+        """Stop SuperNode ``i`` (SIGTERM: it leaves the SuperLink's node list; SIGKILL after
+        30 s)."""
+        proc = self.nodes[i]
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def kill_superlink(self) -> None:
+        """Kill the SuperLink and the ServerApp it runs (a server machine that fails); the
+        SuperNodes stay."""
+        _signal_group(self.link, signal.SIGKILL)
+        self.link.wait(timeout=10)
+        nodes = {p.pid for p in self.nodes.values()}
+        for pid in _processes_using([self.port]):  # Flower's detached ServerApp executor
+            if pid not in nodes:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
     def run(self, run_config: Mapping[str, Any], timeout: float) -> str:
         """``flwr run`` the app with ``run_config`` and stream its logs; the output.
@@ -249,7 +321,7 @@ class Loopback:
 def _processes_using(ports: Sequence[int]) -> list[int]:
     """Processes whose command line names one of ``ports`` on 127.0.0.1 (ours: the ports
     were free when we took them)."""
-    marks = [f"127.0.0.1:{p}".encode() for p in ports]
+    marks = re.compile(rb"127\.0\.0\.1:(" + "|".join(map(str, ports)).encode() + rb")(?!\d)")
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -258,7 +330,7 @@ def _processes_using(ports: Sequence[int]) -> list[int]:
             cmd = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if any(m in cmd for m in marks):
+        if ports and marks.search(cmd):
             found.append(int(entry.name))
     return found
 

@@ -10,6 +10,13 @@ Faults: a round waits at most ``round_timeout`` seconds for its replies; a site 
 not answer in time (killed, disconnected) or answers with an error is recorded like a lost
 upload (``lost_in_transit``, with the reason) and the round aggregates the updates that
 arrived. Privacy accounting counts only what sites report they released.
+
+Resume: with ``resume`` the run continues from the checkpoint in its run directory, as the
+simulator's does; the sites, whose Flower context state began afresh with the new run,
+restore each client from their state directories as of that checkpoint. Discovery tells
+them the checkpoint's round and, per client, its last admitted round and ledger length
+(:func:`resume_plan`), and a site that cannot restore a client stops the run with one line
+before any round.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +37,7 @@ from geofl.client.state import ClientStateStore
 from geofl.config.load import dump_config
 from geofl.deploy.setup import DeploySetup, fingerprint
 from geofl.deploy.wire import decode_reply, encode_request
+from geofl.engine.checkpoint import load_checkpoint
 from geofl.engine.run import FederatedRun
 from geofl.engine.scheduler import ClientJob, LostUpload, StepOutcome
 from geofl.errors import DeployError
@@ -37,21 +45,64 @@ from geofl.events import RunInfo
 from geofl.records import RoundRecord
 from geofl.rundir import seed_dir
 
-__all__ = ["FlowerRunner", "discover_sites", "run_server"]
+__all__ = ["FlowerRunner", "ResumePlan", "discover_sites", "resume_plan", "run_server"]
 
 log = logging.getLogger("geofl")
 
 QUERY, TRAIN = "query", "train"
 
 
+@dataclass(frozen=True)
+class ResumePlan:
+    """What the sites need to restore their clients as of the server's checkpoint.
+
+    Attributes:
+        checkpoint: The checkpoint's round c (0: a fresh run).
+        admitted: Client → its last admitted round ≤ c (absent: none).
+        ledger: Client → events in its privacy ledger in the checkpoint.
+    """
+
+    checkpoint: int = 0
+    admitted: dict[int, int] = field(default_factory=dict)
+    ledger: dict[int, int] = field(default_factory=dict)
+
+
+def resume_plan(ckpt_path: Path) -> ResumePlan:
+    """The :class:`ResumePlan` of a run directory's checkpoint (an empty plan without one).
+
+    The last admitted round of a client is the last round of the checkpoint's records that
+    lists it among the participants (its upload was aggregated); ledgers are the client
+    store's.
+    """
+    if not ckpt_path.exists():
+        return ResumePlan()
+    ckpt = load_checkpoint(ckpt_path)
+    admitted: dict[int, int] = {}
+    for line in ckpt.get("rounds", []):
+        rec = RoundRecord.from_json(json.loads(line))
+        admitted.update({int(k): rec.round for k in rec.participants})
+    events = ckpt.get("clients", {}).get("events", [])
+    ledger = {k: len(e) for k, e in enumerate(events) if e}
+    return ResumePlan(int(ckpt["round"]), admitted, ledger)
+
+
 def discover_sites(
-    grid: Grid, expected: int, fp: Mapping[str, str], num_clients: int, timeout: float
+    grid: Grid,
+    expected: int,
+    fp: Mapping[str, str],
+    num_clients: int,
+    timeout: float,
+    plan: ResumePlan | None = None,
 ) -> dict[int, int]:
     """Wait for ``expected`` SuperNodes, ask each which clients it hosts; client → node.
 
+    A node that does not answer within ``timeout`` (one the SuperLink still lists after it
+    died) is passed over with a warning, as long as the others host every client.
+
     Raises:
-        DeployError: too few sites within ``timeout``, a site that cannot load its data or
-            runs another config, or clients that no site (or two sites) host.
+        DeployError: too few sites within ``timeout``, a site that cannot load its data,
+            runs another config or cannot restore its clients as of ``plan``'s
+            checkpoint, or clients that no site (or two sites) host.
     """
     deadline = time.monotonic() + timeout
     nodes = list(grid.get_node_ids())
@@ -63,14 +114,21 @@ def discover_sites(
             f"only {len(nodes)} of {expected} sites connected within {timeout:g} s; check "
             "that every SuperNode runs and points --superlink at this SuperLink"
         )
-    content = RecordDict({"query": ConfigRecord({"fingerprint": json.dumps(fp)})})
+    query: dict[str, Any] = {"fingerprint": json.dumps(fp)}
+    if plan is not None and plan.checkpoint:
+        rows = {k: (plan.admitted.get(k, 0), plan.ledger.get(k, 0)) for k in range(num_clients)}
+        query.update(resume_round=plan.checkpoint, resume_plan=json.dumps(rows))
+    content = RecordDict({"query": ConfigRecord(query)})
     msgs = [Message(content, dst_node_id=n, message_type=QUERY, group_id="0") for n in nodes]
     replies = {r.metadata.src_node_id: r for r in grid.send_and_receive(msgs, timeout=timeout)}
     hosts: dict[int, int] = {}
+    silent = [n for n in nodes if n not in replies]
+    for node in silent:
+        log.warning("site node %d did not answer within %g s; passed over", node, timeout)
     for node in nodes:
         rep = replies.get(node)
         if rep is None:
-            raise DeployError(f"site node {node} did not answer within {timeout:g} s")
+            continue
         if rep.has_error():
             raise DeployError(f"site node {node} failed: {rep.error.reason!s}")
         info = rep.content.config_records["site"]
@@ -82,8 +140,9 @@ def discover_sites(
             hosts[int(k)] = node
     missing = sorted(set(range(num_clients)) - set(hosts))
     if missing:
+        quiet = f" (nodes {silent} did not answer within {timeout:g} s)" if silent else ""
         raise DeployError(
-            f"no site hosts clients {missing}; give each in some node config clients="
+            f"no site hosts clients {missing}{quiet}; give each in some node config clients="
         )
     return hosts
 
@@ -91,22 +150,29 @@ def discover_sites(
 class FlowerRunner:
     """Client steps on Flower sites (a :class:`~geofl.engine.scheduler.ClientRunner`).
 
-    It also subscribes to the run, to tell each client with its next request whether its
-    last upload was admitted (the site then commits or forgets the state it staged).
+    It also subscribes to the run, to tell each client with its next request the round of
+    its last admitted upload (the site then commits or forgets the state it staged).
 
     Args:
         grid: The ServerApp's grid.
         hosts: Client id → SuperNode id.
         fp: The server config's fingerprint.
         round_timeout: Seconds a round waits for replies.
+        plan: The checkpoint the run resumes from (None: a fresh run).
     """
 
     def __init__(
-        self, grid: Grid, hosts: Mapping[int, int], fp: Mapping[str, str], round_timeout: float
+        self,
+        grid: Grid,
+        hosts: Mapping[int, int],
+        fp: Mapping[str, str],
+        round_timeout: float,
+        plan: ResumePlan | None = None,
     ) -> None:
         self.grid, self.hosts, self.timeout = grid, dict(hosts), round_timeout
         self.fp = json.dumps(dict(fp))
-        self._last: dict[int, tuple[int, bool]] = {}  # client → (round, admitted)
+        self.resume_round = 0 if plan is None else plan.checkpoint
+        self._admitted: dict[int, int] = {} if plan is None else dict(plan.admitted)
 
     def __call__(
         self, global_params: torch.Tensor, jobs: Sequence[ClientJob]
@@ -115,8 +181,9 @@ class FlowerRunner:
         for job in jobs:
             d = job.directives
             content = encode_request(
-                global_params, d, self.fp, self._last.get(d.client_id, (0, False))
-            )
+                global_params, d, self.fp, self._admitted.get(d.client_id, 0),
+                resume_round=self.resume_round, ledger_events=len(job.state.dp_events),
+            )  # fmt: skip
             msgs.append(
                 Message(
                     content,
@@ -157,10 +224,7 @@ class FlowerRunner:
     def on_run_start(self, info: RunInfo) -> None: ...
 
     def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
-        refused = {r.client for r in record.rejected}
-        for k in record.cohort:
-            if k not in record.excluded:
-                self._last[k] = (record.round, k not in refused)
+        self._admitted.update(dict.fromkeys(record.participants, record.round))
 
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
 
@@ -173,15 +237,22 @@ def run_server(
     sites: int,
     round_timeout: float,
     connect_timeout: float,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Run (method, seed) of ``setup`` over the connected sites into ``out``; ``final.json``.
 
-    The run directory has the simulator's layout (``methods/<method>/seed-<seed>/``).
+    The run directory has the simulator's layout (``methods/<method>/seed-<seed>/``);
+    ``resume`` continues from its checkpoint (a fresh run when there is none).
     """
     cfg, method, seed = setup.cfg, setup.method, setup.seed
     fp = fingerprint(cfg, method, seed)
-    hosts = discover_sites(grid, sites, fp, cfg.federation.num_clients, connect_timeout)
-    runner = FlowerRunner(grid, hosts, fp, round_timeout)
+    run_dir = seed_dir(out, method.name, seed)
+    plan = resume_plan(run_dir / "checkpoint.pt") if resume else None
+    if plan is not None and plan.checkpoint:
+        log.info("resuming %s seed=%d after round %d", method.name, seed, plan.checkpoint)
+    k = cfg.federation.num_clients
+    hosts = discover_sites(grid, sites, fp, k, connect_timeout, plan)
+    runner = FlowerRunner(grid, hosts, fp, round_timeout, plan)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
     subs: list[Any] = [runner]
@@ -190,17 +261,8 @@ def run_server(
 
         resolved = cfg.model_dump(mode="json")
         subs.append(plugins.SUBSCRIBERS.build("governance", cfg.governance, experiment=resolved))
-    run = FederatedRun(
-        cfg,
-        method,
-        seed,
-        setup.data,
-        setup.partition,
-        seed_dir(out, method.name, seed),
-        subs,
-        runner,
-    )
+    run = FederatedRun(cfg, method, seed, setup.data, setup.partition, run_dir, subs, runner)
     # Client state lives on the sites: the server keeps only each client's public ledger.
     run.comps = replace(run.comps, store=ClientStateStore(cfg.federation.num_clients, {}))
     run.scheduler.c = run.comps
-    return run.run()
+    return run.run(resume=resume)

@@ -6,8 +6,11 @@ Server → site (one message per trained client, type ``train``):
   and ``payload.<name>`` (the strategy's broadcast tensors, e.g. SCAFFOLD's ``control``);
 * ``directives`` — :class:`~flwr.app.ConfigRecord`: ``round``, ``client``,
   ``extra.<key>`` (per-client scalar directives), ``fingerprint`` (the config the server
-  runs), and ``ack_round`` / ``ack_accepted``: whether the client's previous upload was
-  admitted, so the site commits (or forgets) the state it staged then.
+  runs), ``admitted_round`` (the round of the client's last admitted upload, 0: none — the
+  site keeps the tensors it staged then and forgets those of any later step, whose upload
+  was refused or lost; :mod:`geofl.deploy.sitestate`), ``resume_round`` (the round of the
+  checkpoint the server resumed from, 0: a fresh run) and ``ledger_events`` (how many
+  events the client's privacy ledger has on the server).
 
 Site → server (the reply):
 
@@ -62,25 +65,34 @@ def _tensor(a: Array) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class TrainRequest:
-    """A decoded ``train`` message: the global model, directives and acknowledgement.
+    """A decoded ``train`` message: the global model, directives and the server's word on
+    the client's state.
 
     Attributes:
         params: ``[D]`` float32 global model.
         directives: The client's directives (payload tensors included).
         fingerprint: The server's config fingerprint.
-        ack_round: Round of the client's previous step (0: none).
-        ack_accepted: Whether that step's upload was admitted.
+        admitted_round: Round of the client's last admitted upload (0: none).
+        resume_round: Round of the checkpoint the server resumed from (0: none).
+        ledger_events: Events in the client's privacy ledger on the server.
     """
 
     params: torch.Tensor
     directives: ClientDirectives
     fingerprint: str
-    ack_round: int = 0
-    ack_accepted: bool = False
+    admitted_round: int = 0
+    resume_round: int = 0
+    ledger_events: int = 0
 
 
 def encode_request(
-    params: torch.Tensor, d: ClientDirectives, fingerprint: str, ack: tuple[int, bool]
+    params: torch.Tensor,
+    d: ClientDirectives,
+    fingerprint: str,
+    admitted_round: int,
+    *,
+    resume_round: int = 0,
+    ledger_events: int = 0,
 ) -> RecordDict:
     """The ``train`` message content for client ``d.client_id``."""
     arrays = {PARAMS: _array(params)}
@@ -89,8 +101,9 @@ def encode_request(
         "round": d.round,
         "client": d.client_id,
         "fingerprint": fingerprint,
-        "ack_round": ack[0],
-        "ack_accepted": ack[1],
+        "admitted_round": admitted_round,
+        "resume_round": resume_round,
+        "ledger_events": ledger_events,
     }
     for key, value in d.extra.items():
         if not isinstance(value, bool | int | float | str):
@@ -109,8 +122,9 @@ def decode_request(content: RecordDict) -> TrainRequest:
         _tensor(arrays[PARAMS]),
         d,
         str(config["fingerprint"]),
-        int(config["ack_round"]),  # type: ignore[arg-type]
-        bool(config["ack_accepted"]),
+        int(config["admitted_round"]),  # type: ignore[arg-type]
+        int(config["resume_round"]),  # type: ignore[arg-type]
+        int(config["ledger_events"]),  # type: ignore[arg-type]
     )
 
 
