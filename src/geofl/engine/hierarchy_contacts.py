@@ -1,0 +1,58 @@
+"""Where and when the space hops can happen: the contact model the hierarchy reads.
+
+:class:`~geofl.network.contacts.ContactPlan` (sgp4-propagated passes, 003 §2.3.2) satisfies
+:class:`Contacts`; :class:`IdealContacts` is the zero-delay model of the synchronous
+reference — every cluster reaches its LEO and every LEO the GEO in every slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["Contacts", "IdealContacts"]
+
+
+class Contacts(Protocol):
+    """Slot-level contact windows: station (cluster driver) ↔ LEO, LEO ↔ GEO.
+
+    Attributes:
+        slot_s: Slot length δ in seconds; slot ``s`` covers ``[s·δ, (s+1)·δ)``.
+    """
+
+    slot_s: float
+
+    def next_contact(self, station: int, slot: int) -> tuple[int, int] | None:
+        """The first ``(slot, sat)`` at or after ``slot`` in which ``station`` can transmit
+        to a LEO (the Proximity Driver's pick), or None within the plan."""
+        ...
+
+    def next_relay(self, sat: int, slot: int) -> int | None:
+        """The first slot at or after ``slot`` in which LEO ``sat`` reaches the GEO."""
+        ...
+
+
+@dataclass(frozen=True)
+class IdealContacts:
+    """Zero delay, full delivery: cluster c transmits to LEO ``c mod n_leo`` in every slot,
+    and every LEO reaches the GEO in every slot.
+
+    Attributes:
+        slot_s: Slot length (s).
+        n_leo: LEO satellites.
+    """
+
+    slot_s: float
+    n_leo: int
+
+    def leo_of(self, station: int) -> int:
+        """The LEO a cluster always reaches."""
+        return station % self.n_leo
+
+    def next_contact(self, station: int, slot: int) -> tuple[int, int] | None:
+        """``(slot, station mod n_leo)``: always now."""
+        return slot, self.leo_of(station)
+
+    def next_relay(self, sat: int, slot: int) -> int | None:
+        """``slot``: always now."""
+        return slot
