@@ -149,3 +149,12 @@ __all__ += ["BudgetExhaustedError", "RunDirLockedError", "RunStoppedError"]
 class DeployError(GeoflError):
     """A deployment cannot run: a site's data is missing, server and site configs differ,
     the SuperLink or a site cannot be reached in time. The message names the site."""
+
+
+class OrbitError(GeoflError, ValueError):
+    """An orbit input is invalid: a malformed TLE line (the message names the source and
+    line), a location outside [-90, 90] x [-180, 180] (it names the field), a satellite
+    sgp4 cannot propagate."""
+
+
+__all__ += ["OrbitError"]
