@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "tasks": 1, "models": 1, "data": 1, "update": 1, "records": 1, "events": 1,
     # mechanisms: client and server functions, privacy, network, attacks
     "client": 2, "server": 2, "privacy": 2, "network": 2, "attacks": 2, "security": 2,
+    "hierarchy": 2,
     # algorithms: a strategy plus a client half each
     "algorithms": 3,
     # the plug-in index and the config that names plug-ins

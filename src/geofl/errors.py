@@ -158,3 +158,11 @@ class OrbitError(GeoflError, ValueError):
 
 
 __all__ += ["OrbitError"]
+
+
+class HierarchyError(GeoflError, ValueError):
+    """A paper-003 space-layer input is invalid: an empty cluster, κ < 0, a location outside
+    [−90, 90] × [−180, 180], personalisation weights off the simplex. Names the field."""
+
+
+__all__ += ["HierarchyError"]

@@ -4,12 +4,14 @@
   distributed learning: towards optimal statistical rates", §3);
 * :func:`coordinate_median` — coordinate-wise median (Yin et al. 2018, §3);
 * :func:`krum_scores`, :func:`multi_krum`, :func:`krum` — Krum and Multi-Krum (Blanchard et
-  al. 2017, "Machine learning with adversaries: Byzantine tolerant gradient descent", §4).
+  al. 2017, "Machine learning with adversaries: Byzantine tolerant gradient descent", §4);
+* :func:`robust_avg` — paper 003's RobustAvg (§2.2.5 Eq. 1–3): norm-clipped deltas, then a
+  *weighted* coordinate-wise trimmed mean; the one rule here that uses the weights.
 
 000 §4.5 compares "Trimmed Mean" and "Krum" with FedAvg and the consistency weighting
 (:mod:`geofl.server.consistency`) under Dirichlet α = 0.1, K = 10.
 
-All of them are *unweighted*, as in the cited papers: the ``weights`` an
+The others are *unweighted*, as in the cited papers: the ``weights`` an
 :class:`~geofl.server.aggregators.Aggregator` receives (data sizes, consistency scores, …) are
 ignored. What they return instead is the weight each row *effectively* had
 (:class:`~geofl.server.aggregators.Aggregate`): 1/m on the rows Multi-Krum selected; for the
@@ -73,9 +75,11 @@ from geofl.server.aggregators import AGGREGATORS, Aggregate, Aggregator
 
 __all__ = [
     "GRAM_BLOCK_COLUMNS",
+    "ROBUST_AVG_CHUNK_ELEMENTS",
     "SORT_BLOCK_ELEMENTS",
     "KrumParams",
     "KrumResult",
+    "RobustAvgParams",
     "TrimmedMeanParams",
     "coordinate_median",
     "coordinate_median_aggregate",
@@ -84,6 +88,7 @@ __all__ = [
     "krum_scores",
     "multi_krum",
     "pairwise_squared_distances",
+    "robust_avg",
     "trim_count",
     "trimmed_mean",
     "trimmed_mean_aggregate",
@@ -433,6 +438,117 @@ def coordinate_median_weights(updates: torch.Tensor) -> torch.Tensor:
     return coordinate_median_aggregate(updates).weights
 
 
+# --------------------------------------------------------------------------- RobustAvg (003)
+
+#: Columns of one chunk of :func:`robust_avg` per row (bounds its ``[L, columns]`` scratch
+#: tensors to a few MB each).
+ROBUST_AVG_CHUNK_ELEMENTS = 1 << 20
+
+
+def _kept_fraction(sv: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """``[L, c]`` float64: per sorted position, the kept share of its tie group.
+
+    ``sv`` is sorted along dim 0; the kept positions are ``[lo, hi)``. A tie group filling
+    positions ``[s, e)`` has ``|[s, e) ∩ [lo, hi)|`` kept positions, shared equally by its
+    ``e − s`` members, so which tied row sits where does not matter.
+    """
+    n, c = sv.shape
+    pos = torch.arange(n, dtype=torch.int64).unsqueeze(1).expand(n, c)
+    starts = torch.ones(n, c, dtype=torch.bool)
+    starts[1:] = sv[1:] != sv[:-1]
+    ends = torch.ones(n, c, dtype=torch.bool)
+    ends[:-1] = starts[1:]
+    s = torch.cummax(torch.where(starts, pos, 0), dim=0).values
+    e = torch.where(ends, pos + 1, n).flip(0).cummin(dim=0).values.flip(0)
+    kept = (torch.clamp(e, max=hi) - torch.clamp(s, min=lo)).clamp_min(0)
+    return kept.to(torch.float64) / (e - s).to(torch.float64)
+
+
+def _robust_chunk(
+    x: torch.Tensor, alpha: torch.Tensor, lo: int, hi: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Eq. 3 over the columns of ``x`` (``[L, c]`` float64 clipped deltas).
+
+    Returns the ``[c]`` aggregate, the ``[L]`` effective shares summed over the columns
+    with kept weight, and the number of those columns.
+    """
+    sv, idx = torch.sort(x, dim=0, stable=True)
+    kw = alpha[idx] * _kept_fraction(sv, lo, hi)  # weight of each kept sorted value
+    total = kw.sum(dim=0)
+    ok = total > 0
+    base = sv[lo]  # centre on the lowest kept value: exact for constant columns
+    mean = base + (kw * (sv - base)).sum(dim=0) / torch.where(ok, total, 1.0)
+    share = torch.where(ok, kw / torch.where(ok, total, 1.0), 0.0)
+    rows = torch.zeros_like(share).scatter_(0, idx, share).sum(dim=1)
+    return torch.where(ok, mean, 0.0), rows, int(ok.sum())
+
+
+def _normalised_weights(weights: torch.Tensor, k: int) -> torch.Tensor:
+    w = weights.detach().to("cpu", torch.float64)
+    if w.shape != (k,) or not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+        raise ValueError(
+            f"weights must be [{k}] finite and non-negative, got shape {tuple(w.shape)}"
+        )
+    total = float(w.sum())
+    if not total > 0:
+        raise ValueError("weights must have a positive sum (α_l of 003 Eq. 12)")
+    return w / total
+
+
+def robust_avg(
+    deltas: torch.Tensor, weights: torch.Tensor, *, clip: float = 1.0,
+    trim_fraction: float = 0.1, eps: float = 1e-12,
+) -> Aggregate:  # fmt: skip
+    """RobustAvg, 003 §2.2.5 Eq. 1–3: norm-clipped, weighted, coordinate-wise trimmed mean.
+
+    1. Clip (Eq. 2): Δ̃_l = Δ_l · min(1, C / (‖Δ_l‖₂ + ε)).
+    2. Trim: per coordinate j, drop the b = ⌊β·L⌋ smallest and b largest values Δ̃_{l,j}
+       (by value, :func:`trim_count`), keeping L_j.
+    3. Weighted mean (Eq. 3): Δ̃_j = Σ_{l∈L_j} α_l Δ̃_{l,j} / Σ_{l∈L_j} α_l, α normalised.
+
+    Ties: rows with equal values at a trimming boundary share the kept positions of their
+    tie group equally (each keeps that fraction of its weight), so the result does not depend
+    on the order of the rows; without ties this is exactly Eq. 3. A coordinate whose kept
+    rows all have zero weight carries no weighted evidence and stays at 0. With uniform
+    weights and C ≥ every ‖Δ_l‖ this equals :func:`trimmed_mean` (b = 0: the weighted mean).
+    Computed in float64 (centred on the lowest kept value of each coordinate), sorted along
+    dim 0 in column chunks; returned in the dtype of ``deltas``.
+
+    Args:
+        deltas: ``[L, D]`` regional deltas Δ_l = w̄_l − w^t (Eq. 1), finite; not modified.
+        weights: ``[L]`` non-negative GEO weights with a positive sum (normalised here).
+        clip: C > 0 (003: 1.0).
+        trim_fraction: β ∈ [0, 0.5) (003: 0.1).
+        eps: ε ≥ 0 of Eq. 2.
+
+    Returns:
+        :class:`~geofl.server.aggregators.Aggregate`: the ``[D]`` update Δ̃ and ``[L]``
+        float64 effective weights — each row's share of the kept weight, averaged over the
+        coordinates that have kept weight (the normalised weights when b = 0).
+    """
+    k, d = _check_updates(deltas)
+    if not (math.isfinite(clip) and clip > 0):
+        raise ValueError(f"clip must be a finite C > 0, got {clip!r}")
+    if not (math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"eps must be finite and ≥ 0, got {eps!r}")
+    alpha = _normalised_weights(weights, k)
+    b = trim_count(k, trim_fraction)
+    x = deltas.detach().to("cpu", torch.float64)
+    x = x * torch.clamp(clip / (torch.linalg.vector_norm(x, dim=1) + eps), max=1.0)[:, None]
+    if b == 0:
+        return Aggregate((alpha @ x).to(deltas.dtype).to(deltas.device), alpha)
+    out = torch.empty(d, dtype=torch.float64)
+    rows = torch.zeros(k, dtype=torch.float64)
+    counted = 0
+    step = max(1, ROBUST_AVG_CHUNK_ELEMENTS // k)
+    for a in range(0, d, step):
+        out[a : a + step], part, n = _robust_chunk(x[:, a : a + step], alpha, b, k - b)
+        rows += part
+        counted += n
+    eff = rows / counted if counted else alpha
+    return Aggregate(out.to(deltas.dtype).to(deltas.device), eff)
+
+
 # --------------------------------------------------------------------------- Krum
 
 
@@ -772,5 +888,34 @@ def build_krum(params: KrumParams) -> Aggregator:
         eff = torch.zeros(updates.shape[0], dtype=torch.float64)
         eff[res.selected] = 1.0 / res.selected.numel()
         return Aggregate(res.aggregate, eff)
+
+    return aggregate
+
+
+class RobustAvgParams(BaseModel):
+    """Parameters of the ``robust_avg`` aggregator (003 §2.2.5; defaults C = 1.0, β = 0.1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    clip: float = Field(1.0, gt=0.0, description="C: each update's L2 norm is clipped to C")
+    trim_fraction: float = Field(
+        0.1, ge=0.0, lt=0.5, description="β: fraction of values dropped at each end"
+    )
+    eps: float = Field(1e-12, ge=0.0, description="ε of the clipping factor C / (‖Δ‖ + ε)")
+
+
+@AGGREGATORS.register("robust_avg", params=RobustAvgParams)
+def build_robust_avg(params: RobustAvgParams) -> Aggregator:
+    """003 RobustAvg: norm-clipped, weighted coordinate-wise trimmed mean (:func:`robust_avg`).
+
+    Uses the weights it is given (normalised); effective weights: each row's share of the
+    kept weight, averaged over the coordinates.
+    """
+
+    def aggregate(updates: torch.Tensor, weights: torch.Tensor) -> Aggregate:
+        return robust_avg(
+            updates, weights, clip=params.clip, trim_fraction=params.trim_fraction,
+            eps=params.eps,
+        )  # fmt: skip
 
     return aggregate
