@@ -11,6 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from geofl.network.contacts import classify
+from geofl.network.orbits import parse_tles
+
 __all__ = ["HierarchyConfig", "LeoConfig", "PersonalizationConfig"]
 
 
@@ -44,9 +47,20 @@ class LeoConfig(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _tle_file_exists(self) -> LeoConfig:
-        if self.tle_file is not None and not self.tle_file.is_file():
-            raise ValueError(f"tle_file {str(self.tle_file)!r} is not a file: give a TLE file")
+    def _tle_file_parses(self) -> LeoConfig:
+        if self.tle_file is not None:
+            if not self.tle_file.is_file():
+                raise ValueError(f"tle_file {str(self.tle_file)!r} is not a file: give a TLE file")
+            try:
+                text = self.tle_file.read_text()
+            except (OSError, UnicodeDecodeError) as err:
+                raise ValueError(f"tle_file {str(self.tle_file)!r}: {err}") from err
+            leos, _ = classify(parse_tles(text, source=str(self.tle_file)))
+            if len(leos) != self.n:
+                raise ValueError(
+                    f"tle_file {str(self.tle_file)!r} has {len(leos)} LEOs but n is "
+                    f"{self.n}: set n to {len(leos)}"
+                )
         if self.planes > self.n:
             raise ValueError(f"planes {self.planes} exceeds n {self.n}: use planes ≤ n")
         return self

@@ -28,9 +28,9 @@ __all__ = [
     "EventQueue",
     "LeoArrival",
     "Relay",
+    "TierModel",
     "TractorArrival",
     "TractorUpdate",
-    "TierModel",
 ]
 
 
@@ -192,6 +192,6 @@ class EventQueue:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        self._heap = [tuple(item) for item in state["heap"]]  # type: ignore[misc]
+        self._heap = [(t, k, q, e) for t, k, q, e in state["heap"]]
         heapq.heapify(self._heap)
         self._seq = int(state["seq"])

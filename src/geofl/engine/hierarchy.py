@@ -51,7 +51,7 @@ from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
 from geofl.engine.hierarchy_record import HierarchyStats
 from geofl.engine.hierarchy_round import Topology, build_record
 from geofl.engine.hierarchy_tiers import driver_fedavg, geo_aggregate, leo_regional
-from geofl.engine.scheduler import RoundOutcome, SyncScheduler, _Collected
+from geofl.engine.scheduler import ClientRunner, RoundOutcome, SyncScheduler, _Collected
 from geofl.engine.uplink import TransmitStatus
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.rural import sample_link_states
@@ -88,7 +88,8 @@ class HierarchicalScheduler:
         self.sync = SyncScheduler(comps, seed=seed, allowed=allowed)
         self.c, self.cfg, self.topo, self.contacts = comps, cfg, topology, contacts
         self.seed = seed
-        self.runner = None  # client steps run in this process (tractors hold own versions)
+        # Client steps run in this process (tractors hold different model versions).
+        self.runner: ClientRunner | None = None
         self.previous_aggregate: torch.Tensor | None = None
         n_t, n_c = len(comps.clients), topology.clusters.num_clusters
         self.model_bytes = comps.workspace.spec.numel * 4
@@ -101,7 +102,7 @@ class HierarchicalScheduler:
         )
         self.attempts = np.zeros(n_c, dtype=np.int64)
         self.nqi_lost = np.zeros(n_c, dtype=np.int64)
-        n_leo = cfg.leo.n
+        n_leo = contacts.n_leo
         self.leo_buffer: list[list[tuple[float, TierModel]]] = [[] for _ in range(n_leo)]
         self.relay_pending = np.zeros(n_leo, dtype=bool)
         self.geo_inbox: list[tuple[int, TierModel]] = []
@@ -189,8 +190,8 @@ class HierarchicalScheduler:
             base = self.versions[version]
             delta = u.delta.detach().clone()
             upd = TractorUpdate(k, version + 1, base + delta, delta, u.meta.num_samples, sent_at)
-            tx = tx_of.get(k)
-            latency = 0.0 if tx is None else tx.latency_s
+            sent = tx_of.get(k)
+            latency = 0.0 if sent is None else sent.latency_s
             stats.bytes["tractor_driver"] += u.meta.bytes_sent
             self.queue.push(sent_at + latency, TractorArrival(int(cluster_of[k]), upd))
 
@@ -270,7 +271,7 @@ class HierarchicalScheduler:
     def _sync_tiers(self, now: float) -> list[tuple[int, TierModel]]:
         """The synchronous reference: every arrival, every driver, then the LEOs (cluster
         c → LEO c mod n, as :class:`IdealContacts`), all at ``now``."""
-        ideal = IdealContacts(self.contacts.slot_s, self.cfg.leo.n)
+        ideal = IdealContacts(self.contacts.slot_s, self.contacts.n_leo)
         for _, ev in self.queue.pop_until(math.inf):
             if isinstance(ev, TractorArrival):
                 self._arrive(now, ev)
@@ -285,15 +286,18 @@ class HierarchicalScheduler:
                 self.attempts[c] = self.nqi_lost[c] = 0
                 by_leo.setdefault(ideal.leo_of(c), []).append(m)
         thr = self.cfg.redundancy_threshold
-        return [(l, leo_regional(ms, threshold=thr, now_s=now)) for l, ms in sorted(by_leo.items())]
+        return [
+            (sat, leo_regional(ms, threshold=thr, now_s=now)) for sat, ms in sorted(by_leo.items())
+        ]
 
     # ---------------------------------------------------------------- downlink
     def _schedule_downlink(self, version: int, now: float) -> None:
         """GEO → every LEO at its next relay slot; each driver gets ``version`` at its first
         contact with a LEO that already holds it."""
         slot0 = self._slot(now)
-        relay = [self.contacts.next_relay(sat, slot0) for sat in range(self.cfg.leo.n)]
-        self._stats.hop("geo_leo", sent=self.cfg.leo.n, nbytes=self.model_bytes * self.cfg.leo.n)
+        relay = [self.contacts.next_relay(sat, slot0) for sat in range(self.contacts.n_leo)]
+        n_leo = self.contacts.n_leo
+        self._stats.hop("geo_leo", sent=n_leo, nbytes=self.model_bytes * n_leo)
         self._stats.hop("geo_leo", delivered=sum(r is not None for r in relay))
         for c in range(self.topo.clusters.num_clusters):
             slot = slot0

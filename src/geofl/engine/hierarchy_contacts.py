@@ -18,9 +18,14 @@ class Contacts(Protocol):
 
     Attributes:
         slot_s: Slot length δ in seconds; slot ``s`` covers ``[s·δ, (s+1)·δ)``.
+        n_leo: LEO satellites (0 … n_leo − 1).
     """
 
-    slot_s: float
+    @property
+    def slot_s(self) -> float: ...
+
+    @property
+    def n_leo(self) -> int: ...
 
     def next_contact(self, station: int, slot: int) -> tuple[int, int] | None:
         """The first ``(slot, sat)`` at or after ``slot`` in which ``station`` can transmit

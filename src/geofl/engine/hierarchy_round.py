@@ -84,9 +84,7 @@ def build_record(
     losses = np.array([m.train_loss for m in metas])
     train = np.array([m.train_metrics.get(primary, math.nan) for m in metas])
     status = RoundStatus.AGGREGATED if geo is not None else RoundStatus.NO_UPDATES
-    deltas = (
-        torch.stack([m.model for _, m in regionals]) if regionals else torch.zeros(0, 1)
-    )
+    deltas = torch.stack([m.model for _, m in regionals]) if regionals else torch.zeros(0, 1)
     return RoundRecord(
         round=round_idx,
         status=status,

@@ -81,11 +81,17 @@ def driver_fedavg(
 
 
 def leo_regional(models: Sequence[TierModel], *, threshold: float, now_s: float) -> TierModel:
-    """A LEO pass: drop redundant driver models (cosine ≥ ``threshold`` to a kept one,
-    Alg. 3 l. 3), then w̄_l = (1/N_l) Σ w̄_c over the kept ones (§2.2.3)."""
+    """A LEO pass: drop redundant driver models (Alg. 3 l. 3), then w̄_l = (1/N_l) Σ w̄_c
+    over the kept ones (§2.2.3).
+
+    Redundancy is judged on the driver models' updates (cosine of their Δ above
+    ``threshold`` to an earlier kept one): whole models are all nearly parallel (cosine ≈ 1),
+    and the drivers' models may start from different global versions.
+    """
     ms = sorted(models, key=lambda m: (m.clusters, m.produced_round, m.created_s))
     stacked = torch.stack([m.model for m in ms])
-    keep = redundancy_filter(stacked, threshold=threshold)
+    deltas = torch.stack([m.delta for m in ms])
+    keep = redundancy_filter(deltas, threshold=threshold)
     kept = [m for m, k in zip(ms, keep.tolist(), strict=True) if k]
     share = 1.0 / len(kept)
     clients: list[int] = []
@@ -95,7 +101,7 @@ def leo_regional(models: Sequence[TierModel], *, threshold: float, now_s: float)
         weights.extend(w * share for w in m.tractor_weights)
     return TierModel(
         model=regional_fedavg(stacked, keep),
-        delta=regional_fedavg(torch.stack([m.delta for m in ms]), keep),
+        delta=regional_fedavg(deltas, keep),
         produced_round=min(m.produced_round for m in kept),
         newest_round=max(m.newest_round for m in kept),
         num_samples=sum(m.num_samples for m in kept),
@@ -160,7 +166,10 @@ def geo_aggregate(
     stale = staleness_weights(round_idx, produced, kappa=kappa)
     if fairness:
         farms = torch.tensor([len(m.farms) for m in regionals], dtype=torch.float64)
-        entropy = torch.tensor([context_entropy(m.bins) for m in regionals], dtype=torch.float64)
+        # A single-bin region has H = −log(1 + ε) ≈ −1e-12: clamp to 0 for Eq. 11.
+        entropy = torch.tensor(
+            [max(0.0, context_entropy(m.bins)) for m in regionals], dtype=torch.float64
+        )
         loss = torch.tensor(
             [m.nqi_lost / m.attempts if m.attempts else 0.0 for m in regionals],
             dtype=torch.float64,
