@@ -285,6 +285,13 @@ class HierarchicalScheduler:
                 )  # fmt: skip
                 self.attempts[c] = self.nqi_lost[c] = 0
                 by_leo.setdefault(ideal.leo_of(c), []).append(m)
+                self._stats.hop("driver_leo", sent=1, delivered=1, nbytes=self.model_bytes)
+        stats, n_t, nb = self._stats, len(self.c.clients), self.model_bytes
+        stats.hop("leo_geo", sent=len(by_leo), delivered=len(by_leo), nbytes=nb * len(by_leo))
+        stats.hop("geo_leo", sent=len(by_leo), delivered=len(by_leo), nbytes=nb * len(by_leo))
+        n_c = self.topo.clusters.num_clusters
+        stats.hop("leo_driver", sent=n_c, delivered=n_c, nbytes=nb * n_c)
+        stats.hop("driver_tractor", sent=n_t, delivered=n_t, nbytes=nb * n_t)
         thr = self.cfg.redundancy_threshold
         return [
             (sat, leo_regional(ms, threshold=thr, now_s=now)) for sat, ms in sorted(by_leo.items())

@@ -89,6 +89,7 @@ class HierarchyStats:
             "delivered": {h: self.delivered[h] for h in HOPS if self.delivered[h]},
             "bytes_by_hop": {h: self.bytes[h] for h in HOPS if self.bytes[h]},
             "latency_s": {k: _mean(v) for k, v in sorted(self.latency_s.items())},
+            "latency_n": {k: len(v) for k, v in sorted(self.latency_s.items())},
             "failovers": list(self.failovers),
             "down": self.down,
             "missed_downlink": self.missed_downlink,

@@ -30,6 +30,7 @@ from geofl.report.privacy import attack_section, epsilon_sentences, neighbouring
 from geofl.report.results import incomplete_notice, results_html
 from geofl.report.run_data import RunData, load_run
 from geofl.report.summary import RunSummary, write_summary, write_text_atomic
+from geofl.report.hierarchy import hierarchy_html
 from geofl.report.uplink import uplink_html
 
 __all__ = ["write_report"]
@@ -149,6 +150,7 @@ def _body(run: RunData, summary: RunSummary, out: Path) -> str:
         _paired(run, summary, names),
         communication_html(run, methods),
         uplink_html(run, methods),
+        hierarchy_html(run, methods),
         _privacy_html(run, out),
         paper,
         _figures_html(run, out),
