@@ -130,6 +130,7 @@ class HierarchicalScheduler:
         stats.down = len(down)
         sync = self.cfg.mode == "sync"
         held = (lambda k: global_params) if sync else self._held
+        t_train0 = time.perf_counter()
         got = self.sync._collect(global_params, trained, round_idx, held=held)
         t_train = time.perf_counter()
         self._upload(got, round_idx, start)
@@ -162,7 +163,12 @@ class HierarchicalScheduler:
             end_s=end,
         )  # fmt: skip
         t1 = time.perf_counter()
-        record.time_s.update(train=t_train - t0_wall, aggregate=t1 - t_agg, total=t1 - t0_wall)
+        record.time_s.update(
+            train=t_train - t_train0,  # client steps and the ground uplink
+            clock=t_agg - t_train,  # events: drivers, passes, relays
+            aggregate=t1 - t_agg,  # GEO, downlink scheduling, record
+            total=t1 - t0_wall,
+        )
         return RoundOutcome(params, record)
 
     def _held(self, client: int) -> torch.Tensor:
