@@ -53,8 +53,12 @@ def _raw(tractors: int, rounds: int, uplink: bool) -> dict[str, Any]:
         "task": {"name": "binary"},
         "data": {
             "dataset": "synthetic_agri",
-            "params": {"task": "stress", "seed": 0, "num_tractors": tractors,
-                       "num_blocks": 2 * tractors},  # fmt: skip
+            "params": {
+                "task": "stress",
+                "seed": 0,
+                "num_tractors": tractors,
+                "num_blocks": 2 * tractors,
+            },
             "bands": "all",
             "split": {"val": 0.05, "test": 0.05},
         },

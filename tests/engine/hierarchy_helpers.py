@@ -28,8 +28,13 @@ def agri_raw(hierarchy: dict[str, Any] | None, *, rounds: int = 3, **method: Any
         "task": {"name": "binary"},
         "data": {
             "dataset": "synthetic_agri",
-            "params": {"task": "stress", "seed": 0, "num_tractors": 12, "num_blocks": 120,
-                       "farms_per_region": [2, 2, 1]},  # fmt: skip
+            "params": {
+                "task": "stress",
+                "seed": 0,
+                "num_tractors": 12,
+                "num_blocks": 120,
+                "farms_per_region": [2, 2, 1],
+            },
             "bands": "all",
             "split": {"val": 0.1, "test": 0.2},
         },

@@ -14,7 +14,6 @@ from geofl.engine.clock import (
     Downlink,
     DriverDeadline,
     EventQueue,
-    LeoArrival,
     Relay,
     TierModel,
     TractorArrival,
@@ -132,6 +131,28 @@ def test_geo_clips_each_regional_delta_to_c() -> None:
     res = geo_aggregate(torch.zeros(2), [a], 1, kappa=1.0, clip=1.0, trim_fraction=0.0,
                         fairness=True, geo_delta="update")  # fmt: skip
     assert torch.allclose(res.params, torch.tensor([0.6, 0.8]), atol=1e-6)
-    with pytest.raises(Exception, match="kappa|κ"):
+    with pytest.raises(Exception, match=r"kappa|κ"):
         geo_aggregate(torch.zeros(2), [a], 1, kappa=-1.0, clip=1.0, trim_fraction=0.0,
                       fairness=True, geo_delta="update")  # fmt: skip
+
+
+def test_personalization_by_hand() -> None:
+    from geofl.config.hierarchy import PersonalizationConfig
+    from geofl.engine.hierarchy_personal import Personalization
+
+    p = Personalization(PersonalizationConfig(alpha=0.5, beta=0.25), np.array([0, 0, 1, 2]))
+    from dataclasses import replace
+
+    m1 = replace(_tier(0, torch.zeros(2), 1, {0}, (0,)), model=torch.ones(2), clients=(0, 1))
+    m2 = replace(_tier(1, torch.zeros(2), 1, {1}, (0,)), model=torch.full((2,), 3.0), clients=(2,))
+    p.publish(1, torch.zeros(2), [m1, m2])
+    # A_0 = [1, 1] (m1: tractors of region 0), A_1 = [3, 3], A_2 = ŵ (no regional model)
+    assert p.adapters[1].tolist() == [[1.0, 1.0], [3.0, 3.0], [0.0, 0.0]]
+    p.trained(0, torch.tensor([10.0, 10.0]))
+    p.adopt(0, 1, torch.zeros(2))  # 0.5·0 + 0.25·1 + 0.25·10
+    p.adopt(2, 1, torch.zeros(2))  # no local model yet: w_i = ŵ → 0.25·3
+    assert p.held(0).tolist() == [2.75, 2.75]  # type: ignore[union-attr]
+    assert p.held(2).tolist() == [0.75, 0.75]  # type: ignore[union-attr]
+    assert p.held(1) is None
+    p.prune({2})
+    assert p.adapters == {}

@@ -34,9 +34,13 @@ def _rounds(tmp: Path, hierarchy: dict[str, Any], name: str, rounds: int = 3) ->
     return out
 
 
-def test_async_with_ideal_contacts_reproduces_the_synchronous_hierarchy(tmp_path: Path) -> None:
-    sync = _rounds(tmp_path, {"mode": "sync"}, "sync")
-    ideal = _rounds(tmp_path, {"leo": {"contacts": "ideal"}}, "ideal")
+@pytest.mark.parametrize("personal", [None, {"alpha": 0.6, "beta": 0.2}])
+def test_async_with_ideal_contacts_reproduces_the_synchronous_hierarchy(
+    tmp_path: Path, personal: dict[str, float] | None
+) -> None:
+    extra = {} if personal is None else {"personalization": personal}
+    sync = _rounds(tmp_path, {"mode": "sync", **extra}, "sync")
+    ideal = _rounds(tmp_path, {"leo": {"contacts": "ideal"}, **extra}, "ideal")
     for (p_s, rec_s), (p_a, rec_a) in zip(sync, ideal, strict=True):
         assert torch.equal(p_s, p_a)  # bit-identical
         assert rec_s.participants == rec_a.participants and rec_s.weights == rec_a.weights
@@ -118,7 +122,7 @@ def test_malformed_tle_file_names_the_line(tmp_path: Path) -> None:
     lines[4] = lines[4][:20] + ("0" if lines[4][20] != "0" else "1") + lines[4][21:]
     bad = tmp_path / "bad.tle"
     bad.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ConfigError, match="tle_file.*line 5"):
+    with pytest.raises(ConfigError, match=r"tle_file.*line 5"):
         config(tmp_path, agri_raw({"leo": {"n": 2, "planes": 1, "tle_file": str(bad)}}))
 
 

@@ -20,7 +20,6 @@ round-3 and round-4 models reach the LEO at 350 s, relayed at 360 s. GEO: stalen
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,8 +50,15 @@ class TableContacts:
         return later[0] if later else None
 
 
-HIER = {"round_s": 100.0, "driver_deadline_s": 10.0, "kappa": 0.5, "clip": 1.0e6,
-        "trim_fraction": 0.0, "redundancy_threshold": 1.0, "leo": {"n": 1, "planes": 1, "slot_s": 10.0, "contacts": "ideal"}}  # fmt: skip
+HIER = {
+    "round_s": 100.0,
+    "driver_deadline_s": 10.0,
+    "kappa": 0.5,
+    "clip": 1.0e6,
+    "trim_fraction": 0.0,
+    "redundancy_threshold": 1.0,
+    "leo": {"n": 1, "planes": 1, "slot_s": 10.0, "contacts": "ideal"},
+}
 C0, C1 = tuple(range(6)), tuple(range(6, 12))
 
 

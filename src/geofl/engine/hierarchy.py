@@ -48,6 +48,7 @@ from geofl.engine.clock import (
 )
 from geofl.engine.components import RunComponents
 from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
+from geofl.engine.hierarchy_personal import Personalization
 from geofl.engine.hierarchy_record import HierarchyStats
 from geofl.engine.hierarchy_round import Topology, build_record
 from geofl.engine.hierarchy_tiers import driver_fedavg, geo_aggregate, leo_regional
@@ -108,6 +109,11 @@ class HierarchicalScheduler:
         self.geo_inbox: list[tuple[int, TierModel]] = []
         self._stats = HierarchyStats()
         self._outages: dict[int, np.ndarray] = {}
+        self.personal: Personalization | None = None
+        if cfg.personalization is not None:
+            if topology.region is None:
+                raise ValueError("personalization needs the tractors' regions (topology.region)")
+            self.personal = Personalization(cfg.personalization, topology.region)
 
     # ---------------------------------------------------------------- one round
     def round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome:
@@ -129,9 +135,8 @@ class HierarchicalScheduler:
         trained = [k for k in cohort.clients if k not in excluded and k not in down]
         stats.down = len(down)
         sync = self.cfg.mode == "sync"
-        held = (lambda k: global_params) if sync else self._held
         t_train0 = time.perf_counter()
-        got = self.sync._collect(global_params, trained, round_idx, held=held)
+        got = self.sync._collect(global_params, trained, round_idx, held=self._held)
         t_train = time.perf_counter()
         self._upload(got, round_idx, start)
         if sync:
@@ -152,9 +157,10 @@ class HierarchicalScheduler:
             )  # fmt: skip
             params = geo.params
         self.versions[round_idx] = params
+        if self.personal is not None and geo is not None:
+            self.personal.publish(round_idx, params, [m for _, m in regionals])
         if sync:
-            self.tractor_version[:] = round_idx
-            self.cluster_version[:] = round_idx
+            self._adopt_all(round_idx, params if geo is not None else None)
         elif geo is not None:
             self._schedule_downlink(round_idx, end)
         self._prune()
@@ -172,8 +178,19 @@ class HierarchicalScheduler:
         return RoundOutcome(params, record)
 
     def _held(self, client: int) -> torch.Tensor:
-        """The global model version tractor ``client`` holds."""
-        return self.versions[int(self.tractor_version[client])]
+        """The model tractor ``client`` trains from: its personalized model, or the global
+        model version it holds."""
+        own = None if self.personal is None else self.personal.held(client)
+        return own if own is not None else self.versions[int(self.tractor_version[client])]
+
+    def _adopt_all(self, version: int, params: torch.Tensor | None) -> None:
+        """The synchronous reference's downlink: every tractor holds ``version`` now
+        (personalized when the method personalizes and the GEO updated the model)."""
+        self.tractor_version[:] = version
+        self.cluster_version[:] = version
+        if self.personal is not None and params is not None:
+            for k in range(len(self.c.clients)):
+                self.personal.adopt(k, version, params)
 
     def _upload(self, got: _Collected, round_idx: int, start: float) -> None:
         """Each accepted update leaves for its driver; attempts and NQI losses counted per
@@ -192,10 +209,12 @@ class HierarchicalScheduler:
         stats.hop("tractor_driver", sent=len(got.accepted) + len(got.rejected))
         for u in got.accepted:
             k = u.meta.client_id
-            version = round_idx - 1 if self.cfg.mode == "sync" else int(self.tractor_version[k])
-            base = self.versions[version]
+            version = int(self.tractor_version[k])
             delta = u.delta.detach().clone()
-            upd = TractorUpdate(k, version + 1, base + delta, delta, u.meta.num_samples, sent_at)
+            model = self._held(k) + delta
+            if self.personal is not None:
+                self.personal.trained(k, model)
+            upd = TractorUpdate(k, version + 1, model, delta, u.meta.num_samples, sent_at)
             sent = tx_of.get(k)
             latency = 0.0 if sent is None else sent.latency_s
             stats.bytes["tractor_driver"] += u.meta.bytes_sent
@@ -340,7 +359,10 @@ class HierarchicalScheduler:
                 stats.missed_downlink += 1
                 continue
             stats.hop("driver_tractor", delivered=1, nbytes=self.model_bytes)
-            self.tractor_version[k] = max(int(self.tractor_version[k]), ev.version)
+            if ev.version > self.tractor_version[k]:
+                self.tractor_version[k] = ev.version
+                if self.personal is not None:
+                    self.personal.adopt(k, ev.version, self.versions[ev.version])
 
     def _outage(self, round_idx: int) -> np.ndarray:
         """``[T]`` terrestrial outages of ``round_idx``: the uplink's link states (the same
@@ -361,6 +383,8 @@ class HierarchicalScheduler:
         live |= {e.version for _, e in self.queue.pending() if isinstance(e, Downlink)}
         for v in [v for v in self.versions if v not in live]:
             del self.versions[v]
+        if self.personal is not None:
+            self.personal.prune(live)
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -376,6 +400,7 @@ class HierarchicalScheduler:
             "leo_buffer": [list(b) for b in self.leo_buffer],
             "relay_pending": self.relay_pending.copy(),
             "geo_inbox": list(self.geo_inbox),
+            "personal": None if self.personal is None else self.personal.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -390,3 +415,5 @@ class HierarchicalScheduler:
         self.leo_buffer = [list(b) for b in state["leo_buffer"]]
         self.relay_pending = np.asarray(state["relay_pending"]).copy()
         self.geo_inbox = list(state["geo_inbox"])
+        if self.personal is not None and state.get("personal") is not None:
+            self.personal.load_state_dict(state["personal"])

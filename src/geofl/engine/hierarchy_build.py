@@ -69,7 +69,7 @@ def build_scheduler(
     except HierarchyError as err:
         raise ConfigError(f"methods.{method.name}.hierarchy", str(err)) from err
     rho = capability_score(fleet.capability)
-    topo = Topology(clusters, rho, fleet.farm, fleet.context_bin)
+    topo = Topology(clusters, rho, fleet.farm, fleet.context_bin, fleet.region)
     if hier.mode == "sync" or hier.leo.contacts == "ideal":
         contacts: Contacts = IdealContacts(hier.leo.slot_s, hier.leo.n)
     else:

@@ -35,12 +35,15 @@ class Topology:
         rho: ``[T]`` capability scores ρ_i (re-election, §2.1.6).
         farm: ``[T]`` farm of every tractor (UniqueFarmCount, Eq. 11).
         context_bin: ``[T]`` crop × soil × climate bin of every tractor (H_l).
+        region: ``[T]`` geographic region 0 … R − 1 of every tractor (regional adapters of
+            the personalization, §2.2.6), or None.
     """
 
     clusters: Clusters
     rho: np.ndarray
     farm: np.ndarray
     context_bin: np.ndarray
+    region: np.ndarray | None = None
 
 
 def build_record(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -26,7 +26,7 @@ LATENCY = ("terrestrial", "pass_wait", "relay_wait", "downlink", "end_to_end")
 BYTES = ("tractor_driver", "driver_leo", "leo_geo", "geo_leo", "leo_driver", "driver_tractor")
 
 
-def _weighted_latency(blocks: list[Mapping[str, Any]], hop: str) -> float:
+def _weighted_latency(blocks: Sequence[Mapping[str, Any]], hop: str) -> float:
     """Mean latency of ``hop`` over a seed: each round's mean weighted by its count."""
     num = den = 0.0
     for b in blocks:
@@ -73,6 +73,10 @@ def hierarchy_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
     return out
 
 
+def _arrow(hop: str) -> str:
+    return hop.replace("_", " → ").replace("leo", "LEO").replace("geo", "GEO")
+
+
 def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     """``<h2>Hierarchy</h2>`` and a table of the methods whose rounds carry hierarchy blocks."""
     names, rows = run.display_names(), []
@@ -100,13 +104,12 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
         rows.append("<tr>" + "".join(cells) + "</tr>")
     if not rows:
         return ""
-    arrow = lambda h: h.replace("_", " → ")  # noqa: E731
     head = [
         "method", "staleness (rounds)", "GEO-weighted staleness",
         *(f"GEO weight at staleness {k}{'+' if k == BUCKETS[-1] else ''} %" for k in BUCKETS),
-        *(f"delivered % {arrow(h)}" for h in DELIVERY),
+        *(f"delivered % {_arrow(h)}" for h in DELIVERY),
         *(f"latency (s) {h.replace('_', ' ')}" for h in LATENCY),
-        *(f"kB / tractor·round {arrow(h)}" for h in BYTES),
+        *(f"kB / tractor·round {_arrow(h)}" for h in BYTES),
     ]  # fmt: skip
     header = "".join(f"<th>{h}</th>" for h in head)
     intro = (

@@ -24,13 +24,13 @@ from geofl.report.facts import facts_html
 from geofl.report.figures import run_figures
 from geofl.report.fragments import slug
 from geofl.report.governance import governance_html
+from geofl.report.hierarchy import hierarchy_html
 from geofl.report.paired import paired_html
 from geofl.report.paper import paper_figures
 from geofl.report.privacy import attack_section, epsilon_sentences, neighbouring, weight_figures
 from geofl.report.results import incomplete_notice, results_html
 from geofl.report.run_data import RunData, load_run
 from geofl.report.summary import RunSummary, write_summary, write_text_atomic
-from geofl.report.hierarchy import hierarchy_html
 from geofl.report.uplink import uplink_html
 
 __all__ = ["write_report"]
