@@ -138,3 +138,18 @@ def test_the_hierarchy_refuses_a_server_side_algorithm_and_an_untractored_datase
     raw["methods"][0]["partition"] = {"name": "iid"}
     with pytest.raises(ConfigError, match="farm/tractor context"):
         make_run(config(tmp_path, raw, "tab"), tmp_path / "y")
+
+
+def test_cli_exits_2_on_a_negative_kappa(tmp_path: Path) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from geofl.cli import app
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(agri_raw({"kappa": -1.0})))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "methods.0.hierarchy.kappa" in result.output
+    assert not out.exists()
