@@ -153,3 +153,26 @@ def test_cli_exits_2_on_a_negative_kappa(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "methods.0.hierarchy.kappa" in result.output
     assert not out.exists()
+
+
+def test_driver_failures_re_elect_and_lose_no_buffered_update(tmp_path: Path) -> None:
+    # Drivers aggregate at the start of each round: uploads (≈0.1 s on the ground) wait in
+    # the driver's buffer until the next round's deadline, across its health check.
+    hier = {"leo": {"contacts": "ideal"}, "p_driver_fail": 0.5, "driver_deadline_s": 0.0}
+    raw = agri_raw(hier, rounds=4, uplink=UPLINK)
+    run = make_run(config(tmp_path, raw), tmp_path / "fail")
+    params, arrived, incorporated, failovers, down = run.init_params, 0, 0, [], 0
+    for r in range(1, 5):
+        res = run.scheduler.round(params, r)
+        run.comps.store.commit()
+        params, h = res.params, res.record.hierarchy
+        assert h is not None
+        arrived += h["delivered"].get("tractor_driver", 0)
+        incorporated += len(res.record.participants)
+        failovers += h["failovers"]
+        down += h["down"]
+    sch = run.scheduler
+    pending = sum(sch.monitor.pending(c) for c in range(sch.topo.clusters.num_clusters))  # type: ignore[union-attr]
+    assert down > 0 and all(f["driver"] != f["failed"] for f in failovers)
+    assert sum(f["handed_over"] for f in failovers) > 0  # buffers moved to the new drivers
+    assert arrived == incorporated + pending  # every update that reached a driver is kept

@@ -47,7 +47,7 @@ from geofl.engine.clock import (
     TractorUpdate,
 )
 from geofl.engine.components import RunComponents
-from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
+from geofl.engine.hierarchy_contacts import Contacts, IdealContacts, downlink_slots
 from geofl.engine.hierarchy_personal import Personalization
 from geofl.engine.hierarchy_record import HierarchyStats
 from geofl.engine.hierarchy_round import Topology, build_record
@@ -324,23 +324,14 @@ class HierarchicalScheduler:
 
     # ---------------------------------------------------------------- downlink
     def _schedule_downlink(self, version: int, now: float) -> None:
-        """GEO → every LEO at its next relay slot; each driver gets ``version`` at its first
-        contact with a LEO that already holds it."""
-        slot0 = self._slot(now)
-        relay = [self.contacts.next_relay(sat, slot0) for sat in range(self.contacts.n_leo)]
-        n_leo = self.contacts.n_leo
-        self._stats.hop("geo_leo", sent=n_leo, nbytes=self.model_bytes * n_leo)
-        self._stats.hop("geo_leo", delivered=sum(r is not None for r in relay))
-        for c in range(self.topo.clusters.num_clusters):
-            slot = slot0
-            while (contact := self.contacts.next_contact(c, slot)) is not None:
-                s, sat = contact
-                got = relay[sat]
-                if got is not None and got <= s:
-                    at = max(now, s * self.contacts.slot_s)
-                    self.queue.push(at, Downlink(c, version))
-                    break
-                slot = s + 1
+        """GEO → every LEO at its next relay slot → each driver at its first contact with
+        a LEO that already holds ``version`` (:func:`downlink_slots`)."""
+        n_leo, slot_s = self.contacts.n_leo, self.contacts.slot_s
+        slots, relayed = downlink_slots(self.contacts, self.topo.clusters.num_clusters, now)
+        self._stats.hop("geo_leo", sent=n_leo, delivered=relayed, nbytes=self.model_bytes * n_leo)
+        for c, s in enumerate(slots):
+            if s is not None:
+                self.queue.push(max(now, s * slot_s), Downlink(c, version))
 
     def _downlink(self, now: float, ev: Downlink) -> None:
         """``ev.version`` reaches a driver and, over the ground, its members that are up

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Contacts", "IdealContacts"]
+__all__ = ["Contacts", "IdealContacts", "downlink_slots"]
 
 
 class Contacts(Protocol):
@@ -61,3 +61,31 @@ class IdealContacts:
     def next_relay(self, sat: int, slot: int) -> int | None:
         """``slot``: always now."""
         return slot
+
+
+def downlink_slots(
+    contacts: Contacts, n_stations: int, now_s: float
+) -> tuple[list[int | None], int]:
+    """When a model the GEO releases at ``now_s`` reaches each station (003 §2.2.6: GEO →
+    LEO, then LEO → driver during a later pass).
+
+    Every LEO receives it at its first relay slot at or after ``now_s``; a station gets it
+    in its first contact slot whose LEO already holds it.
+
+    Returns:
+        The slot of each station (None: not within the plan) and how many LEOs receive it.
+    """
+    slot0 = int(now_s // contacts.slot_s)
+    relay = [contacts.next_relay(sat, slot0) for sat in range(contacts.n_leo)]
+    out: list[int | None] = []
+    for station in range(n_stations):
+        slot, got = slot0, None
+        while (contact := contacts.next_contact(station, slot)) is not None:
+            s, sat = contact
+            held_from = relay[sat]
+            if held_from is not None and held_from <= s:
+                got = s
+                break
+            slot = s + 1
+        out.append(got)
+    return out, sum(r is not None for r in relay)
