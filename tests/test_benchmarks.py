@@ -31,6 +31,7 @@ SMOKE = {
     "bench_uplink_codec.py": ["--quick"],
     "bench_nqi_policy.py": ["--quick"],
     "bench_workers.py": ["--quick"],
+    "bench_hierarchy.py": ["--quick"],
 }
 
 
