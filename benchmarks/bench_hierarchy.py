@@ -17,7 +17,8 @@ per round the time in client steps (``time_s.train``: the shared client step for
 tractor), in the clock (``time_s.clock``: arrivals, drivers, passes, relays) and in the GEO
 tier (``time_s.aggregate``); rounds per second is 1 / the median round. The 10,000-tractor
 run has fewer rounds (``--rounds-large``) because its client steps alone take seconds per
-round; rates are per round, so the ratio 10,000 / 120 compares like with like. Both sizes run in this one process, back to back.
+round; rates are per round, so the ratio 10,000 / 120 compares like with like. Both sizes
+run in this one process, back to back.
 """
 
 from __future__ import annotations
