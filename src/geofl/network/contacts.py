@@ -14,9 +14,12 @@ dropped with probability p_LEO-fail = 0.05 (weather, hardware; §3.1.3).
   per chunk of T' slots, chunked so that a chunk holds about 4 M elements (memory bounded
   whatever G and T). A slot is in a pass when the elevation at its start is at least the
   mask (10° by default).
-* A pass is a maximal run of visible slots of one (station, LEO); it is dropped when a
-  uniform draw of a generator derived from (seed, "leo_pass", station, sat, start slot) is
-  below p_LEO-fail — so a pass's fate does not depend on which other passes exist.
+* A pass is a maximal run of visible slots of one (station, LEO); it is dropped when its
+  uniform draw u is below p_LEO-fail, u = ``derive_seed(seed, "leo_pass", station, sat,
+  start slot) / 2**63`` — the keyed hash with which :mod:`geofl.rng` seeds its generators,
+  used as a one-draw counter-based generator (a PCG64 per pass, for ~300 k passes, cost
+  5× more). A pass's fate therefore depends on nothing but its keys: not on which other
+  passes, stations or slots are simulated.
 * Proximity Driver: in each slot a station uses the undropped visible LEO of highest
   elevation (for equal-altitude satellites, the shortest slant range).
 * Relay: LEO s reaches the GEO in slot t when the segment between them stays above the
@@ -50,9 +53,9 @@ from geofl.network.orbits import (
     teme_to_ecef,
     to_utc,
 )
-from geofl.rng import numpy_generator
+from geofl.rng import derive_seed
 
-__all__ = ["ContactPlan", "Pass", "classify", "contact_plan"]
+__all__ = ["ContactPlan", "Pass", "classify", "contact_plan", "pass_uniform"]
 
 #: Elements of a chunk's [G, S, T'] elevation tensor (≈ 32 MB per float64 array).
 CHUNK_ELEMENTS = 1 << 22
@@ -62,7 +65,7 @@ LEO_MIN_REV_DAY = 11.25
 GEO_TOLERANCE = 0.1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pass:
     """One LEO pass over one station: slots ``[start_slot, end_slot)`` above the mask.
 
@@ -83,7 +86,7 @@ class Pass:
     dropped: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ContactPlan:
     """The contact schedule of G stations with S LEOs and one GEO (003 §2.3.2).
 
@@ -96,8 +99,11 @@ class ContactPlan:
         passes: Every LEO pass over every station, sorted (start_slot, station, sat).
         relay: [S, T] bool — LEO s can reach the GEO in slot t.
         geo_visible: [G] bool — the station sees the GEO above the mask in every slot.
-        proximity: [G, T] int16 — the LEO a station transmits to in each slot, −1 for none
+        proximity: [G, T] int8 (int16 beyond 127 LEOs) — the LEO a station transmits to in
+            each slot, −1 for none
             (undropped, highest elevation: the Proximity Driver).
+
+    The arrays are read-only; compare plans by their fields, not with ``==``.
     """
 
     slot_s: float
@@ -113,6 +119,10 @@ class ContactPlan:
     def _check(self, what: str, index: int, size: int) -> None:
         if not 0 <= index < size:
             raise IndexError(f"{what} {index} outside [0, {size})")
+
+    def slot_at(self, seconds: float) -> int:
+        """The slot containing ``seconds`` after ``start`` (may be ≥ ``n_slots``)."""
+        return math.floor(seconds / self.slot_s)
 
     def usable(self, station: int, slot: int) -> int | None:
         """The LEO ``station`` transmits to in ``slot`` (at most one), or None."""
@@ -181,15 +191,21 @@ def _check_stations(stations: np.ndarray) -> np.ndarray:
 def _sin_elevation(r_ecef: np.ndarray, pos: np.ndarray, up: np.ndarray) -> np.ndarray:
     """sin(elevation) of [S, T', 3] satellites from [G, 3] stations → [G, S, T'].
 
-    sin e = up · (r − p) / |r − p| with |r − p|² = |r|² − 2 p · r + |p|², the dot products
-    as [G, 3] × [3, S·T'] matrix products.
+    sin e = up · (r − p) / |r − p| with |r − p|² = |r|² − 2 p · r + |p|²: both are
+    [G, 5] × [5, S·T'] matrix products with the satellites augmented as (r, |r|², 1).
     """
     s, t, _ = r_ecef.shape
     flat = r_ecef.reshape(-1, 3)
-    along = up @ flat.T - np.einsum("gi,gi->g", up, pos)[:, None]
-    rho2 = np.einsum("ni,ni->n", flat, flat)[None, :] - 2.0 * (pos @ flat.T)
-    rho2 += np.einsum("gi,gi->g", pos, pos)[:, None]
-    return np.asarray(along / np.sqrt(rho2)).reshape(len(pos), s, t)
+    one = np.ones((len(flat), 1))
+    sat = np.hstack([flat, np.einsum("ni,ni->n", flat, flat)[:, None], one])  # [N, 5]
+    zero = np.zeros((len(pos), 1))
+    c_up = np.einsum("gi,gi->g", up, pos)[:, None]
+    p2 = np.einsum("gi,gi->g", pos, pos)[:, None]
+    along = np.hstack([up, zero, -c_up]) @ sat.T  # up · (r − p)
+    rho = np.hstack([-2.0 * pos, zero + 1.0, p2]) @ sat.T  # |r − p|²
+    np.sqrt(rho, out=rho)
+    along /= rho
+    return np.asarray(along).reshape(len(pos), s, t)
 
 
 def _relay(leo: np.ndarray, geo: np.ndarray, margin_km: float) -> np.ndarray:
@@ -203,6 +219,14 @@ def _relay(leo: np.ndarray, geo: np.ndarray, margin_km: float) -> np.ndarray:
     closest = leo + u[..., None] * d
     radius = WGS84_A_KM + margin_km
     return np.asarray(np.einsum("stk,stk->st", closest, closest) > radius * radius)
+
+
+def pass_uniform(seed: int, station: int, sat: int, start_slot: int) -> float:
+    """The uniform in [0, 1) that decides whether a pass is dropped (003 §3.1.3).
+
+    ``derive_seed(seed, "leo_pass", station, sat, start_slot) / 2**63`` (module docstring).
+    """
+    return derive_seed(seed, "leo_pass", station, sat, start_slot) / float(1 << 63)
 
 
 class _PassTracker:
@@ -221,10 +245,10 @@ class _PassTracker:
         self.closed: list[tuple[np.ndarray, ...]] = []
 
     def _dropped(self, rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        """Fate of new passes: one draw each from (seed, "leo_pass", station, sat, start)."""
+        """Fate of new passes: dropped iff pass_uniform(seed, station, sat, start) < p."""
         station, sat = np.divmod(rows, self.n_leo)
         keys = zip(station.tolist(), sat.tolist(), starts.tolist(), strict=True)
-        draws = [numpy_generator(self.seed, "leo_pass", g, s, t).random() for g, s, t in keys]
+        draws = [pass_uniform(self.seed, g, s, t) for g, s, t in keys]
         return np.asarray(draws, dtype=np.float64).reshape(-1) < self.p_fail
 
     def add(self, sin_el: np.ndarray, vis: np.ndarray, t0: int, final: bool) -> np.ndarray:
@@ -236,25 +260,27 @@ class _PassTracker:
             final: Last chunk (close every open run at its end).
 
         Returns:
-            [G, S, T'] bool: visible and in a pass that was not dropped.
+            [G, S, T'] ``sin_el`` where usable (visible, pass not dropped), else −inf.
         """
         g, s, tc = vis.shape
         width = tc + 2  # one False column either side keeps runs inside their row
         pad = np.zeros((g * s, width), dtype=bool)
         pad[:, 1:-1] = vis.reshape(g * s, tc)
         flat = pad.ravel()
-        edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1
-        starts, ends = edges[0::2], edges[1::2]
-        row = starts // width
-        c0, c1 = starts - row * width - 1, ends - row * width - 1
-        el = np.full((g * s, width), -np.inf)
-        el[:, 1:-1] = np.where(vis, sin_el, -np.inf).reshape(g * s, tc)
-        peak = np.maximum.reduceat(el.ravel(), starts) if starts.size else np.empty(0)
+        edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # alternating run starts, ends
+        row = edges[0::2] // width
+        c0, c1 = edges[0::2] - row * width - 1, edges[1::2] - row * width - 1
+        el = np.where(vis, sin_el, -np.inf).reshape(g * s, tc)
+        first = row * tc + c0  # unpadded flat index of each run's first slot
+        peak = np.maximum.reduceat(el.ravel(), first) if first.size else np.empty(0)
         cont = (c0 == 0) & (self.open_start[row] >= 0)
         start_slot = np.where(cont, self.open_start[row], t0 + c0)
         peak = np.where(cont, np.maximum(peak, self.open_peak[row]), peak)
         drop = self.open_drop[row].copy()
         drop[~cont] = self._dropped(row[~cont], start_slot[~cont])
+        ended = self.open_start >= 0  # open passes not continued at column 0 end at t0
+        ended[row[cont]] = False
+        self.closed.append(self._open_rows(ended, t0))
         self.open_start[:] = -1
         keep_open = (c1 == tc) & (not final)
         self.open_start[row[keep_open]] = start_slot[keep_open]
@@ -262,11 +288,14 @@ class _PassTracker:
         self.open_drop[row[keep_open]] = drop[keep_open]
         done = ~keep_open
         self.closed.append((row[done], start_slot[done], t0 + c1[done], peak[done], drop[done]))
-        mark = np.zeros(flat.size + 1, dtype=np.int8)
-        mark[starts[drop]] = 1
-        mark[ends[drop]] = -1
-        in_dropped = np.cumsum(mark[:-1], dtype=np.int8).reshape(g * s, width)[:, 1:-1]
-        return np.asarray(vis & (in_dropped == 0).reshape(g, s, tc))
+        for r, a, b in zip(row[drop].tolist(), c0[drop].tolist(), c1[drop].tolist(), strict=True):
+            el[r, a:b] = -np.inf  # a loop over dropped passes only
+        return el.reshape(g, s, tc)
+
+    def _open_rows(self, which: np.ndarray, end: int) -> tuple[np.ndarray, ...]:
+        rows = np.flatnonzero(which)
+        ends = np.full(rows.size, end, dtype=np.int64)
+        return rows, self.open_start[rows], ends, self.open_peak[rows], self.open_drop[rows]
 
     def passes(self) -> tuple[Pass, ...]:
         """Every closed pass, sorted (start_slot, station, sat)."""
@@ -276,6 +305,21 @@ class _PassTracker:
         elev = np.degrees(np.arcsin(np.clip(peak, -1.0, 1.0)))
         cols = (station, sat, start, end, elev, drop)
         return tuple(Pass(*v) for v in zip(*(c[order].tolist() for c in cols), strict=True))
+
+
+def _proximity(usable: np.ndarray) -> np.ndarray:
+    """The Proximity Driver: [G, S, T'] usable sin(elevation) (−inf: not) → [G, T'] LEO or −1.
+
+    Highest elevation wins (lowest index on ties); a loop over the S satellites only.
+    """
+    best_val = usable[:, 0].copy()
+    best = np.zeros(best_val.shape, dtype=np.int8 if usable.shape[1] < 128 else np.int16)
+    for k in range(1, usable.shape[1]):
+        better = usable[:, k] > best_val
+        best[better] = k
+        np.maximum(best_val, usable[:, k], out=best_val)
+    best[np.isneginf(best_val)] = -1
+    return best
 
 
 def _check_args(n_slots: int, slot_s: float, mask: float, p: float, margin: float) -> None:
@@ -332,7 +376,7 @@ def contact_plan(
     sin_mask = math.sin(math.radians(elevation_mask_deg))
     chunk = max(1, CHUNK_ELEMENTS // (g * (s + 1)))
     relay = np.zeros((s, n_slots), dtype=bool)
-    proximity = np.full((g, n_slots), -1, dtype=np.int16)
+    proximity = np.full((g, n_slots), -1, dtype=np.int8 if s < 128 else np.int16)
     geo_min = np.full(g, np.inf)
     tracker = _PassTracker(g, s, seed, p_leo_fail)
     for t0 in range(0, n_slots, chunk):
@@ -342,9 +386,12 @@ def contact_plan(
         sin_el = _sin_elevation(teme_to_ecef(r, gmst82(jd[t0:t1], fr[t0:t1])), pos, up)
         geo_min = np.minimum(geo_min, sin_el[:, s].min(axis=1))
         leo_el = sin_el[:, :s]
-        ok = tracker.add(leo_el, leo_el >= sin_mask, t0, final=t1 == n_slots)
-        best = np.where(ok, leo_el, -np.inf).argmax(axis=1)
-        proximity[:, t0:t1] = np.where(ok.any(axis=1), best, -1)
+        usable = tracker.add(leo_el, leo_el >= sin_mask, t0, final=t1 == n_slots)
+        proximity[:, t0:t1] = _proximity(usable)
+    for arr in (relay, proximity):
+        arr.flags.writeable = False
+    visible = geo_min >= sin_mask
+    visible.flags.writeable = False
     return ContactPlan(
         slot_s=float(slot_s),
         n_slots=n_slots,
@@ -353,6 +400,6 @@ def contact_plan(
         n_leo=s,
         passes=tracker.passes(),
         relay=relay,
-        geo_visible=geo_min >= sin_mask,
+        geo_visible=visible,
         proximity=proximity,
     )

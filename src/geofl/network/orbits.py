@@ -9,11 +9,15 @@ constellation plus one GEO, the default when no file is given.
 
 Frames. sgp4 gives positions in TEME (true equator, mean equinox). :func:`teme_to_ecef`
 rotates them about z by GMST (IAU 1982, the angle SGP4 itself is defined with; Vallado et
-al. AIAA 2006-6753 App. C) into the pseudo-Earth-fixed frame, taken as ECEF. Ignored: polar
-motion (≤ 0.5″) and UT1 − UTC (UTC is used as UT1; |DUT1| < 0.9 s ≈ 13.5″ of Earth
-rotation). The angular error of a station's direction is thus below 15″ ≈ 0.004°, a
-displacement below 0.5 km on the ground — under 0.05° of elevation for any LEO in view.
-Stations sit on the WGS84 ellipsoid (height 0) with the geodetic vertical as "up".
+al. AIAA 2006-6753 App. C) into the pseudo-Earth-fixed frame, taken as ECEF. Because TEME's
+x axis is the *mean* equinox, GMST (not GAST) is the right angle and the equation of the
+equinoxes (≤ 1.2″) cancels out of this step. Ignored: polar motion (≤ 0.5″, PEF → ITRF)
+and UT1 − UTC (UTC is used as UT1; |DUT1| < 0.9 s ≈ 13.5″ of Earth rotation). The angular
+error of a station's direction is thus below 15″ ≈ 0.004°, a displacement below 0.5 km on
+the ground — under 0.05° of elevation for any LEO in view (measured against skyfield's full
+IAU chain for the ISS over three stations and a day: ≤ 0.013°, tests/network/test_orbits.py).
+Stations sit on the WGS84 ellipsoid (height 0) with the geodetic vertical as "up";
+atmospheric refraction is not modelled (geometric elevation, as skyfield's default altaz).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 from sgp4.api import WGS72, Satrec, SatrecArray, jday
@@ -35,6 +40,7 @@ __all__ = [
     "check_location",
     "gmst82",
     "julian_dates",
+    "load_tles",
     "parse_tles",
     "propagate",
     "station_frames",
@@ -85,42 +91,29 @@ _EXPO = r"[ +-]\d{5}[+-]\d"
 #: (columns as a slice, field name, regex the field must match) for each line.
 _LAYOUT: dict[str, tuple[tuple[slice, str, str], ...]] = {
     "1": (
-        (slice(1, 2), "column 2", " "),
         (slice(2, 7), "catalogue number", r"[ \dA-Z][ \d]{3}\d"),
         (slice(7, 8), "classification", r"[A-Z ]"),
-        (slice(8, 9), "column 9", " "),
-        (slice(17, 18), "column 18", " "),
         (slice(18, 20), "epoch year", r"\d\d"),
         (slice(20, 32), "epoch day", r"[ \d]{2}\d\.\d{8}"),
-        (slice(32, 33), "column 33", " "),
         (slice(33, 43), "first derivative of mean motion", _FLOAT),
-        (slice(43, 44), "column 44", " "),
         (slice(44, 52), "second derivative of mean motion", _EXPO),
-        (slice(52, 53), "column 53", " "),
         (slice(53, 61), "BSTAR drag term", _EXPO),
-        (slice(61, 62), "column 62", " "),
         (slice(62, 63), "ephemeris type", r"[\d ]"),
-        (slice(63, 64), "column 64", " "),
         (slice(64, 68), "element set number", r"[ \d]{3}\d"),
     ),
     "2": (
-        (slice(1, 2), "column 2", " "),
         (slice(2, 7), "catalogue number", r"[ \dA-Z][ \d]{3}\d"),
-        (slice(7, 8), "column 8", " "),
         (slice(8, 16), "inclination", _FLOAT),
-        (slice(16, 17), "column 17", " "),
         (slice(17, 25), "right ascension of the node", _FLOAT),
-        (slice(25, 26), "column 26", " "),
         (slice(26, 33), "eccentricity", r"\d{7}"),
-        (slice(33, 34), "column 34", " "),
         (slice(34, 42), "argument of perigee", _FLOAT),
-        (slice(42, 43), "column 43", " "),
         (slice(43, 51), "mean anomaly", _FLOAT),
-        (slice(51, 52), "column 52", " "),
         (slice(52, 63), "mean motion", _FLOAT),
         (slice(63, 68), "revolution number", r"[ \d]{4}\d"),
     ),
 }
+#: 1-based columns that must be blank (field separators).
+_BLANK = {"1": (2, 9, 18, 33, 44, 53, 62, 64), "2": (2, 8, 17, 26, 34, 43, 52)}
 _FIX = "copy the line unchanged from its source (69 columns, fixed layout)"
 
 
@@ -139,18 +132,20 @@ def _check_line(line: str, number: str, source: str, lineno: int) -> None:
         raise _fail(source, lineno, f"TLE line {number} has {len(line)} columns, not 69")
     if line[0] != number:
         raise _fail(source, lineno, f"expected TLE line {number}, found line number {line[0]!r}")
+    for col in _BLANK[number]:
+        if line[col - 1] != " ":
+            raise _fail(source, lineno, f"column {col} is {line[col - 1]!r}, not blank")
     for cols, name, pattern in _LAYOUT[number]:
         field = line[cols]
         if not re.fullmatch(pattern, field):
-            where = f"columns {cols.start + 1}-{cols.stop}" if cols.stop - cols.start > 1 else ""
-            raise _fail(source, lineno, f"{name} {where} is {field!r}".replace("  ", " "))
+            where = f" columns {cols.start + 1}-{cols.stop}" if cols.stop - cols.start > 1 else ""
+            raise _fail(source, lineno, f"{name}{where} is {field!r}")
     if number == "2":
-        for cols, name, top in ((slice(8, 16), "inclination", 180.0), (slice(52, 63), "", 0)):
-            value = float(line[cols])
-            if name and not 0.0 <= value <= top:
-                raise _fail(source, lineno, f"inclination {value} outside [0, 180] degrees")
-            if not name and value <= 0.0:
-                raise _fail(source, lineno, f"mean motion {value} is not positive")
+        inclination, mean_motion = float(line[8:16]), float(line[52:63])
+        if not 0.0 <= inclination <= 180.0:
+            raise _fail(source, lineno, f"inclination {inclination} outside [0, 180] degrees")
+        if mean_motion <= 0.0:
+            raise _fail(source, lineno, f"mean motion {mean_motion} is not positive")
     if not line[68].isdigit() or int(line[68]) != tle_checksum(line):
         raise _fail(
             source,
@@ -205,19 +200,32 @@ def parse_tles(text: str, *, source: str = "<tle>") -> list[Tle]:
             name = line[2:].strip() if line.startswith("0 ") else line.strip()
             k += 1
             if k == len(lines) or not lines[k][1].startswith("1 "):
-                at = lines[k][0] if k < len(lines) else lineno
-                raise _fail(source, at, f"expected TLE line 1 after the name {name!r}")
+                at, found = lines[k] if k < len(lines) else (lineno, "the end")
+                raise _fail(
+                    source, at, f"expected TLE line 1 after the name {name!r}, got {found[:8]!r}"
+                )
             lineno, line = lines[k]
-        if k + 1 == len(lines) or not lines[k + 1][1].startswith("2"):
-            at = lines[k + 1][0] if k + 1 < len(lines) else lineno
-            raise _fail(source, at, "expected TLE line 2 (starting '2 ') after line 1")
-        out.append(_check_pair(name, line, lines[k + 1][1], source, lineno))
+        if k + 1 == len(lines) or not lines[k + 1][1].startswith("2 "):
+            at, found = lines[k + 1] if k + 1 < len(lines) else (lineno, "the end")
+            raise _fail(source, at, f"expected TLE line 2 after line 1, got {found[:8]!r}")
         if lines[k + 1][0] != lineno + 1:
             raise _fail(source, lineno + 1, "blank line between TLE lines 1 and 2")
+        out.append(_check_pair(name, line, lines[k + 1][1], source, lineno))
         k += 2
     if not out:
         raise OrbitError(f"{source}: no TLE found — give 2-line or 3-line element sets")
     return out
+
+
+def load_tles(path: str | Path) -> list[Tle]:
+    """Read a TLE file (:func:`parse_tles` with the path as source in error messages)."""
+    try:
+        text = Path(path).read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise OrbitError(
+            f"{path}: cannot read the TLE file ({exc.strerror}) — check the path"
+        ) from exc
+    return parse_tles(text, source=str(path))
 
 
 # ----------------------------------------------------------------------------- writing
@@ -233,18 +241,15 @@ def _angle(deg: float) -> str:
 
 
 def format_tle(
-    name: str,
-    satnum: int,
-    epoch: datetime,
-    *,
-    inclination_deg: float,
-    raan_deg: float,
-    argp_deg: float,
-    mean_anomaly_deg: float,
-    mean_motion_rev_day: float,
-    eccentricity: float = 0.0,
+    name: str, satnum: int, epoch: datetime, elements: tuple[float, float, float, float]
 ) -> Tle:
-    """Write one element set as standard TLE lines with valid checksums (drag-free)."""
+    """Write a circular, drag-free orbit as standard TLE lines with valid checksums.
+
+    Args:
+        elements: (inclination, right ascension of the node, mean anomaly) in degrees and
+            the mean motion in rev/day; eccentricity and argument of perigee are 0.
+    """
+    inclination, raan, anomaly, mean_motion = elements
     t = to_utc(epoch)
     day = (t - datetime(t.year, 1, 1, tzinfo=UTC)).total_seconds() / DAY_S + 1.0
     body1 = (
@@ -252,9 +257,8 @@ def format_tle(
         f"{t.year % 100:02d}{day:012.8f}  .00000000  00000-0  00000-0 0  999"
     )
     body2 = (
-        f"2 {satnum:05d} {inclination_deg:8.4f} {_angle(raan_deg)} "
-        f"{round(eccentricity * 1e7):07d} {_angle(argp_deg)} {_angle(mean_anomaly_deg)} "
-        f"{mean_motion_rev_day:11.8f}    1"
+        f"2 {satnum:05d} {inclination:8.4f} {_angle(raan)} 0000000 {_angle(0.0)} "
+        f"{_angle(anomaly)} {mean_motion:11.8f}    1"
     )
     return Tle(name, body1 + str(tle_checksum(body1)), body2 + str(tle_checksum(body2)))
 
@@ -290,8 +294,8 @@ def walker_constellation(
     Returns:
         ``n_leo`` LEO TLEs then the GEO's; catalogue numbers 90000 + index.
     """
-    if n_leo < 1 or planes < 1 or n_leo % planes:
-        raise OrbitError(f"n_leo: {n_leo} must be a positive multiple of planes={planes}")
+    if not 1 <= n_leo <= 9999 or planes < 1 or n_leo % planes:
+        raise OrbitError(f"n_leo: {n_leo} must be a multiple of planes={planes} in [1, 9999]")
     if not altitude_km > 0 or not 0.0 <= inclination_deg <= 180.0:
         raise OrbitError(
             f"altitude_km={altitude_km}, inclination_deg={inclination_deg}: need altitude > 0 "
@@ -300,34 +304,16 @@ def walker_constellation(
     check_location(0.0, geo_longitude_deg, field="geo_longitude_deg")
     a = EARTH_RADIUS_KM + altitude_km
     n_rev_day = math.sqrt(MU_KM3_S2 / a**3) * DAY_S / (2 * math.pi)
-    per_plane = n_leo // planes
+    q = n_leo // planes  # satellites per plane
     tles = []
     for i in range(n_leo):
-        j, k = divmod(i, per_plane)
-        tles.append(
-            format_tle(
-                f"LEO-{i}",
-                90000 + i,
-                epoch,
-                inclination_deg=inclination_deg,
-                raan_deg=180.0 * j / planes,
-                argp_deg=0.0,
-                mean_anomaly_deg=360.0 * k / per_plane + 360.0 * j / n_leo,
-                mean_motion_rev_day=n_rev_day,
-            )
-        )
-    jd, fr = julian_dates(epoch, 1, 1.0)
-    gmst = math.degrees(float(gmst82(jd, fr)[0]))
-    geo = format_tle(
-        "GEO-0",
-        90000 + n_leo,
-        epoch,
-        inclination_deg=0.0,
-        raan_deg=0.0,
-        argp_deg=0.0,
-        mean_anomaly_deg=geo_longitude_deg + gmst,
-        mean_motion_rev_day=GEO_MEAN_MOTION,
-    )
+        plane, k = divmod(i, q)
+        anomaly = 360.0 * k / q + 360.0 * plane / n_leo  # f = 1 phasing between planes
+        elements = (inclination_deg, 180.0 * plane / planes, anomaly, n_rev_day)
+        tles.append(format_tle(f"LEO-{i}", 90000 + i, epoch, elements))
+    gmst = math.degrees(float(gmst82(*julian_dates(epoch, 1, 1.0))[0]))
+    elements = (0.0, 0.0, geo_longitude_deg + gmst, GEO_MEAN_MOTION)
+    geo = format_tle("GEO-0", 90000 + n_leo, epoch, elements)
     return [*tles, geo]
 
 
