@@ -52,7 +52,7 @@ def redundancy_filter(
     n = x.shape[0]
     norms = torch.linalg.vector_norm(x, dim=1)
     unit = x / torch.where(norms > 0, norms, 1.0)[:, None]  # zero rows stay zero: cosine 0
-    cos = unit @ unit.T
+    cos = (unit @ unit.T).clamp(-1.0, 1.0)  # rounding can put a self-cosine at 1 + ulp
     keep = torch.zeros(n, dtype=torch.bool)
     for i in range(n):
         keep[i] = not bool((cos[i, :i][keep[:i]] > threshold).any())
