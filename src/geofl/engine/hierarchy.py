@@ -385,7 +385,7 @@ class HierarchicalScheduler:
             "versions": dict(self.versions),
             "tractor_version": self.tractor_version.copy(),
             "cluster_version": self.cluster_version.copy(),
-            "monitor": self.monitor,
+            "monitor": self.monitor.snapshot(),
             "attempts": self.attempts.copy(),
             "nqi_lost": self.nqi_lost.copy(),
             "leo_buffer": [list(b) for b in self.leo_buffer],
@@ -400,7 +400,7 @@ class HierarchicalScheduler:
         self.versions = dict(state["versions"])
         self.tractor_version = np.asarray(state["tractor_version"]).copy()
         self.cluster_version = np.asarray(state["cluster_version"]).copy()
-        self.monitor = state["monitor"]
+        self.monitor.restore(state["monitor"])
         self.attempts = np.asarray(state["attempts"]).copy()
         self.nqi_lost = np.asarray(state["nqi_lost"]).copy()
         self.leo_buffer = [list(b) for b in state["leo_buffer"]]
