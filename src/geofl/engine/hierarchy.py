@@ -297,9 +297,9 @@ class HierarchicalScheduler:
         """The synchronous reference: every arrival, every driver, then the LEOs (cluster
         c → LEO c mod n, as :class:`IdealContacts`), all at ``now``."""
         ideal = IdealContacts(self.contacts.slot_s, self.contacts.n_leo)
-        for _, ev in self.queue.pop_until(math.inf):
+        for arrived, ev in self.queue.pop_until(math.inf):
             if isinstance(ev, TractorArrival):
-                self._arrive(now, ev)
+                self._arrive(arrived, ev)
         by_leo: dict[int, list[TierModel]] = {}
         for c in range(self.topo.clusters.num_clusters):
             items = self.monitor.drain(c)
