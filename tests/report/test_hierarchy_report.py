@@ -45,3 +45,11 @@ def test_hierarchy_figures_by_hand() -> None:
     assert f["bytes_tractor_driver"] == pytest.approx(8000 / 12)
     assert f["bytes_driver_leo"] == pytest.approx(800 / 12)
     assert hierarchy_figures([_rec(1, None)]) is None
+
+
+def test_hierarchy_block_round_trips_through_the_record_json() -> None:
+    block = {"staleness": [1, 2], "geo_weight": [0.5, 0.5], "sent": {"leo_geo": 1}}
+    rec = _rec(3, block)
+    back = RoundRecord.from_json(rec.to_json())
+    assert back.hierarchy == block
+    assert "hierarchy" not in _rec(3, None).to_json()  # other runs' records stay as they were
