@@ -249,17 +249,25 @@ class HierarchicalScheduler:
     def _slot(self, now: float) -> int:
         return int(now // self.contacts.slot_s)
 
-    def _driver(self, now: float, cluster: int) -> None:
-        """Driver FedAvg over the cluster's buffer, then on to the next LEO contact."""
+    def _cluster_model(self, now: float, cluster: int) -> TierModel | None:
+        """Driver FedAvg over the cluster's buffer (None when it is empty or the cluster
+        has no driver up; the buffer then waits)."""
         items = self.monitor.drain(cluster)
         if not items:
-            return
+            return None
         model = driver_fedavg(
             items, cluster=cluster, farm=self.topo.farm, context_bin=self.topo.context_bin,
             attempts=int(self.attempts[cluster]), nqi_lost=int(self.nqi_lost[cluster]),
             now_s=now,
         )  # fmt: skip
         self.attempts[cluster] = self.nqi_lost[cluster] = 0
+        return model
+
+    def _driver(self, now: float, cluster: int) -> None:
+        """Driver FedAvg, then on to the next LEO contact (buffered on the ground until)."""
+        model = self._cluster_model(now, cluster)
+        if model is None:
+            return
         self._stats.hop("driver_leo", sent=1, nbytes=self.model_bytes)
         contact = self.contacts.next_contact(cluster, self._slot(now))
         if contact is None:
@@ -302,13 +310,8 @@ class HierarchicalScheduler:
                 self._arrive(arrived, ev)
         by_leo: dict[int, list[TierModel]] = {}
         for c in range(self.topo.clusters.num_clusters):
-            items = self.monitor.drain(c)
-            if items:
-                m = driver_fedavg(
-                    items, cluster=c, farm=self.topo.farm, context_bin=self.topo.context_bin,
-                    attempts=int(self.attempts[c]), nqi_lost=int(self.nqi_lost[c]), now_s=now,
-                )  # fmt: skip
-                self.attempts[c] = self.nqi_lost[c] = 0
+            m = self._cluster_model(now, c)
+            if m is not None:
                 by_leo.setdefault(ideal.leo_of(c), []).append(m)
                 self._stats.hop("driver_leo", sent=1, delivered=1, nbytes=self.model_bytes)
         stats, n_t, nb = self._stats, len(self.c.clients), self.model_bytes
