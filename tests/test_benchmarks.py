@@ -32,6 +32,7 @@ SMOKE = {
     "bench_nqi_policy.py": ["--quick"],
     "bench_workers.py": ["--quick"],
     "bench_contacts.py": ["--quick"],
+    "bench_hierarchy.py": ["--quick"],
 }
 
 

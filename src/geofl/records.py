@@ -193,6 +193,9 @@ class RoundRecord:
             counts, airtime, energy proxy, envelope rejections), when the method has one.
         lr: The client learning rate η_l sent for this round when the run schedules it
             (``train.lr_schedule``, 001 §6.1.2); None (and absent from the JSON) otherwise.
+        hierarchy: The 003 hierarchy's figures of the round (staleness and GEO weight of
+            every incorporated update, delivery, latency and bytes per hop, failovers;
+            :mod:`geofl.engine.hierarchy_record`), when the method has one.
     """
 
     round: int
@@ -220,6 +223,7 @@ class RoundRecord:
     epsilon: dict[str, float] = field(default_factory=dict)
     lr: float | None = None
     uplink: dict[str, Any] | None = None
+    hierarchy: dict[str, Any] | None = None
 
     @property
     def evaluated(self) -> bool:
@@ -280,6 +284,9 @@ class RoundRecord:
         uplink = out.pop("uplink")
         if uplink is not None:  # only runs with an uplink
             out["uplink"] = uplink
+        hierarchy = out.pop("hierarchy")
+        if hierarchy is not None:  # only runs with the 003 hierarchy
+            out["hierarchy"] = hierarchy
         return out
 
     @classmethod
@@ -331,6 +338,7 @@ class RoundRecord:
             epsilon={str(k): float(v) for k, v in (data.get("epsilon") or {}).items()},
             lr=_opt_float(data.get("lr")),
             uplink=dict(data["uplink"]) if data.get("uplink") is not None else None,
+            hierarchy=dict(data["hierarchy"]) if data.get("hierarchy") is not None else None,
         )
 
 

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from geofl.config.hierarchy import HierarchyConfig
 from geofl.config.uplink import UplinkConfig
 from geofl.errors import ConfigError
 from geofl.registry import printable
@@ -262,7 +263,7 @@ class MethodConfig(_OmitUnset):
     """One compared method: partition, algorithm, local trainer, release steps, weighting,
     defenses and aggregator (the last three compose inside the algorithm's strategy)."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment", "uplink")
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("augment", "uplink", "hierarchy")
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
     label: str | None = Field(None, description="display name in reports")
@@ -288,6 +289,11 @@ class MethodConfig(_OmitUnset):
         None,
         description="003 ground-layer uplink (pipelines, NQI, envelopes, rural links); "
         "replaces `network`, which must stay `ideal`; None: uploads go through `network`",
+    )
+    hierarchy: HierarchyConfig | None = Field(
+        None,
+        description="003 space-assisted hierarchy: tractor → cluster driver → LEO → GEO on "
+        "a simulated clock (§2.2, Alg. 3); None: the synchronous flat loop",
     )
 
     @model_validator(mode="after")

@@ -29,7 +29,8 @@ from geofl.engine.components import PreparedData, build_components
 from geofl.engine.convergence import EarlyStopper, communication, rounds_to_target, watch
 from geofl.engine.evaluate import evaluate
 from geofl.engine.groups import check_group_key, with_group_metrics
-from geofl.engine.scheduler import ClientRunner, SyncScheduler
+from geofl.engine.hierarchy_build import build_scheduler, restore_scheduler, scheduler_state
+from geofl.engine.scheduler import ClientRunner
 from geofl.engine.stop import StopRequest
 from geofl.engine.workers import ClientWorkers
 from geofl.errors import RunStoppedError
@@ -112,9 +113,13 @@ class FederatedRun:
         )
         self._lines: list[str] = []  # JSON lines of this run's round records so far
         self._runner = runner
-        self.scheduler = SyncScheduler(
+        self.scheduler = build_scheduler(
+            cfg,
+            method,
+            seed,
             self.comps,
-            seed=seed,
+            data,
+            partition,
             allowed=lambda k, r: all(g.allows(k, r) for g in gates),
             observe_layers=self._layers if cfg.eval.observe_updates else None,
             runner=runner,
@@ -292,6 +297,7 @@ class FederatedRun:
                     if self.comps.uplink is not None
                     else {}
                 ),
+                **scheduler_state(self.scheduler),
             },
         )
 
@@ -327,6 +333,7 @@ class FederatedRun:
             self.comps.store.load_state_dict(ckpt["clients"])
             if self.comps.uplink is not None and "uplink" in ckpt:
                 self.comps.uplink.load_state_dict(ckpt["uplink"])
+            restore_scheduler(self.scheduler, ckpt)
         else:  # format 1: stateless strategies; ledgers rebuilt from the client logs
             self._replay_ledgers(kept)
         if obs_path.exists():

@@ -163,13 +163,23 @@ class SyncScheduler:
         return res
 
     def _steps(
-        self, global_params: torch.Tensor, directives: Sequence[ClientDirectives]
+        self,
+        global_params: torch.Tensor,
+        directives: Sequence[ClientDirectives],
+        held: Callable[[int], torch.Tensor] | None = None,
     ) -> Iterator[StepOutcome]:
-        """Each client's step outcome in cohort order (a new state is staged as it comes)."""
+        """Each client's step outcome in cohort order (a new state is staged as it comes).
+
+        ``held(k)``: the model client k trains from when clients hold different versions
+        (the asynchronous hierarchy); None: every client trains from ``global_params``.
+        """
+        if held is not None and self.runner is not None:
+            raise ValueError("clients holding different model versions run in this process")
         if self.runner is None:
             for d in directives:
+                params = global_params if held is None else held(d.client_id)
                 try:
-                    yield self.run_client(global_params, d.client_id, d)
+                    yield self.run_client(params, d.client_id, d)
                 except BudgetExhaustedError as err:
                     yield err
             return
@@ -244,7 +254,11 @@ class SyncScheduler:
         return detail
 
     def _collect(
-        self, global_params: torch.Tensor, trained: list[int], round_idx: int
+        self,
+        global_params: torch.Tensor,
+        trained: list[int],
+        round_idx: int,
+        held: Callable[[int], torch.Tensor] | None = None,
     ) -> _Collected:
         plan = self.c.strategy.configure(round_idx, trained)
         names = self.c.strategy.uploads
@@ -259,7 +273,7 @@ class SyncScheduler:
             if lr is not None:  # the round's η_l (train.lr_schedule, 001 §6.1.2)
                 extra = {**extra, LR_DIRECTIVE: lr}
             directives.append(ClientDirectives(round_idx, k, extra, plan.payload))
-        steps = self._steps(global_params, directives)
+        steps = self._steps(global_params, directives, held)
         for k in trained:
             t0 = time.perf_counter()
             res = next(steps)

@@ -24,6 +24,7 @@ from geofl.report.facts import facts_html
 from geofl.report.figures import run_figures
 from geofl.report.fragments import slug
 from geofl.report.governance import governance_html
+from geofl.report.hierarchy import hierarchy_html
 from geofl.report.paired import paired_html
 from geofl.report.paper import paper_figures
 from geofl.report.privacy import attack_section, epsilon_sentences, neighbouring, weight_figures
@@ -149,6 +150,7 @@ def _body(run: RunData, summary: RunSummary, out: Path) -> str:
         _paired(run, summary, names),
         communication_html(run, methods),
         uplink_html(run, methods),
+        hierarchy_html(run, methods),
         _privacy_html(run, out),
         paper,
         _figures_html(run, out),

@@ -1,0 +1,129 @@
+"""Simulated rounds per second of the 003 hierarchy: 120 tractors vs 10,000, 8 LEO, 1 GEO.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_hierarchy.py [--rounds 100] [--rounds-large 2]
+        [--large 10000] [--uplink] [--quick]
+
+What is measured and why: the event-driven hierarchy (:mod:`geofl.engine.hierarchy`) must
+scale with the fleet — the clock, the drivers' FedAvg, the LEO passes, relays, GEO
+aggregation and downlink bookkeeping should cost little next to the client steps. Each size
+is a real run of the scheduler over synthetic_agri (crop stress, 35 farms in three regions,
+clients = tractors, ~2 field blocks each) with a trivially small model (MLP with one hidden
+unit, one local step of batch 8), so what remains is the engine: 8 Walker LEOs at 550 km
+and the GEO propagated with sgp4 over the run's simulated time (the contact plan is built
+once, before the timing), 1 h rounds, drivers at 10 min. Per size: rounds per second, and
+per round the time in client steps (``time_s.train``: the shared client step for every
+tractor), in the clock (``time_s.clock``: arrivals, drivers, passes, relays) and in the GEO
+tier (``time_s.aggregate``); rounds per second is 1 / the median round. The 10,000-tractor
+run has fewer rounds (``--rounds-large``) because its client steps alone take seconds per
+round; rates are per round, so the ratio 10,000 / 120 compares like with like. Both sizes
+run in this one process, back to back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from _common import footer, header, print_table, set_threads
+from geofl.config.load import load_config
+from geofl.engine.experiment import _plan, load_dataset, prepare_split
+from geofl.engine.run import FederatedRun
+
+SEED = 1
+
+
+def _raw(tractors: int, rounds: int, uplink: bool) -> dict[str, Any]:
+    method: dict[str, Any] = {
+        "name": "hier",
+        "partition": {"name": "group", "key": "tractor"},
+        "hierarchy": {"round_s": 3600.0, "driver_deadline_s": 600.0},
+    }
+    if uplink:
+        method["uplink"] = {}
+    return {
+        "name": f"bench-hierarchy-{tractors}",
+        "seeds": [SEED],
+        "task": {"name": "binary"},
+        "data": {
+            "dataset": "synthetic_agri",
+            "params": {
+                "task": "stress",
+                "seed": 0,
+                "num_tractors": tractors,
+                "num_blocks": 2 * tractors,
+            },
+            "bands": "all",
+            "split": {"val": 0.05, "test": 0.05},
+        },
+        "model": {"name": "mlp", "params": {"hidden": [1]}},
+        "train": {"optimizer": "sgd", "lr": 0.01, "batch_size": 8, "local_steps": 1},
+        "federation": {"num_clients": tractors, "rounds": rounds},
+        "methods": [method],
+    }
+
+
+def _measure(tractors: int, rounds: int, uplink: bool, tmp: Path) -> dict[str, float]:
+    path = tmp / f"{tractors}.yaml"
+    path.write_text(yaml.safe_dump(_raw(tractors, rounds, uplink)))
+    cfg = load_config(path)
+    ds = load_dataset(cfg)
+    splits, parts = _plan(cfg, ds)
+    data = prepare_split(ds, cfg, SEED, splits[SEED])
+    t_build = time.perf_counter()
+    run = FederatedRun(cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / str(tractors))
+    build_s = time.perf_counter() - t_build
+    params, phases = run.init_params, {"train": [], "clock": [], "aggregate": [], "total": []}
+    for r in range(1, rounds + 1):
+        out = run.scheduler.round(params, r)
+        run.comps.store.commit()
+        params = out.params
+        for k, v in phases.items():
+            v.append(out.record.time_s[k])
+    return {
+        "tractors": tractors,
+        "clusters": run.scheduler.topo.clusters.num_clusters,  # type: ignore[union-attr]
+        "rounds": rounds,
+        "build_s": build_s,
+        "rounds_per_s": 1.0 / statistics.median(phases["total"]),
+        **{f"{k}_ms": 1e3 * statistics.median(v) for k, v in phases.items()},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--rounds-large", type=int, default=2)
+    ap.add_argument("--large", type=int, default=10_000)
+    ap.add_argument("--uplink", action="store_true", help="tractors upload over the 003 uplink")
+    ap.add_argument("--quick", action="store_true", help="smoke mode: 3 rounds, 240 tractors")
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.rounds_large, args.large = 3, 1, 240
+    set_threads(1)
+    header("bench_hierarchy", args)
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        small = _measure(120, args.rounds, args.uplink, Path(d))
+        large = _measure(args.large, args.rounds_large, args.uplink, Path(d))
+    keys = ["tractors", "clusters", "rounds", "build_s", "rounds_per_s", "train_ms",
+            "clock_ms", "aggregate_ms", "total_ms"]  # fmt: skip
+    print_table(keys, [[row[k] for k in keys] for row in (small, large)],
+                title="median per round (ms); build_s: clusters + sgp4 contact plan")  # fmt: skip
+    n = large["tractors"] / small["tractors"]
+    print(f"tractors ×{n:.0f}: rounds/s ÷{small['rounds_per_s'] / large['rounds_per_s']:.1f}; "
+          f"per round: client steps ×{large['train_ms'] / small['train_ms']:.1f}, clock "
+          f"×{large['clock_ms'] / small['clock_ms']:.1f}, GEO tier "
+          f"×{large['aggregate_ms'] / small['aggregate_ms']:.1f}")  # fmt: skip
+    footer(t_start)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,413 @@
+"""The event-driven space-assisted hierarchy of paper 003 (§2.2, Alg. 2–3, §2.3.1–2.3.4).
+
+Global round t covers simulated time [(t−1)·round_s, t·round_s). At its start the sampled
+tractors train — the same :func:`~geofl.client.step.client_step` through the same store,
+program, uplink and validation as :class:`~geofl.engine.scheduler.SyncScheduler` — each
+from the global model version it holds, so its update is tagged t' = version + 1 (staleness
+at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.clock`) carries:
+
+* tractor → driver over the ground uplink when the method has one (its latency, outages and
+  NQI gate; what is not delivered stays buffered on the tractor), else at once;
+* driver FedAvg ``driver_deadline_s`` into the round over what arrived (drivers' health,
+  failures and re-election with the buffer handed over: §2.1.6);
+* driver → LEO in the next usable contact slot (buffered on the ground until then);
+* LEO → GEO at the LEO's next relay slot, where the LEO aggregates its buffer (redundancy
+  filter + regional FedAvg, Alg. 3 l. 2–5; buffered on board until then);
+* GEO aggregation at the end of the round over the regional models received since the last
+  one (Eq. 8 × Eq. 11, normalised Eq. 12; RobustAvg §2.2.5);
+* downlink GEO → LEO (next relay slot) → driver (next contact with a LEO that holds it) →
+  tractors; a tractor in an outage keeps its last model (§2.1.2(4)).
+
+``mode: sync`` is the synchronous reference: every tier in one round from the current model,
+staleness 0; the asynchronous mode with :class:`IdealContacts` reproduces it bit for bit.
+Every random draw comes from generators keyed by (seed, round, tractor/cluster, purpose).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from geofl.config.hierarchy import HierarchyConfig
+from geofl.engine.clock import (
+    Downlink,
+    DriverDeadline,
+    Event,
+    EventQueue,
+    LeoArrival,
+    Relay,
+    TierModel,
+    TractorArrival,
+    TractorUpdate,
+)
+from geofl.engine.components import RunComponents
+from geofl.engine.hierarchy_contacts import Contacts, IdealContacts, downlink_slots
+from geofl.engine.hierarchy_personal import Personalization
+from geofl.engine.hierarchy_record import HierarchyStats
+from geofl.engine.hierarchy_round import Topology, build_record
+from geofl.engine.hierarchy_tiers import driver_fedavg, geo_aggregate, leo_regional
+from geofl.engine.scheduler import ClientRunner, RoundOutcome, SyncScheduler, _Collected
+from geofl.engine.uplink import TransmitStatus
+from geofl.hierarchy.clusters import DriverMonitor
+from geofl.network.rural import sample_link_states
+
+__all__ = ["HierarchicalScheduler"]
+
+log = logging.getLogger("geofl")
+
+_NQI_LOST = (TransmitStatus.SKIPPED, TransmitStatus.OUTAGE)
+
+
+class HierarchicalScheduler:
+    """Tractor → driver → LEO → GEO on a simulated clock (module docstring).
+
+    Args:
+        comps: The run's components (client step, store, uplink, sampler).
+        cfg: ``method.hierarchy``.
+        topology: Clusters, drivers' ρ, farms and context bins of the tractors.
+        contacts: Contact windows (cluster c is station c) and relay slots.
+        seed: Experiment seed.
+        allowed: The permission gate ``allowed(client, round)``.
+    """
+
+    def __init__(
+        self,
+        comps: RunComponents,
+        cfg: HierarchyConfig,
+        topology: Topology,
+        contacts: Contacts,
+        *,
+        seed: int,
+        allowed: Callable[[int, int], bool] = lambda c, r: True,
+    ) -> None:
+        self.sync = SyncScheduler(comps, seed=seed, allowed=allowed)
+        self.c, self.cfg, self.topo, self.contacts = comps, cfg, topology, contacts
+        self.seed = seed
+        # Client steps run in this process (tractors hold different model versions).
+        self.runner: ClientRunner | None = None
+        self.previous_aggregate: torch.Tensor | None = None
+        n_t, n_c = len(comps.clients), topology.clusters.num_clusters
+        self.model_bytes = comps.workspace.spec.numel * 4
+        self.queue = EventQueue()
+        self.versions: dict[int, torch.Tensor] = {}
+        self.tractor_version = np.zeros(n_t, dtype=np.int64)
+        self.cluster_version = np.zeros(n_c, dtype=np.int64)
+        self.monitor: DriverMonitor[TractorUpdate] = DriverMonitor(
+            topology.clusters, topology.rho, seed=seed, p_fail=cfg.p_driver_fail
+        )
+        self.attempts = np.zeros(n_c, dtype=np.int64)
+        self.nqi_lost = np.zeros(n_c, dtype=np.int64)
+        n_leo = contacts.n_leo
+        self.leo_buffer: list[list[tuple[float, TierModel]]] = [[] for _ in range(n_leo)]
+        self.relay_pending = np.zeros(n_leo, dtype=bool)
+        self.geo_inbox: list[tuple[int, TierModel]] = []
+        self._stats = HierarchyStats()
+        self._outages: dict[int, np.ndarray] = {}
+        self.personal: Personalization | None = None
+        if cfg.personalization is not None:
+            if topology.region is None:
+                raise ValueError("personalization needs the tractors' regions (topology.region)")
+            self.personal = Personalization(cfg.personalization, topology.region)
+
+    # ---------------------------------------------------------------- one round
+    def round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome:
+        """Round ``round_idx`` from the GEO's model ``global_params`` (``[D]``)."""
+        t0_wall = time.perf_counter()
+        self._stats = stats = HierarchyStats()
+        self.versions.setdefault(round_idx - 1, global_params.clone())
+        for f in self.monitor.health_check(round_idx):
+            stats.failovers.append(
+                {"cluster": f.cluster, "failed": f.failed, "driver": f.driver,
+                 "handed_over": f.handed_over}
+            )  # fmt: skip
+        start, end = (round_idx - 1) * self.cfg.round_s, round_idx * self.cfg.round_s
+        if self.cfg.mode == "async":
+            self._advance(start, inclusive=True)  # downlinks arriving at the boundary
+        cohort = self.sync.cohort(round_idx)
+        excluded = [k for k in cohort.clients if not self.sync.allowed(k, round_idx)]
+        down = self.monitor.down
+        trained = [k for k in cohort.clients if k not in excluded and k not in down]
+        stats.down = len(down)
+        sync = self.cfg.mode == "sync"
+        t_train0 = time.perf_counter()
+        got = self.sync._collect(global_params, trained, round_idx, held=self._held)
+        t_train = time.perf_counter()
+        self._upload(got, round_idx, start)
+        if sync:
+            regionals = self._sync_tiers(start + self.cfg.driver_deadline_s)
+        else:
+            for c in range(self.topo.clusters.num_clusters):
+                self.queue.push(start + self.cfg.driver_deadline_s, DriverDeadline(c, round_idx))
+            self._advance(end)
+            regionals, self.geo_inbox = self.geo_inbox, []
+        t_agg = time.perf_counter()
+        params, geo = global_params, None
+        if regionals:
+            regionals.sort(key=lambda item: (item[0], item[1].created_s))
+            geo = geo_aggregate(
+                global_params, [m for _, m in regionals], round_idx, kappa=self.cfg.kappa,
+                clip=self.cfg.clip, trim_fraction=self.cfg.trim_fraction,
+                fairness=self.cfg.fairness, geo_delta=self.cfg.geo_delta,
+            )  # fmt: skip
+            params = geo.params
+        self.versions[round_idx] = params
+        if self.personal is not None and geo is not None:
+            self.personal.publish(round_idx, params, [m for _, m in regionals])
+        if sync:
+            self._adopt_all(round_idx, params if geo is not None else None)
+        elif geo is not None:
+            self._schedule_downlink(round_idx, end)
+        self._prune()
+        record = build_record(
+            self.sync, round_idx, cohort, excluded, got, regionals, geo, params, stats,
+            end_s=end,
+        )  # fmt: skip
+        t1 = time.perf_counter()
+        record.time_s.update(
+            train=t_train - t_train0,  # client steps and the ground uplink
+            clock=t_agg - t_train,  # events: drivers, passes, relays
+            aggregate=t1 - t_agg,  # GEO, downlink scheduling, record
+            total=t1 - t0_wall,
+        )
+        return RoundOutcome(params, record)
+
+    def _held(self, client: int) -> torch.Tensor:
+        """The model tractor ``client`` trains from: its personalized model, or the global
+        model version it holds."""
+        own = None if self.personal is None else self.personal.held(client)
+        return own if own is not None else self.versions[int(self.tractor_version[client])]
+
+    def _adopt_all(self, version: int, params: torch.Tensor | None) -> None:
+        """The synchronous reference's downlink: every tractor holds ``version`` now
+        (personalized when the method personalizes and the GEO updated the model)."""
+        self.tractor_version[:] = version
+        self.cluster_version[:] = version
+        if self.personal is not None and params is not None:
+            for k in range(len(self.c.clients)):
+                self.personal.adopt(k, version, params)
+
+    def _upload(self, got: _Collected, round_idx: int, start: float) -> None:
+        """Each accepted update leaves for its driver; attempts and NQI losses counted per
+        cluster (§2.3.4's NQI_loss: not delivered for NQI < τ or an outage)."""
+        cluster_of = self.topo.clusters.cluster_of
+        sent_at = start + self.cfg.train_s
+        tx_of = {tx.client: tx for tx in got.transmissions}
+        stats = self._stats
+        for tx in got.transmissions:
+            if tx.status is not TransmitStatus.HELD:
+                self.attempts[cluster_of[tx.client]] += 1
+                self.nqi_lost[cluster_of[tx.client]] += tx.status in _NQI_LOST
+        if self.c.uplink is None:
+            for u in got.accepted:
+                self.attempts[cluster_of[u.meta.client_id]] += 1
+        stats.hop("tractor_driver", sent=len(got.accepted) + len(got.rejected))
+        for u in got.accepted:
+            k = u.meta.client_id
+            version = int(self.tractor_version[k])
+            delta = u.delta.detach().clone()
+            model = self._held(k) + delta
+            if self.personal is not None:
+                self.personal.trained(k, model)
+            upd = TractorUpdate(k, version + 1, model, delta, u.meta.num_samples, sent_at)
+            sent = tx_of.get(k)
+            latency = 0.0 if sent is None else sent.latency_s
+            stats.bytes["tractor_driver"] += u.meta.bytes_sent
+            self.queue.push(sent_at + latency, TractorArrival(int(cluster_of[k]), upd))
+
+    # ---------------------------------------------------------------- the clock
+    def _advance(self, until: float, *, inclusive: bool = False) -> None:
+        for now, event in self.queue.pop_until(until, inclusive=inclusive):
+            self._handle(now, event)
+
+    def _handle(self, now: float, event: Event) -> None:
+        if isinstance(event, TractorArrival):
+            self._arrive(now, event)
+        elif isinstance(event, DriverDeadline):
+            self._driver(now, event.cluster)
+        elif isinstance(event, LeoArrival):
+            self._leo(now, event)
+        elif isinstance(event, Relay):
+            self._relay(now, event.sat)
+        else:
+            self._downlink(now, event)
+
+    def _arrive(self, now: float, ev: TractorArrival) -> None:
+        u = ev.update
+        if u.client in self.monitor.down:  # it went down while its update was in flight
+            log.warning("tractor %d is down; its in-flight update is lost", u.client)
+            return
+        self.monitor.submit(u.client, u)
+        self._stats.hop("tractor_driver", delivered=1)
+        self._stats.latency("terrestrial", now - u.created_s)
+
+    def _slot(self, now: float) -> int:
+        return int(now // self.contacts.slot_s)
+
+    def _cluster_model(self, now: float, cluster: int) -> TierModel | None:
+        """Driver FedAvg over the cluster's buffer (None when it is empty or the cluster
+        has no driver up; the buffer then waits)."""
+        items = self.monitor.drain(cluster)
+        if not items:
+            return None
+        model = driver_fedavg(
+            items, cluster=cluster, farm=self.topo.farm, context_bin=self.topo.context_bin,
+            attempts=int(self.attempts[cluster]), nqi_lost=int(self.nqi_lost[cluster]),
+            now_s=now,
+        )  # fmt: skip
+        self.attempts[cluster] = self.nqi_lost[cluster] = 0
+        return model
+
+    def _driver(self, now: float, cluster: int) -> None:
+        """Driver FedAvg, then on to the next LEO contact (buffered on the ground until)."""
+        model = self._cluster_model(now, cluster)
+        if model is None:
+            return
+        self._stats.hop("driver_leo", sent=1, nbytes=self.model_bytes)
+        contact = self.contacts.next_contact(cluster, self._slot(now))
+        if contact is None:
+            self._stats.stranded += 1
+            log.info("cluster %d: no LEO contact left in the plan; model stays buffered", cluster)
+            return
+        slot, sat = contact
+        self.queue.push(max(now, slot * self.contacts.slot_s), LeoArrival(sat, model))
+
+    def _leo(self, now: float, ev: LeoArrival) -> None:
+        self.leo_buffer[ev.sat].append((now, ev.model))
+        self._stats.hop("driver_leo", delivered=1)
+        self._stats.latency("pass_wait", now - ev.model.created_s)
+        if self.relay_pending[ev.sat]:
+            return
+        slot = self.contacts.next_relay(ev.sat, self._slot(now))
+        if slot is not None:
+            self.relay_pending[ev.sat] = True
+            self.queue.push(max(now, slot * self.contacts.slot_s), Relay(ev.sat))
+
+    def _relay(self, now: float, sat: int) -> None:
+        self.relay_pending[sat] = False
+        items, self.leo_buffer[sat] = self.leo_buffer[sat], []
+        if not items:
+            return
+        for arrived, _ in items:
+            self._stats.latency("relay_wait", now - arrived)
+        regional = leo_regional(
+            [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now
+        )
+        self._stats.hop("leo_geo", sent=1, delivered=1, nbytes=self.model_bytes)
+        self.geo_inbox.append((sat, regional))
+
+    def _sync_tiers(self, now: float) -> list[tuple[int, TierModel]]:
+        """The synchronous reference: every arrival, every driver, then the LEOs (cluster
+        c → LEO c mod n, as :class:`IdealContacts`), all at ``now``."""
+        ideal = IdealContacts(self.contacts.slot_s, self.contacts.n_leo)
+        for arrived, ev in self.queue.pop_until(math.inf):
+            if isinstance(ev, TractorArrival):
+                self._arrive(arrived, ev)
+        by_leo: dict[int, list[TierModel]] = {}
+        for c in range(self.topo.clusters.num_clusters):
+            m = self._cluster_model(now, c)
+            if m is not None:
+                by_leo.setdefault(ideal.leo_of(c), []).append(m)
+                self._stats.hop("driver_leo", sent=1, delivered=1, nbytes=self.model_bytes)
+        stats, n_t, nb = self._stats, len(self.c.clients), self.model_bytes
+        stats.hop("leo_geo", sent=len(by_leo), delivered=len(by_leo), nbytes=nb * len(by_leo))
+        stats.hop("geo_leo", sent=len(by_leo), delivered=len(by_leo), nbytes=nb * len(by_leo))
+        n_c = self.topo.clusters.num_clusters
+        stats.hop("leo_driver", sent=n_c, delivered=n_c, nbytes=nb * n_c)
+        stats.hop("driver_tractor", sent=n_t, delivered=n_t, nbytes=nb * n_t)
+        thr = self.cfg.redundancy_threshold
+        return [
+            (sat, leo_regional(ms, threshold=thr, now_s=now)) for sat, ms in sorted(by_leo.items())
+        ]
+
+    # ---------------------------------------------------------------- downlink
+    def _schedule_downlink(self, version: int, now: float) -> None:
+        """GEO → every LEO at its next relay slot → each driver at its first contact with
+        a LEO that already holds ``version`` (:func:`downlink_slots`)."""
+        n_leo, slot_s = self.contacts.n_leo, self.contacts.slot_s
+        slots, relayed = downlink_slots(self.contacts, self.topo.clusters.num_clusters, now)
+        self._stats.hop("geo_leo", sent=n_leo, delivered=relayed, nbytes=self.model_bytes * n_leo)
+        for c, s in enumerate(slots):
+            if s is not None:
+                self.queue.push(max(now, s * slot_s), Downlink(c, version))
+
+    def _downlink(self, now: float, ev: Downlink) -> None:
+        """``ev.version`` reaches a driver and, over the ground, its members that are up
+        and not in an outage; the others keep their last model (§2.1.2(4))."""
+        stats = self._stats
+        stats.hop("leo_driver", sent=1, delivered=1, nbytes=self.model_bytes)
+        stats.latency("downlink", now - ev.version * self.cfg.round_s)
+        if ev.version <= self.cluster_version[ev.cluster]:
+            return  # an older model overtaken by a newer one
+        self.cluster_version[ev.cluster] = ev.version
+        outage = self._outage(int(now // self.cfg.round_s) + 1)
+        down = self.monitor.down
+        for k in self.topo.clusters.members[ev.cluster]:
+            stats.hop("driver_tractor", sent=1)
+            if k in down or outage[k]:
+                stats.missed_downlink += 1
+                continue
+            stats.hop("driver_tractor", delivered=1, nbytes=self.model_bytes)
+            if ev.version > self.tractor_version[k]:
+                self.tractor_version[k] = ev.version
+                if self.personal is not None:
+                    self.personal.adopt(k, ev.version, self.versions[ev.version])
+
+    def _outage(self, round_idx: int) -> np.ndarray:
+        """``[T]`` terrestrial outages of ``round_idx``: the uplink's link states (the same
+        draw its ``begin_round`` makes), none without an uplink."""
+        if round_idx not in self._outages:
+            up = self.c.uplink
+            n = len(self.c.clients)
+            self._outages = {
+                round_idx: np.zeros(n, dtype=bool)
+                if up is None
+                else sample_link_states(up.profiles, up.cfg.network, self.seed, round_idx).outage
+            }
+        return self._outages[round_idx]
+
+    def _prune(self) -> None:
+        """Forget model versions no tractor holds and no downlink in flight carries."""
+        live = set(self.tractor_version.tolist()) | {max(self.versions)}
+        live |= {e.version for _, e in self.queue.pending() if isinstance(e, Downlink)}
+        for v in [v for v in self.versions if v not in live]:
+            del self.versions[v]
+        if self.personal is not None:
+            self.personal.prune(live)
+
+    # ---------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Queue, buffers, model versions, driver states (for a checkpoint)."""
+        return {
+            "queue": self.queue.state_dict(),
+            "versions": dict(self.versions),
+            "tractor_version": self.tractor_version.copy(),
+            "cluster_version": self.cluster_version.copy(),
+            "monitor": self.monitor.snapshot(),
+            "attempts": self.attempts.copy(),
+            "nqi_lost": self.nqi_lost.copy(),
+            "leo_buffer": [list(b) for b in self.leo_buffer],
+            "relay_pending": self.relay_pending.copy(),
+            "geo_inbox": list(self.geo_inbox),
+            "personal": None if self.personal is None else self.personal.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.queue.load_state_dict(state["queue"])
+        self.versions = dict(state["versions"])
+        self.tractor_version = np.asarray(state["tractor_version"]).copy()
+        self.cluster_version = np.asarray(state["cluster_version"]).copy()
+        self.monitor.restore(state["monitor"])
+        self.attempts = np.asarray(state["attempts"]).copy()
+        self.nqi_lost = np.asarray(state["nqi_lost"]).copy()
+        self.leo_buffer = [list(b) for b in state["leo_buffer"]]
+        self.relay_pending = np.asarray(state["relay_pending"]).copy()
+        self.geo_inbox = list(state["geo_inbox"])
+        if self.personal is not None and state.get("personal") is not None:
+            self.personal.load_state_dict(state["personal"])

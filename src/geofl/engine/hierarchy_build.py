@@ -1,0 +1,176 @@
+"""Build a run's scheduler: the synchronous loop, or the 003 hierarchy when the method has a
+``hierarchy`` section (its fleet from the data's farm/tractor context, Alg. 2's clusters, the
+contact plan of the clusters' drivers); and carry the scheduler's state in checkpoints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from geofl.config.hierarchy import HierarchyConfig, LeoConfig
+from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.data.partition import Partition
+from geofl.engine.components import PreparedData, RunComponents
+from geofl.engine.hierarchy import HierarchicalScheduler
+from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
+from geofl.engine.hierarchy_round import Topology
+from geofl.engine.scheduler import ClientRunner, SyncScheduler
+from geofl.errors import ConfigError, HierarchyError, OrbitError
+from geofl.hierarchy.clusters import capability_score, form_clusters
+from geofl.hierarchy.fleet import REGION_CENTRES, Fleet, fleet_from_context
+from geofl.network.contacts import contact_plan
+from geofl.network.orbits import Tle, parse_tles, walker_constellation
+
+__all__ = [
+    "build_scheduler",
+    "fleet_of_run",
+    "leo_contacts",
+    "restore_scheduler",
+    "scheduler_state",
+]
+
+#: Per-sample context columns the fleet is built from (the agri datasets record them).
+FLEET_COLUMNS = ("farm", "region", "crop", "soil", "climate", "link_profile")
+#: Algorithms whose server side is FedAvg's (the hierarchy replaces the server).
+_CLIENT_SIDE_ALGORITHMS = ("fedavg", "fedprox")
+
+Scheduler = SyncScheduler | HierarchicalScheduler
+
+
+def build_scheduler(
+    cfg: ExperimentConfig,
+    method: MethodConfig,
+    seed: int,
+    comps: RunComponents,
+    data: PreparedData,
+    partition: Partition,
+    *,
+    allowed: Callable[[int, int], bool],
+    observe_layers: Sequence[tuple[str, int, int]] | None,
+    runner: ClientRunner | None,
+) -> Scheduler:
+    """The method's scheduler (:class:`SyncScheduler` unless ``method.hierarchy`` is set).
+
+    Raises:
+        ConfigError: naming the field when the hierarchy cannot run this method.
+    """
+    hier = method.hierarchy
+    if hier is None:
+        return SyncScheduler(
+            comps, seed=seed, allowed=allowed, observe_layers=observe_layers, runner=runner
+        )
+    _check_method(cfg, method, runner)
+    fleet = fleet_of_run(data, partition, seed=seed)
+    try:
+        clusters = form_clusters(fleet, radius_km=hier.radius_km)
+    except HierarchyError as err:
+        raise ConfigError(f"methods.{method.name}.hierarchy", str(err)) from err
+    rho = capability_score(fleet.capability)
+    topo = Topology(clusters, rho, fleet.farm, fleet.context_bin, fleet.region)
+    if hier.mode == "sync" or hier.leo.contacts == "ideal":
+        contacts: Contacts = IdealContacts(hier.leo.slot_s, hier.leo.n)
+    else:
+        stations = np.stack([fleet.lat[list(clusters.driver)], fleet.lon[list(clusters.driver)]], 1)
+        contacts = leo_contacts(hier, stations, rounds=cfg.federation.rounds, seed=seed)
+    return HierarchicalScheduler(comps, hier, topo, contacts, seed=seed, allowed=allowed)
+
+
+def _check_method(cfg: ExperimentConfig, method: MethodConfig, runner: ClientRunner | None) -> None:
+    where = f"methods.{method.name}"
+    if method.algorithm.name not in _CLIENT_SIDE_ALGORITHMS:
+        raise ConfigError(
+            f"{where}.algorithm",
+            f"{method.algorithm.name!r} has its own server side; the hierarchy aggregates "
+            f"by driver/LEO FedAvg and GEO RobustAvg: use one of {list(_CLIENT_SIDE_ALGORITHMS)}",
+        )
+    if method.defenses or method.aggregator.name != "mean":
+        raise ConfigError(
+            f"{where}.aggregator",
+            "the hierarchy aggregates with GEO RobustAvg (hierarchy.clip, trim_fraction): "
+            "drop aggregator and defenses",
+        )
+    if (cfg.federation.workers or 1) > 1 or runner is not None:
+        raise ConfigError(
+            "federation.workers",
+            "the hierarchy runs client steps in this process (tractors hold different "
+            "model versions): set workers to 1",
+        )
+
+
+def fleet_of_run(data: PreparedData, partition: Partition, *, seed: int) -> Fleet:
+    """The fleet of the run's clients: client k is tractor k, with the farm, region and
+    context (crop, soil, climate, link profile) of its training rows and locations drawn
+    around the regions' centres (:func:`~geofl.hierarchy.fleet.fleet_from_context`).
+
+    Raises:
+        ConfigError: when the data has no farm/tractor context or a client mixes farms.
+    """
+    meta = data.train.metadata
+    missing = [c for c in FLEET_COLUMNS if c not in meta]
+    if missing:
+        raise ConfigError(
+            "data.dataset",
+            f"the hierarchy needs per-sample {missing} (farm/tractor context): use an agri "
+            "dataset (synthetic_agri, agri)",
+        )
+    rows = np.concatenate([np.asarray(idx, dtype=np.int64) for idx in partition.indices])
+    tractor = np.concatenate(
+        [np.full(len(idx), k, dtype=np.int64) for k, idx in enumerate(partition.indices)]
+    )
+    col = {c: np.asarray(meta[c])[rows] for c in FLEET_COLUMNS}
+    _, region = np.unique(col["region"], return_inverse=True)
+    _, farm = np.unique(col["farm"], return_inverse=True)
+    try:
+        return fleet_from_context(
+            tractor, farm, region, col["crop"], col["soil"], col["climate"],
+            col["link_profile"], seed=seed, region_centres=REGION_CENTRES,
+        )  # fmt: skip
+    except HierarchyError as err:
+        raise ConfigError(
+            "partition", f"{err} (the hierarchy needs one tractor per client: group by tractor)"
+        ) from err
+
+
+def leo_contacts(cfg: HierarchyConfig, stations: np.ndarray, *, rounds: int, seed: int) -> Contacts:
+    """The contact plan of ``stations`` (``[G, 2]`` lat, lon) over the run's simulated time
+    plus one round (downlinks of the last model), from the configured TLEs.
+
+    Raises:
+        ConfigError: naming ``hierarchy.leo.tle_file`` on a malformed TLE.
+    """
+    leo = cfg.leo
+    n_slots = math.ceil((rounds + 1) * cfg.round_s / leo.slot_s)
+    return contact_plan(
+        _tles(leo), stations, start=leo.epoch, n_slots=n_slots, slot_s=leo.slot_s,
+        elevation_mask_deg=leo.elevation_mask_deg, p_leo_fail=leo.p_leo_fail, seed=seed,
+    )  # fmt: skip
+
+
+def _tles(leo: LeoConfig) -> list[Tle]:
+    if leo.tle_file is None:
+        return walker_constellation(
+            n_leo=leo.n, planes=leo.planes, altitude_km=leo.altitude_km,
+            inclination_deg=leo.inclination_deg, epoch=leo.epoch,
+            geo_longitude_deg=leo.geo_longitude_deg,
+        )  # fmt: skip
+    try:
+        return parse_tles(leo.tle_file.read_text(), source=str(leo.tle_file))
+    except (OrbitError, UnicodeDecodeError) as err:
+        raise ConfigError("hierarchy.leo.tle_file", str(err)) from err
+
+
+def scheduler_state(scheduler: Scheduler) -> dict[str, Any]:
+    """What a checkpoint carries of the scheduler (the hierarchy's queue, buffers, model
+    versions and drivers; nothing for the synchronous loop)."""
+    if isinstance(scheduler, HierarchicalScheduler):
+        return {"hierarchy": scheduler.state_dict()}
+    return {}
+
+
+def restore_scheduler(scheduler: Scheduler, ckpt: dict[str, Any]) -> None:
+    """Restore :func:`scheduler_state` from a checkpoint."""
+    if isinstance(scheduler, HierarchicalScheduler) and "hierarchy" in ckpt:
+        scheduler.load_state_dict(ckpt["hierarchy"])

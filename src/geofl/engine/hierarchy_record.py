@@ -1,0 +1,97 @@
+"""The hierarchy's per-round figures (003 §3.1.4): staleness of every incorporated update with
+its GEO weight, delivery per tier, latency per hop, bytes per hop, failovers.
+
+Written as the ``hierarchy`` block of a :class:`~geofl.records.RoundRecord` (like the
+``uplink`` block); :mod:`geofl.report.hierarchy` tabulates a run's blocks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["HOPS", "HierarchyStats"]
+
+#: Hops of the hierarchy, in data-flow order (uplink, then downlink).
+HOPS = (
+    "tractor_driver",
+    "driver_leo",
+    "leo_geo",
+    "geo_leo",
+    "leo_driver",
+    "driver_tractor",
+)
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+@dataclass
+class HierarchyStats:
+    """What one round of the hierarchy did; :meth:`to_json` is the record's block.
+
+    Attributes:
+        staleness: t − t' of every tractor update incorporated at the GEO this round.
+        geo_weight: Its share of the GEO update (GEO weight of its regional model × its
+            share of that model; aligned with ``staleness``).
+        regions: One entry per regional model aggregated: LEO, t', ω_stale, ω_fair, ω̃,
+            effective RobustAvg weight, clusters and tractors it covers.
+        sent: Transmissions started per hop.
+        delivered: Transmissions completed per hop (a late arrival counts in its round).
+        bytes: Bytes per hop.
+        latency_s: Per hop, the simulated seconds of each completed transmission
+            (terrestrial uplink; waiting for a pass; waiting for a relay slot; the downlink
+            from GEO aggregation to a driver); ``end_to_end`` is creation → incorporation.
+        failovers: Driver failures and re-elections (§2.1.6).
+        down: Tractors down this round (failed drivers).
+        missed_downlink: Tractors that missed a global model (outage or down) and kept
+            their last one (§2.1.2(4)).
+        stranded: Driver models with no LEO contact left in the plan.
+    """
+
+    staleness: list[int] = field(default_factory=list)
+    geo_weight: list[float] = field(default_factory=list)
+    regions: list[dict[str, Any]] = field(default_factory=list)
+    sent: Counter[str] = field(default_factory=Counter)
+    delivered: Counter[str] = field(default_factory=Counter)
+    bytes: Counter[str] = field(default_factory=Counter)
+    latency_s: dict[str, list[float]] = field(default_factory=dict)
+    failovers: list[dict[str, Any]] = field(default_factory=list)
+    down: int = 0
+    missed_downlink: int = 0
+    stranded: int = 0
+
+    def hop(self, name: str, *, sent: int = 0, delivered: int = 0, nbytes: int = 0) -> None:
+        """Count transmissions on hop ``name``."""
+        self.sent[name] += sent
+        self.delivered[name] += delivered
+        self.bytes[name] += nbytes
+
+    def latency(self, name: str, seconds: float) -> None:
+        """One completed transmission's simulated latency on ``name``."""
+        self.latency_s.setdefault(name, []).append(float(seconds))
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``hierarchy`` block of the round record."""
+        stale = np.asarray(self.staleness, dtype=np.float64)
+        w = np.asarray(self.geo_weight, dtype=np.float64)
+        return {
+            "staleness": list(self.staleness),
+            "geo_weight": list(self.geo_weight),
+            "staleness_mean": float(stale.mean()) if stale.size else None,
+            "staleness_weighted": float(w @ stale / w.sum()) if w.size and w.sum() else None,
+            "regions": list(self.regions),
+            "sent": {h: self.sent[h] for h in HOPS if self.sent[h]},
+            "delivered": {h: self.delivered[h] for h in HOPS if self.delivered[h]},
+            "bytes_by_hop": {h: self.bytes[h] for h in HOPS if self.bytes[h]},
+            "latency_s": {k: _mean(v) for k, v in sorted(self.latency_s.items())},
+            "latency_n": {k: len(v) for k, v in sorted(self.latency_s.items())},
+            "failovers": list(self.failovers),
+            "down": self.down,
+            "missed_downlink": self.missed_downlink,
+            "stranded": self.stranded,
+        }

@@ -1,0 +1,125 @@
+"""The report's hierarchy table (003 §3.1.4, Table 10): per method with ``method.hierarchy``,
+the staleness of the updates the GEO incorporated (mean, GEO-weighted mean, share of the GEO
+weight per staleness bucket), delivery ratio per hop, latency per hop (terrestrial uplink,
+waiting for a LEO pass, waiting for a relay slot, downlink, creation → incorporation) and
+bytes per tractor and round per hop — mean ± std over finished seeds; ``""`` when no method
+has a hierarchy."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from geofl.records import RoundRecord
+from geofl.report.stats import Stat, format_pm, make_stat
+from geofl.report.summary import MethodSummary, RunData
+
+__all__ = ["hierarchy_figures", "hierarchy_html"]
+
+#: Staleness buckets of Table 10 (the last is "this or more").
+BUCKETS = (0, 1, 2, 3)
+DELIVERY = ("tractor_driver", "driver_leo", "leo_geo", "driver_tractor")
+LATENCY = ("terrestrial", "pass_wait", "relay_wait", "downlink", "end_to_end")
+BYTES = ("tractor_driver", "driver_leo", "leo_geo", "geo_leo", "leo_driver", "driver_tractor")
+
+
+def _weighted_latency(blocks: Sequence[Mapping[str, Any]], hop: str) -> float:
+    """Mean latency of ``hop`` over a seed: each round's mean weighted by its count."""
+    num = den = 0.0
+    for b in blocks:
+        lat, n = b.get("latency_s", {}).get(hop), b.get("latency_n", {}).get(hop, 0)
+        if n and isinstance(lat, int | float) and math.isfinite(lat):
+            num, den = num + n * float(lat), den + n
+    return num / den if den else math.nan
+
+
+def hierarchy_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
+    """One seed's figures, or None when its records carry no hierarchy block."""
+    blocks = [r.hierarchy for r in rounds if r.hierarchy is not None]
+    if not blocks:
+        return None
+    stale = [int(s) for b in blocks for s in b.get("staleness", [])]
+    weight = [float(w) for b in blocks for w in b.get("geo_weight", [])]
+    total_w = sum(weight)
+    out: dict[str, float] = {
+        "staleness": sum(stale) / len(stale) if stale else math.nan,
+        "staleness_weighted": (
+            sum(s * w for s, w in zip(stale, weight, strict=True)) / total_w
+            if total_w
+            else math.nan
+        ),
+    }
+    for k in BUCKETS:
+        inside = [w for s, w in zip(stale, weight, strict=True)
+                  if s == k or (k == BUCKETS[-1] and s > k)]  # fmt: skip
+        out[f"weight_{k}"] = sum(inside) / total_w if total_w else math.nan
+    sent: Counter[str] = Counter()
+    delivered: Counter[str] = Counter()
+    nbytes: Counter[str] = Counter()
+    for b in blocks:
+        sent.update(b.get("sent", {}))
+        delivered.update(b.get("delivered", {}))
+        nbytes.update(b.get("bytes_by_hop", {}))
+    for hop in DELIVERY:
+        out[f"delivery_{hop}"] = delivered[hop] / sent[hop] if sent[hop] else math.nan
+    for hop in LATENCY:
+        out[f"latency_{hop}"] = _weighted_latency(blocks, hop)
+    slots = sum(len(r.cohort) for r in rounds) or 1
+    for hop in BYTES:
+        out[f"bytes_{hop}"] = nbytes[hop] / slots
+    return out
+
+
+def _arrow(hop: str) -> str:
+    return hop.replace("_", " → ").replace("leo", "LEO").replace("geo", "GEO")
+
+
+def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
+    """``<h2>Hierarchy</h2>`` and a table of the methods whose rounds carry hierarchy blocks."""
+    names, rows = run.display_names(), []
+    for method, ms in methods.items():
+        figs = [
+            f
+            for s in (int(s) for s in ms["seeds_done"])
+            if s in run.methods[method]
+            and (f := hierarchy_figures(run.methods[method][s].rounds)) is not None
+        ]
+        if not figs:
+            continue
+        stat: dict[str, Stat] = {k: make_stat([f[k] for f in figs]) for k in figs[0]}
+        cells = [f"<td>{escape(names.get(method, method))}</td>"]
+        cells += [f'<td class="num">{format_pm(stat[k], scale=1.0)}</td>'
+                  for k in ("staleness", "staleness_weighted")]  # fmt: skip
+        cells += [f'<td class="num">{format_pm(stat[f"weight_{k}"], digits=1)}</td>'
+                  for k in BUCKETS]  # fmt: skip
+        cells += [f'<td class="num">{format_pm(stat[f"delivery_{h}"], digits=1)}</td>'
+                  for h in DELIVERY]  # fmt: skip
+        cells += [f'<td class="num">{format_pm(stat[f"latency_{h}"], scale=1.0, digits=1)}</td>'
+                  for h in LATENCY]  # fmt: skip
+        cells += [f'<td class="num">{format_pm(stat[f"bytes_{h}"], scale=1e-3, digits=1)}</td>'
+                  for h in BYTES]  # fmt: skip
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    if not rows:
+        return ""
+    head = [
+        "method", "staleness (rounds)", "GEO-weighted staleness",
+        *(f"GEO weight at staleness {k}{'+' if k == BUCKETS[-1] else ''} %" for k in BUCKETS),
+        *(f"delivered % {_arrow(h)}" for h in DELIVERY),
+        *(f"latency (s) {h.replace('_', ' ')}" for h in LATENCY),
+        *(f"kB / tractor·round {_arrow(h)}" for h in BYTES),
+    ]  # fmt: skip
+    header = "".join(f"<th>{h}</th>" for h in head)
+    intro = (
+        "003 space-assisted hierarchy: staleness t − t' of the tractor updates the GEO "
+        "incorporated and the share of the GEO update at each staleness (Table 10), delivery "
+        "ratio per hop, simulated latency per hop (terrestrial uplink, waiting for a LEO "
+        "pass, waiting for a relay slot, GEO aggregation → driver, creation → incorporation; "
+        "§3.1.4's decomposition) and bytes per sampled tractor and round per hop"
+    )
+    return (
+        f"<h2>Hierarchy</h2>\n<p>{intro}.</p>\n<table><thead><tr>{header}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )

@@ -1,0 +1,55 @@
+"""The hierarchy table's figures by hand: staleness means, GEO-weight shares per staleness
+bucket, delivery ratio per hop, count-weighted latency, bytes per tractor and round."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from geofl.records import RoundRecord, RoundStatus
+from geofl.report.hierarchy import hierarchy_figures
+
+
+def _rec(r: int, block: dict[str, object] | None, cohort: int = 4) -> RoundRecord:
+    return RoundRecord(r, RoundStatus.AGGREGATED, [], [], cohort=list(range(cohort)),
+                       hierarchy=block)  # fmt: skip
+
+
+def test_hierarchy_figures_by_hand() -> None:
+    a = {
+        "staleness": [0, 0, 1], "geo_weight": [0.25, 0.25, 0.5],
+        "sent": {"tractor_driver": 4, "driver_leo": 2}, "delivered": {"tractor_driver": 3,
+        "driver_leo": 1}, "bytes_by_hop": {"tractor_driver": 4000, "driver_leo": 800},
+        "latency_s": {"pass_wait": 10.0}, "latency_n": {"pass_wait": 1},
+    }  # fmt: skip
+    b = {
+        "staleness": [3, 5], "geo_weight": [0.5, 0.5],
+        "sent": {"tractor_driver": 4, "driver_leo": 2}, "delivered": {"tractor_driver": 1,
+        "driver_leo": 2}, "bytes_by_hop": {"tractor_driver": 4000},
+        "latency_s": {"pass_wait": 40.0}, "latency_n": {"pass_wait": 2},
+    }  # fmt: skip
+    f = hierarchy_figures([_rec(1, a), _rec(2, None), _rec(3, b)])
+    assert f is not None
+    assert f["staleness"] == pytest.approx(9 / 5)
+    # weights sum to 2: (0.5·1 + 0.5·3 + 0.5·5) / 2
+    assert f["staleness_weighted"] == pytest.approx(2.25)
+    assert (f["weight_0"], f["weight_1"], f["weight_2"], f["weight_3"]) == pytest.approx(
+        (0.25, 0.25, 0.0, 0.5)
+    )
+    assert f["delivery_tractor_driver"] == pytest.approx(0.5)
+    assert f["delivery_driver_leo"] == pytest.approx(0.75)
+    assert math.isnan(f["delivery_leo_geo"])
+    assert f["latency_pass_wait"] == pytest.approx((10.0 + 2 * 40.0) / 3)
+    assert math.isnan(f["latency_relay_wait"])
+    assert f["bytes_tractor_driver"] == pytest.approx(8000 / 12)
+    assert f["bytes_driver_leo"] == pytest.approx(800 / 12)
+    assert hierarchy_figures([_rec(1, None)]) is None
+
+
+def test_hierarchy_block_round_trips_through_the_record_json() -> None:
+    block = {"staleness": [1, 2], "geo_weight": [0.5, 0.5], "sent": {"leo_geo": 1}}
+    rec = _rec(3, block)
+    back = RoundRecord.from_json(rec.to_json())
+    assert back.hierarchy == block
+    assert "hierarchy" not in _rec(3, None).to_json()  # other runs' records stay as they were
