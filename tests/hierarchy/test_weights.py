@@ -84,3 +84,9 @@ def test_a_region_without_farms_gets_no_weight() -> None:
 def test_bad_fairness_inputs_are_refused(args: tuple[list[float], ...], match: str) -> None:
     with pytest.raises(HierarchyError, match=match):
         fairness_weights(*args)
+
+
+def test_a_single_bin_has_exactly_zero_entropy() -> None:
+    from geofl.hierarchy.weights import context_entropy
+
+    assert context_entropy([3, 3, 3]) == 0.0

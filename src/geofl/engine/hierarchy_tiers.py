@@ -166,10 +166,7 @@ def geo_aggregate(
     stale = staleness_weights(round_idx, produced, kappa=kappa)
     if fairness:
         farms = torch.tensor([len(m.farms) for m in regionals], dtype=torch.float64)
-        # A single-bin region has H = −log(1 + ε) ≈ −1e-12: clamp to 0 for Eq. 11.
-        entropy = torch.tensor(
-            [max(0.0, context_entropy(m.bins)) for m in regionals], dtype=torch.float64
-        )
+        entropy = torch.tensor([context_entropy(m.bins) for m in regionals], dtype=torch.float64)
         loss = torch.tensor(
             [m.nqi_lost / m.attempts if m.attempts else 0.0 for m in regionals],
             dtype=torch.float64,

@@ -62,7 +62,8 @@ def context_entropy(bins: Sequence[int] | np.ndarray, *, eps: float = 1e-12) -> 
     """H_l = −Σ_b p_b log(p_b + ε) over the bins of a region's accepted updates (nats).
 
     ``bins`` holds one bin id per accepted update; p_b is the fraction in bin b. No update:
-    0.0 (the region then has no unique farm either, so ω_fair = 0).
+    0.0 (the region then has no unique farm either, so ω_fair = 0). A single bin gives
+    exactly 0.0 (the formula's −log(1 + ε) ≈ −1e-12 is rounding of the ε guard, clamped).
     """
     b = np.asarray(bins, dtype=np.int64).ravel()
     if b.size == 0:
@@ -73,7 +74,7 @@ def context_entropy(bins: Sequence[int] | np.ndarray, *, eps: float = 1e-12) -> 
         raise HierarchyError(f"eps: need ε ≥ 0, got {eps!r}")
     p = np.bincount(b) / b.size
     p = p[p > 0]
-    return float(-(p * np.log(p + eps)).sum())
+    return max(0.0, float(-(p * np.log(p + eps)).sum()))
 
 
 def fairness_weights(unique_farms: _Vector, entropy: _Vector, nqi_loss: _Vector) -> torch.Tensor:
