@@ -155,11 +155,13 @@ class BinaryAccumulator:
         threshold: Sigmoid threshold of a positive prediction.
     """
 
+    owns_loss = False
+
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
         self._store = BatchStore()
 
-    def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float) -> None:
+    def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float | None) -> None:
         """Add a batch: ``[B, 1]``/``[B]`` logits, ``[B]`` labels, summed loss."""
         self._store.add(_logit(output), target, loss_sum)
 
