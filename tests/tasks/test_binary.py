@@ -110,3 +110,23 @@ def test_builder_and_registry_checks() -> None:
     with pytest.raises(RegistryError, match="already registered"):
         TASKS.register("binary")(build_binary)
     assert {"binary", "multilabel", "regression"} <= set(TASKS)
+
+
+@pytest.mark.parametrize("sizes", [[256, 256, 100], [64, 1, 63, 4096], [7]])
+def test_accumulator_owns_the_loss_equal_to_per_batch_loss_sum(sizes: list[int]) -> None:
+    """The split's loss is the in-order sum of each batch's ``loss_sum``, to the bit (the
+    accumulator adds one block of the concatenated split per batch); a loss given to
+    ``update`` is ignored."""
+    gen = torch.Generator().manual_seed(sum(sizes))
+    task = _build(pos_weight=2.7)
+    batches = [
+        (torch.randn(b, 1, generator=gen) * 3, (torch.rand(b, generator=gen) < 0.3).long())
+        for b in sizes
+    ]
+    acc = task.accumulator()
+    assert acc.owns_loss
+    want = 0.0
+    for out, y in batches:
+        acc.update(out, y, None)
+        want += task.loss_sum(out, y)
+    assert acc.compute()["loss"] == want / sum(sizes)

@@ -34,7 +34,7 @@ from geofl.tasks.common import (
 )
 from geofl.tasks.scoring import f1_from_counts, roc_auc
 
-__all__ = ["BinaryAccumulator", "BinaryParams", "BinaryTask", "build_binary"]
+__all__ = ["BinaryAccumulator", "BinaryParams", "BinaryTask", "bce_sums", "build_binary"]
 
 
 class BinaryParams(BaseModel):
@@ -119,12 +119,8 @@ class BinaryTask:
 
     def loss_sum(self, output: torch.Tensor, target: torch.Tensor) -> float:
         """Summed per-sample BCE-with-logits of a batch."""
-        with torch.no_grad():
-            z = _logit(output)
-            total = F.binary_cross_entropy_with_logits(
-                z, target.to(z.dtype), pos_weight=self.pos_weight, reduction="sum"
-            )
-        return float(total)
+        z = _logit(output)
+        return bce_sums(z, target.to(z.dtype), [z.shape[0]], self.pos_weight)
 
     def predict(self, output: torch.Tensor) -> torch.Tensor:
         """``[B]`` int64 labels: 1 where ``sigmoid(logit) ≥ threshold``."""
@@ -132,7 +128,7 @@ class BinaryTask:
 
     def accumulator(self) -> BinaryAccumulator:
         """A fresh accumulator for one split."""
-        return BinaryAccumulator(self.threshold)
+        return BinaryAccumulator(self.threshold, self.pos_weight)
 
     def label_summary(self, targets: torch.Tensor) -> np.ndarray:
         """``[2]`` int64: ``[n0, n1]``."""
@@ -148,18 +144,54 @@ class BinaryTask:
         return {}
 
 
+def bce_sums(
+    logits: torch.Tensor, targets: torch.Tensor, sizes: list[int], pos_weight: torch.Tensor | None
+) -> float:
+    """Σ over consecutive blocks of ``sizes`` samples of each block's summed BCE-with-logits.
+
+    One ``binary_cross_entropy_with_logits(reduction="sum")`` per block, added in order:
+    :meth:`BinaryTask.loss_sum` is the one-block case, and the accumulator gives the
+    blocks of its batches, so a split's loss is that of per-batch evaluation to the bit.
+
+    Args:
+        logits: ``[N]`` logits.
+        targets: ``[N]`` 0/1 labels in the logits' dtype.
+        sizes: Block sizes, summing to N.
+        pos_weight: ``[1]`` weight of the positive term, or None.
+    """
+    total, start = 0.0, 0
+    with torch.no_grad():
+        for b in sizes:
+            if b:
+                block = slice(start, start + b)
+                total += float(
+                    F.binary_cross_entropy_with_logits(
+                        logits[block], targets[block], pos_weight=pos_weight, reduction="sum"
+                    )
+                )
+            start += b
+    return total
+
+
 class BinaryAccumulator:
     """Keeps a split's logits and labels (ROC-AUC ranks the whole split).
 
+    It owns the loss (``owns_loss``): ``update`` only keeps the batch, and :meth:`compute`
+    adds the BCE of each batch's block of the concatenated split (:func:`bce_sums`), with
+    the labels converted once — the value per-batch ``loss_sum`` calls give, at a fraction
+    of their per-batch cost.
+
     Args:
         threshold: Sigmoid threshold of a positive prediction.
+        pos_weight: ``[1]`` weight of the positive term of the loss, or None.
     """
 
-    owns_loss = False
+    owns_loss = True
 
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, pos_weight: torch.Tensor | None = None) -> None:
         self.threshold = threshold
-        self._store = BatchStore()
+        self.pos_weight = pos_weight
+        self._store = BatchStore(owns_loss=True)
 
     def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float | None) -> None:
         """Add a batch: ``[B, 1]``/``[B]`` logits, ``[B]`` labels, summed loss."""
@@ -172,6 +204,7 @@ class BinaryAccumulator:
         if self._store.n == 0:
             return SplitMetrics({**dict.fromkeys(keys, nan), "loss": nan})
         logits, targets = self._store.tensors()
+        loss_sum = bce_sums(logits, targets.to(logits.dtype), self._store.sizes, self.pos_weight)
         truth = targets != 0
         pred = torch.sigmoid(logits) >= self.threshold
         # one pass: code 2·truth + pred counts TN, FP, FN, TP
@@ -184,7 +217,7 @@ class BinaryAccumulator:
             "precision": tp / (tp + fp) if tp + fp else nan,
             "recall": tp / n_pos if n_pos else nan,
             "accuracy": (n - fp - fn) / n,
-            "loss": self._store.mean_loss(),
+            "loss": loss_sum / n,
         }
         notes: tuple[str, ...] = ()
         if n_pos in (0, n):
