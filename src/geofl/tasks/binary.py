@@ -118,9 +118,14 @@ class BinaryTask:
         return F.binary_cross_entropy_with_logits(z, target.to(z.dtype), pos_weight=self.pos_weight)
 
     def loss_sum(self, output: torch.Tensor, target: torch.Tensor) -> float:
-        """Summed per-sample BCE-with-logits of a batch."""
-        z = _logit(output)
-        return bce_sums(z, target.to(z.dtype), [z.shape[0]], self.pos_weight)
+        """Summed per-sample BCE-with-logits of a batch (the accumulator's loss is the sum
+        of these over the batches, computed per split by :func:`bce_sums`)."""
+        with torch.no_grad():
+            z = _logit(output)
+            total = F.binary_cross_entropy_with_logits(
+                z, target.to(z.dtype), pos_weight=self.pos_weight, reduction="sum"
+            )
+        return float(total)
 
     def predict(self, output: torch.Tensor) -> torch.Tensor:
         """``[B]`` int64 labels: 1 where ``sigmoid(logit) ≥ threshold``."""
@@ -149,9 +154,18 @@ def bce_sums(
 ) -> float:
     """Σ over consecutive blocks of ``sizes`` samples of each block's summed BCE-with-logits.
 
-    One ``binary_cross_entropy_with_logits(reduction="sum")`` per block, added in order:
-    :meth:`BinaryTask.loss_sum` is the one-block case, and the accumulator gives the
-    blocks of its batches, so a split's loss is that of per-batch evaluation to the bit.
+    Equal to the in-order sum of ``binary_cross_entropy_with_logits(block, reduction="sum")``
+    per block, to the bit, in two operations per block: torch computes that loss as
+
+        ℓ = (1 − y)·z − log σ(z)·((p − 1)·y + 1)        (p: ``pos_weight``, 1 if None)
+
+    (``binary_cross_entropy_with_logits`` in ATen's ``Loss.cpp``), whose only
+    transcendental part, log σ, runs per block, as a batch's own call runs it (a
+    vectorised kernel can round its tail elements differently from its body); the
+    products and differences are IEEE operations, exact whatever the blocking, so they run
+    once on the whole split; each block's float32 sum is then that of the batch.
+    ``tests/tasks/test_binary.py`` checks the equality against per-batch
+    :meth:`BinaryTask.loss_sum` (torch's own call).
 
     Args:
         logits: ``[N]`` logits.
@@ -159,17 +173,15 @@ def bce_sums(
         sizes: Block sizes, summing to N.
         pos_weight: ``[1]`` weight of the positive term, or None.
     """
-    total, start = 0.0, 0
     with torch.no_grad():
-        for b in sizes:
-            if b:
-                block = slice(start, start + b)
-                total += float(
-                    F.binary_cross_entropy_with_logits(
-                        logits[block], targets[block], pos_weight=pos_weight, reduction="sum"
-                    )
-                )
-            start += b
+        log_sig = torch.cat([F.logsigmoid(block) for block in logits.split(sizes)])
+        if pos_weight is not None:
+            log_sig.mul_((pos_weight - 1).mul(targets).add_(1))
+        loss = (1 - targets).mul_(logits).sub_(log_sig)
+        block_sums = [block.sum() for block in loss.split(sizes)]
+    total = 0.0
+    for value in torch.stack(block_sums).tolist():
+        total += value
     return total
 
 
@@ -177,9 +189,8 @@ class BinaryAccumulator:
     """Keeps a split's logits and labels (ROC-AUC ranks the whole split).
 
     It owns the loss (``owns_loss``): ``update`` only keeps the batch, and :meth:`compute`
-    adds the BCE of each batch's block of the concatenated split (:func:`bce_sums`), with
-    the labels converted once — the value per-batch ``loss_sum`` calls give, at a fraction
-    of their per-batch cost.
+    sums the BCE of each batch's block of the concatenated split (:func:`bce_sums`) — the
+    value per-batch ``loss_sum`` calls give, at a fraction of their per-batch cost.
 
     Args:
         threshold: Sigmoid threshold of a positive prediction.

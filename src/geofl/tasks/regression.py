@@ -234,13 +234,13 @@ class RegressionAccumulator:
         d = (task._rows(targets).to(torch.float64) - self.mean) * (1.0 / self.std)
         e = d - task._rows(outputs).to(torch.float64)
         terms = torch.stack([d, d * d, e * e, e.abs()])
-        sums = torch.zeros(4, task.num_outputs, dtype=torch.float64)
-        loss, start = 0.0, 0
-        for b in sizes:
-            if b:  # the same reductions, block by block, as per-batch accumulation
-                loss += float(sq[start : start + b].sum()) / task.num_outputs
-                sums += terms[:, start : start + b].sum(dim=1)
-            start += b
+        # the same reductions, block by block, as per-batch accumulation; running sums
+        # added in batch order (cumsum adds sequentially: 0 + s₁, then + s₂, …)
+        sums = torch.stack([block.sum(dim=1) for block in terms.split(sizes, dim=1)])
+        sums = torch.cat([torch.zeros_like(sums[:1]), sums]).cumsum(dim=0)[-1]
+        loss = 0.0
+        for value in torch.stack([block.sum() for block in sq.split(sizes)]).tolist():
+            loss += value / task.num_outputs
         low, high = torch.aminmax(d, dim=0)
         return sums, low, high, loss
 
