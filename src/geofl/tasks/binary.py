@@ -32,7 +32,7 @@ from geofl.tasks.common import (
     parse_pos_weight,
     require_tensor,
 )
-from geofl.tasks.scoring import f1_from_counts, roc_auc
+from geofl.tasks.scoring import roc_auc
 
 __all__ = ["BinaryAccumulator", "BinaryParams", "BinaryTask", "bce_sums", "build_binary"]
 
@@ -174,11 +174,11 @@ def bce_sums(
         pos_weight: ``[1]`` weight of the positive term, or None.
     """
     with torch.no_grad():
-        log_sig = torch.cat([F.logsigmoid(block) for block in logits.split(sizes)])
+        log_sig = torch.cat([F.logsigmoid(block) for block in torch.split(logits, sizes)])
         if pos_weight is not None:
             log_sig.mul_((pos_weight - 1).mul(targets).add_(1))
         loss = (1 - targets).mul_(logits).sub_(log_sig)
-        block_sums = [block.sum() for block in loss.split(sizes)]
+        block_sums = [block.sum() for block in torch.split(loss, sizes)]
     total = 0.0
     for value in torch.stack(block_sums).tolist():
         total += value
@@ -218,13 +218,14 @@ class BinaryAccumulator:
         loss_sum = bce_sums(logits, targets.to(logits.dtype), self._store.sizes, self.pos_weight)
         truth = targets != 0
         pred = torch.sigmoid(logits) >= self.threshold
-        # one pass: code 2·truth + pred counts TN, FP, FN, TP
-        code = truth.to(torch.int64) * 2 + pred.to(torch.int64)
-        _, fp, fn, tp = torch.bincount(code, minlength=4).tolist()
-        n, n_pos = int(truth.numel()), fn + tp
+        truth_np, pred_np = truth.numpy(), pred.numpy()
+        n, n_pos = int(truth_np.size), int(np.count_nonzero(truth_np))
+        tp = int(np.count_nonzero(truth_np & pred_np))
+        fp, fn = int(np.count_nonzero(pred_np)) - tp, n_pos - tp
         values = {
             "roc_auc": float(roc_auc(logits, truth)),
-            "f1": float(f1_from_counts(torch.tensor(tp), torch.tensor(fp), torch.tensor(fn))),
+            # f1_from_counts' float64 arithmetic on three Python ints (same bits, no tensors)
+            "f1": 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else nan,
             "precision": tp / (tp + fp) if tp + fp else nan,
             "recall": tp / n_pos if n_pos else nan,
             "accuracy": (n - fp - fn) / n,

@@ -236,10 +236,10 @@ class RegressionAccumulator:
         terms = torch.stack([d, d * d, e * e, e.abs()])
         # the same reductions, block by block, as per-batch accumulation; running sums
         # added in batch order (cumsum adds sequentially: 0 + s₁, then + s₂, …)
-        sums = torch.stack([block.sum(dim=1) for block in terms.split(sizes, dim=1)])
+        sums = torch.stack([block.sum(dim=1) for block in torch.split(terms, sizes, dim=1)])
         sums = torch.cat([torch.zeros_like(sums[:1]), sums]).cumsum(dim=0)[-1]
         loss = 0.0
-        for value in torch.stack([block.sum() for block in sq.split(sizes)]).tolist():
+        for value in torch.stack([block.sum() for block in torch.split(sq, sizes)]).tolist():
             loss += value / task.num_outputs
         low, high = torch.aminmax(d, dim=0)
         return sums, low, high, loss
