@@ -205,8 +205,8 @@ class BinaryAccumulator:
         self._store = BatchStore(owns_loss=True)
 
     def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float | None) -> None:
-        """Add a batch: ``[B, 1]``/``[B]`` logits, ``[B]`` labels, summed loss."""
-        self._store.add(_logit(output), target, loss_sum)
+        """Add a batch: ``[B, 1]``/``[B]`` logits, ``[B]`` labels (the loss is ignored)."""
+        self._store.add(output, target, loss_sum)
 
     def compute(self) -> SplitMetrics:
         """ROC-AUC, F1, precision, recall, accuracy and mean loss of the split."""
@@ -214,7 +214,8 @@ class BinaryAccumulator:
         keys = ("roc_auc", "f1", "precision", "recall", "accuracy")
         if self._store.n == 0:
             return SplitMetrics({**dict.fromkeys(keys, nan), "loss": nan})
-        logits, targets = self._store.tensors()
+        outputs, targets = self._store.tensors()
+        logits = _logit(outputs)
         loss_sum = bce_sums(logits, targets.to(logits.dtype), self._store.sizes, self.pos_weight)
         truth = targets != 0
         pred = torch.sigmoid(logits) >= self.threshold
