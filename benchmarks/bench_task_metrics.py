@@ -3,19 +3,21 @@
 Usage::
 
     .venv/bin/python benchmarks/bench_task_metrics.py [--quick] [--repeats 9] [--threads 1]
-        [--batch 1024] [--batches 8]
+        [--image-batch 256] [--tabular-batch 256 4096] [--batches 8]
 
 What is measured and why: evaluation runs every round on the validation and test splits;
-the task's metric bookkeeping (``Task.loss_sum`` + ``MetricAccumulator.update`` per batch,
-``MetricAccumulator.compute`` once per split) should cost next to nothing compared with
-the forward pass it follows (target ≤ 5 %). Per scenario the script builds the task
-through ``TASKS`` (fitted on synthetic training targets) and the model through ``MODELS``,
-and times, round-robin so that all of them see the same machine state:
+the task's metric bookkeeping (per batch ``MetricAccumulator.update`` and, unless the
+accumulator owns the loss, ``Task.loss_sum``; ``MetricAccumulator.compute`` once per
+split — exactly what ``geofl.engine.evaluate`` calls) should cost next to nothing compared
+with the forward pass it follows (target ≤ 5 % per evaluated sample). Per scenario and
+evaluation batch size the script builds the task through ``TASKS`` (fitted on synthetic
+training targets) and the model through ``MODELS``, and times, round-robin so that all of
+them see the same machine state:
 
-* *forward*: ``model(x)`` on one evaluation batch (``--batch``, the engine's default
-  1024) in ``torch.inference_mode``, called often enough per repeat to last ≥ 20 ms (at
-  most ``--batches`` times), per sample = time / (calls × batch);
-* *metrics*: one whole split of ``--batches`` batches — ``loss_sum`` and ``update`` per
+* *forward*: ``model(x)`` on one evaluation batch in ``torch.inference_mode``, called
+  often enough per repeat to last ≥ 20 ms (at most ``--batches`` times), per sample =
+  time / (calls × batch);
+* *metrics*: one whole split of ``--batches`` batches — ``update`` (and ``loss_sum``) per
   batch, then ``compute`` — in ``torch.inference_mode``, per sample = time / split size.
   The outputs are random tensors of the model's output shape (metric cost does not
   depend on the values; continuous scores, so the rank metrics sort without ties);
@@ -25,6 +27,12 @@ and times, round-robin so that all of them see the same machine state:
 Each cost is the best of ``--repeats`` repeats (on a machine shared with other jobs the
 slower repeats measure the interference, and a 1-ms MLP batch is hit differently from an
 8-batch metric pass); the ratio of the medians is printed next to it.
+
+Evaluation batch sizes (realistic ones: what the presets evaluate with): ``eval.batch_size``
+defaults to 256, which every image preset and the tabular example presets use; the
+paper-003 tabular presets set 4096. Image tasks run at ``--image-batch`` (256), tabular
+tasks at each of ``--tabular-batch`` (256 and 4096): a small batch is the hard case for
+an MLP, whose ~1 µs/sample forward pass leaves ~13 µs of metric work per batch of 256.
 
 Image tasks use the small CNN (defaults: width 32, 3 blocks, GroupNorm) on 13-band 32×32
 patches, tabular tasks the MLP (hidden 256-128) on 32 features. The single-label
@@ -113,7 +121,7 @@ def split_metrics(task: Task, outputs: list[torch.Tensor], targets: list[torch.T
     with torch.inference_mode():
         acc = task.accumulator()
         for out, y in zip(outputs, targets, strict=True):
-            acc.update(out, y, task.loss_sum(out, y))
+            acc.update(out, y, None if acc.owns_loss else task.loss_sum(out, y))
         return acc.compute()
 
 
@@ -140,8 +148,9 @@ def _calls_for(model: torch.nn.Module, x: torch.Tensor, most: int) -> int:
     return max(1, min(most, round(0.02 / max(once, 1e-6))))
 
 
-def measure(sc: Scenario, args: argparse.Namespace) -> list[Any]:
-    """Time forward, split metrics and compute of one scenario; one table row."""
+def measure(sc: Scenario, b: int, args: argparse.Namespace) -> list[Any]:
+    """Time forward, split metrics and compute of one scenario at evaluation batch ``b``;
+    one table row."""
     gen = torch_generator(0, "bench_task_metrics", sc.name)
     task: Task = TASKS.build(
         sc.task, sc.task_params, num_classes=sc.num_classes, train_targets=sc.targets(gen, TRAIN_N)
@@ -153,7 +162,6 @@ def measure(sc: Scenario, args: argparse.Namespace) -> list[Any]:
         num_classes=task.num_outputs,
         generator=torch_generator(0, "bench_task_metrics", "init"),
     ).eval()
-    b = args.batch
     x = torch.randn(b, *sc.input_shape, generator=gen)
     outputs = [torch.randn(b, task.num_outputs, generator=gen) for _ in range(args.batches)]
     targets = [sc.targets(gen, b) for _ in range(args.batches)]
@@ -179,13 +187,14 @@ def measure(sc: Scenario, args: argparse.Namespace) -> list[Any]:
         "compute": b * args.batches,
     }
     shape = "×".join(map(str, sc.input_shape))
-    return _row(sc.name, sc.model, shape, fns, per_sample, args.repeats, judged=sc.has_target)
+    return _row(sc.name, sc.model, shape, b, fns, per_sample, args.repeats, judged=sc.has_target)
 
 
 def _row(
     name: str,
     model: str,
     shape: str,
+    batch: int,
     fns: dict[str, Callable[[], Any]],
     per_sample: dict[str, int],
     repeats: int,
@@ -215,6 +224,7 @@ def _row(
         name,
         model,
         shape,
+        batch,
         per_sample["metrics"],
         1e6 * best["forward"],
         1e6 * best["metrics"],
@@ -231,7 +241,7 @@ def reference_row(args: argparse.Namespace) -> list[Any]:
     model = MODELS.build(
         "small_cnn", {}, in_channels=13, num_classes=10, generator=torch_generator(0, "init")
     ).eval()
-    b = args.batch
+    b = args.image_batch
     x = torch.randn(b, 13, 32, 32, generator=gen)
     outputs = [torch.randn(b, 10, generator=gen) for _ in range(args.batches)]
     targets = [torch.randint(10, (b,), generator=gen) for _ in range(args.batches)]
@@ -243,7 +253,7 @@ def reference_row(args: argparse.Namespace) -> list[Any]:
     fns = {"forward": forward, "metrics": lambda: classification_reference(outputs, targets)}
     per_sample = {"forward": b, "metrics": b * args.batches}
     return _row(
-        "classification (engine today)", "small_cnn", "13×32×32", fns, per_sample, args.repeats
+        "classification (engine today)", "small_cnn", "13×32×32", b, fns, per_sample, args.repeats
     )
 
 
@@ -254,24 +264,38 @@ def main() -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: 2 repeats, 2 batches of 256 (fixed costs dominate the ratios)",
+        help="smoke run: 2 repeats, 2 batches of 64 (fixed costs dominate the ratios)",
     )
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch", type=int, default=1024, help="evaluation batch size")
+    parser.add_argument(
+        "--image-batch", type=int, default=256, help="evaluation batch of the image tasks"
+    )
+    parser.add_argument(
+        "--tabular-batch",
+        type=int,
+        nargs="+",
+        default=[256, 4096],
+        help="evaluation batch sizes of the tabular tasks",
+    )
     parser.add_argument("--batches", type=int, default=8, help="batches per split")
     args = parser.parse_args()
     if args.quick:
-        args.repeats, args.batch, args.batches = 2, 256, 2
+        args.repeats, args.image_batch, args.tabular_batch, args.batches = 2, 64, [64], 2
     set_threads(args.threads)
     header("bench_task_metrics", args)
 
-    rows = [measure(sc, args) for sc in SCENARIOS] + [reference_row(args)]
+    rows = [
+        measure(sc, b, args)
+        for sc in SCENARIOS
+        for b in ([args.image_batch] if len(sc.input_shape) > 1 else args.tabular_batch)
+    ] + [reference_row(args)]
     print_table(
         [
             "task",
             "model",
             "input",
+            "batch",
             "split N",
             "forward µs/sample",
             "metrics µs/sample",
@@ -286,7 +310,8 @@ def main() -> None:
     judged = [r for r in rows if r[-1] != "—"]
     worst = max(judged, key=lambda r: r[-3])
     print(
-        f"\nworst task with a target: {worst[0]} at {worst[-3]:.2f} % of the forward pass "
+        f"\nworst task with a target: {worst[0]} (batch {worst[3]}) at {worst[-3]:.2f} % of the "
+        "forward pass "
         f"(target ≤ {100 * TARGET:.0f} %: {worst[-1]})"
     )
     footer(t_start)

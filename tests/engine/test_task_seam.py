@@ -36,13 +36,15 @@ runner = CliRunner()
 class _SquaredError:
     """RMSE of the first output column against the targets (as floats)."""
 
+    owns_loss = False
+
     def __init__(self) -> None:
         self.se, self.loss, self.n = 0.0, 0.0, 0
 
-    def update(self, output: torch.Tensor, target: Any, loss_sum: float) -> None:
+    def update(self, output: torch.Tensor, target: Any, loss_sum: float | None) -> None:
         err = output[:, 0].double() - target.double()
         self.se += float(err.square().sum())
-        self.loss += loss_sum
+        self.loss += float(loss_sum or 0.0)
         self.n += int(target.shape[0])
 
     def compute(self) -> SplitMetrics:

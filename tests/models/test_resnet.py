@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 from collections.abc import Callable
@@ -74,6 +75,33 @@ def test_logits_equal_torchvisions_with_the_same_weights(case: str) -> None:
     with torch.no_grad():
         out = model.eval()(x)
     torch.testing.assert_close(out, torch.tensor(ref["logits"]), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("bands", "norm", "small"), [(3, "batch", False), (13, "group", True)])
+def test_the_model_is_torchvisions_resnet18(bands: int, norm: str, small: bool) -> None:
+    """An instance of ``torchvision.models.resnet.ResNet`` with torchvision's ``BasicBlock``;
+    ``torchvision.models.resnet18`` (its stem and norm set alike) takes its state dict
+    strictly and gives the same logits to the bit."""
+    from geofl.models.detection.tvops import ensure_torchvision_ops
+
+    ensure_torchvision_ops()
+    from torchvision.models import resnet18
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    ours = build(bands, norm=norm, small_input_stem=small, seed=4).eval()
+    assert isinstance(ours, ResNet)
+    assert isinstance(ours.get_submodule("layer3.0"), BasicBlock)
+    norm_layer = nn.BatchNorm2d if norm == "batch" else functools.partial(nn.GroupNorm, 32)
+    with torch.device("meta"):  # no global-RNG draws; the weights come from ours
+        ref = resnet18(weights=None, num_classes=10, norm_layer=norm_layer)
+        if small:
+            ref.conv1, ref.maxpool = nn.Conv2d(bands, 64, 3, 1, 1, bias=False), nn.Identity()
+        else:
+            ref.conv1 = nn.Conv2d(bands, 64, 7, 2, 3, bias=False)
+    ref.load_state_dict(ours.state_dict(), strict=True, assign=True)
+    x = torch.randn(2, bands, 32, 32, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(ours(x), ref.eval()(x.contiguous(memory_format=torch.channels_last)))
 
 
 @pytest.mark.parametrize("bands", [3, 4, 13])

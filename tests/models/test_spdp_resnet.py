@@ -14,7 +14,7 @@ from geofl.models import MODELS, FlatModel
 from geofl.models.attention import SpectralAttention
 from geofl.models.init import init_parameters
 from geofl.models.mlp import GeneratorDropout
-from geofl.models.resnet import ResNet18
+from geofl.models.torchvision_resnet import ResNet18
 from geofl.rng import torch_generator
 
 #: torchvision's resnet18 at 3 bands and 10 classes (tests/models/test_resnet.py).

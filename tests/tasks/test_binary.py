@@ -110,3 +110,39 @@ def test_builder_and_registry_checks() -> None:
     with pytest.raises(RegistryError, match="already registered"):
         TASKS.register("binary")(build_binary)
     assert {"binary", "multilabel", "regression"} <= set(TASKS)
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("pos_weight", ["none", 2.7, 0.3])
+@pytest.mark.parametrize(
+    "sizes", [[256, 256, 100], [64, 1, 63, 4096], [7], [33] * 9 + [5], [4096] * 9 + [999]]
+)
+def test_accumulator_owns_the_loss_equal_to_per_batch_loss_sum(
+    sizes: list[int], pos_weight: object, threads: int
+) -> None:
+    """The split's loss is the in-order sum of each batch's ``loss_sum`` (torch's
+    ``binary_cross_entropy_with_logits``), to the bit, although ``bce_sums`` runs only
+    log σ and the sum per block (odd sizes: vector kernels' scalar tails; saturated and
+    zero logits); a loss given to ``update`` is ignored."""
+    gen = torch.Generator().manual_seed(sum(sizes))
+    task = _build(pos_weight=pos_weight)
+    batches = [
+        (torch.randn(b, 1, generator=gen) * 8, (torch.rand(b, generator=gen) < 0.3).long())
+        for b in sizes
+    ]
+    batches[0][0][::3] = 0.0
+    batches[0][0][1::5] = 110.0
+    batches[-1][0][::4] = -95.0
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # a split above torch's grain size runs on several threads
+    try:
+        acc = task.accumulator()
+        assert acc.owns_loss
+        want = 0.0
+        for out, y in batches:
+            acc.update(out, y, None)
+            want += task.loss_sum(out, y)
+        got = acc.compute()["loss"]
+    finally:
+        torch.set_num_threads(before)
+    assert got == want / sum(sizes)

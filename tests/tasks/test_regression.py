@@ -150,3 +150,54 @@ def test_large_offset_and_shifted_split_keep_their_digits() -> None:
     y_hat = out.double().numpy() * float(task.std) + float(task.mean)
     assert got["r2"] == pytest.approx(r2_score(y.numpy(), y_hat), rel=1e-9)
     assert got["rmse"] == pytest.approx(root_mean_squared_error(y.numpy(), y_hat), rel=1e-9)
+
+
+def _per_batch_reference(
+    task: RegressionTask, batches: list[tuple[torch.Tensor, torch.Tensor]]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """Running sums batch by batch (the accumulator's arithmetic before it kept batches)."""
+    t = task.num_outputs
+    sums = torch.zeros(4, t, dtype=torch.float64)
+    low = torch.full((t,), math.inf, dtype=torch.float64)
+    high = torch.full((t,), -math.inf, dtype=torch.float64)
+    loss = 0.0
+    for out, y in batches:
+        b = y.shape[0]
+        loss += float(task.loss_sum(out, y))
+        d = (y.reshape(b, -1).to(torch.float64) - task.mean) * (1.0 / task.std)
+        e = d - out.reshape(b, -1).to(torch.float64)
+        sums += torch.stack([d, d * d, e * e, e.abs()]).sum(dim=1)
+        lo, hi = torch.aminmax(d, dim=0)
+        low, high = torch.minimum(low, lo), torch.maximum(high, hi)
+    return sums, low, high, loss
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("seed", range(4))
+def test_accumulator_equals_per_batch_accumulation_to_the_bit(seed: int, threads: int) -> None:
+    """The split-wide vectorised pass gives the running per-batch sums and the summed
+    ``loss_sum`` exactly (ragged batches, blocks large enough to be reduced by
+    several threads), and owns the loss: a loss given to ``update`` is ignored."""
+    gen = torch_generator(seed, "test_regression_blocks")
+    t = 1 + seed % 3
+    task = _build(300.0 + 25.0 * torch.randn(500, t, generator=gen))
+    sizes = [4096, 3000, 4096, 17] if seed % 2 else [64, 64, 1, 63, 200]
+    batches = [
+        (torch.randn(b, t, generator=gen), 300.0 + 25.0 * torch.randn(b, t, generator=gen))
+        for b in sizes
+    ]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        acc = task.accumulator()
+        assert acc.owns_loss
+        for out, y in batches:
+            acc.update(out, y, 1e9)
+        got = acc._sums()
+        want = _per_batch_reference(task, batches)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(got[:3], want[:3], strict=True):
+        assert torch.equal(a, b)
+    assert got[3] == want[3]
+    assert acc.compute()["loss"] == want[3] / sum(sizes)

@@ -189,3 +189,34 @@ def test_ranking_metrics_on_few_distinct_scores(rows: list[tuple[int, bool]]) ->
     auc = float(roc_auc(torch.from_numpy(scores), torch.from_numpy(targets)))
     assert ap == pytest.approx(average_precision_score(targets, scores))
     assert auc == pytest.approx(roc_auc_score(targets, scores))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_untied_float32_auc_path_equals_the_general_one_to_the_bit(seed: int) -> None:
+    """``[N]`` float32 scores without ties take the packed-key sort; the general path
+    (a ``[N, 1]`` column) gives the same float64, and both match scikit-learn."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 3000))
+    scale = 10.0 ** float(rng.integers(-30, 30))  # sign-magnitude order over all exponents
+    scores = (rng.normal(size=n) * scale).astype(np.float32)
+    scores[: n // 7] = -np.abs(scores[: n // 7])
+    targets = rng.random(n) < rng.choice([0.02, 0.3, 0.9])
+    s, y = torch.from_numpy(scores), torch.from_numpy(targets)
+    fast, general = roc_auc(s, y), roc_auc(s[:, None], y[:, None])[0]
+    if 0 < targets.sum() < n:
+        assert fast.dtype == torch.float64 and fast.item() == general.item()
+        assert fast.item() == pytest.approx(roc_auc_score(targets, scores), rel=1e-12)
+    else:
+        assert math.isnan(fast.item()) and math.isnan(general.item())
+
+
+def test_auc_signed_zeros_ties_and_non_finite_leave_the_fast_path() -> None:
+    f32 = torch.float32
+    # −0.0 and +0.0 are one tie group (a positive and a negative: ½)
+    s = torch.tensor([-0.0, 0.0, 1.0, -1.0], dtype=f32)
+    y = torch.tensor([1, 0, 1, 0])
+    assert roc_auc(s, y).item() == roc_auc_score(y.numpy(), s.numpy()) == 0.875
+    tied = torch.tensor([0.5, 0.5, 0.1, 0.9], dtype=f32)
+    assert roc_auc(tied, torch.tensor([1, 0, 0, 1])).item() == pytest.approx(0.875)
+    assert math.isnan(roc_auc(torch.tensor([1.0, math.nan, 0.0], dtype=f32), y[:3]).item())
+    assert math.isnan(roc_auc(torch.tensor([1.0, 2.0], dtype=f32), torch.tensor([1, 1])).item())

@@ -23,7 +23,8 @@ def evaluate(
     """The task's metrics of ``model`` on one split.
 
     Batches are contiguous slices in order; each adds its output, its targets and its
-    summed loss to one accumulator (:meth:`~geofl.tasks.base.Task.accumulator`).
+    summed loss to one accumulator (:meth:`~geofl.tasks.base.Task.accumulator`); an
+    accumulator that owns the loss computes it itself (``MetricAccumulator.owns_loss``).
 
     Args:
         model: The model; put in eval mode for the call and restored afterwards.
@@ -43,6 +44,6 @@ def evaluate(
             y = task.collate(targets, torch.arange(start, min(start + batch_size, n)))
             # Detectors given targets in eval mode return detections and their loss.
             output = model(x, y) if task.model_takes_targets else model(x)
-            acc.update(output, y, task.loss_sum(output, y))
+            acc.update(output, y, None if acc.owns_loss else task.loss_sum(output, y))
     model.train(was_training)
     return acc.compute()

@@ -1,7 +1,9 @@
-"""ResNet-18 in torchvision's layout, for any number of bands, GroupNorm by default.
+"""ResNet-18 models: torchvision's network, any number of bands, GroupNorm by default.
 
-The module tree is that of ``torchvision.models.resnet18(weights=None, num_classes=...)``
-(``torchvision.models.resnet.ResNet`` with ``BasicBlock`` and ``[2, 2, 2, 2]``), so the
+The network is ``torchvision.models.resnet.ResNet`` with ``BasicBlock`` and
+``[2, 2, 2, 2]`` (``torchvision.models.resnet18``), built with a ``norm_layer`` and a
+``conv1`` over the data's bands (:class:`geofl.models.torchvision_resnet.ResNet18`, a
+subclass that adds only the stem choice, a base width and FL-SPDP's optional layers), so the
 state-dict names are torchvision's — ``conv1.weight``, ``bn1.weight``,
 ``layer1.0.conv1.weight``, ``layer2.0.downsample.0.weight``, …, ``fc.weight`` — the names
 that torchvision, timm and torchgeo's Sentinel-2 ResNet-18 weights use (there, ``conv1``
@@ -9,15 +11,9 @@ takes 13 bands). With ``norm: batch`` the state dict equals torchvision's name f
 and shape for shape; with ``norm: group`` the normalisation layers keep their names
 (``bn1``, ``downsample.1``) and lose the running statistics; with ``norm: none`` they are
 identities and have no entries. ``tests/models/test_resnet.py`` checks names, shapes and
-logits against a reference written from torchvision 0.28.0's own ``models/resnet.py``.
-
-Why the classes are written out rather than imported: torchvision 0.28.0 (the release of
-torch 2.13.0) is published on PyPI only as a CUDA build (``0.28.0+cu130``), which cannot be
-imported next to this project's CPU build of torch (``operator torchvision::nms does not
-exist``); its CPU build lives only on PyTorch's own wheel index. The two classes below are
-torchvision's ``BasicBlock`` and ``ResNet`` restricted to ResNet-18 (no groups, dilation or
-bottlenecks), with three changes: ``conv1`` takes ``in_channels`` bands; an optional small
-stem; and seeded initialisation (torchvision initialises from the global RNG).
+logits against ``torchvision.models.resnet18`` itself. Initialisation is geofl's, seeded
+(:func:`init_resnet`: torchvision's rules, drawn from the run's generator instead of the
+global RNG); torchvision is imported when a ResNet is first built, not with this module.
 
 Stem, for an input ``[B, in_channels, H, W]``:
 
@@ -47,9 +43,9 @@ because BatchNorm's batch statistics mix samples, which per-sample DP-SGD gradie
 allow (Opacus refuses BatchNorm for the same reason), and its running statistics would be
 non-private aggregates of client data.
 
-:class:`ResNet18` also takes a base ``width`` (64: ResNet-18); the ``resnet18_spdp_small``
-family uses 16 (1/16 of the FLOPs and parameters) so that the paper's model trains on a
-laptop's CPU cores.
+:class:`~geofl.models.torchvision_resnet.ResNet18` also takes a base ``width`` (64:
+ResNet-18); the ``resnet18_spdp_small`` family uses 16 (1/16 of the FLOPs and parameters)
+so that the paper's model trains on a laptop's CPU cores.
 """
 
 from __future__ import annotations
@@ -61,15 +57,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from torch import nn
 
 from geofl.models.attention import SpectralAttention
-from geofl.models.base import MODELS, channels_last
+from geofl.models.base import MODELS
 from geofl.models.init import init_parameters
-from geofl.models.mlp import GeneratorDropout, reseed_dropout
-from geofl.models.norm import Norm, make_norm
+from geofl.models.mlp import reseed_dropout
+from geofl.models.norm import Norm
 from geofl.models.weights import load_weights, read_state_dict
 
 __all__ = [
-    "BasicBlock",
-    "ResNet18",
     "ResNetParams",
     "SpdpResNetParams",
     "SpdpResNetSmallParams",
@@ -127,133 +121,6 @@ class ResNetParams(BaseModel):
         return value
 
 
-class BasicBlock(nn.Module):
-    """torchvision's ``BasicBlock``: two 3×3 convs and an identity or 1×1 shortcut.
-
-    ``[B, inplanes, H, W]`` → ``[B, planes, H/stride, W/stride]``. Submodules ``conv1``,
-    ``bn1``, ``relu``, ``conv2``, ``bn2`` and ``downsample`` (None, or 1×1 conv + norm).
-    """
-
-    expansion: int = 1
-
-    def __init__(
-        self,
-        inplanes: int,
-        planes: int,
-        stride: int = 1,
-        downsample: nn.Module | None = None,
-        *,
-        norm: Norm = "group",
-        groups: int = 32,
-    ) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
-        self.bn1 = make_norm(norm, planes, groups)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = make_norm(norm, planes, groups)
-        self.downsample = downsample
-        self.stride = stride
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, inplanes, H, W]`` → ``[B, planes, H/stride, W/stride]``."""
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        out += identity
-        result: torch.Tensor = self.relu(out)
-        return result
-
-
-class ResNet18(nn.Module):
-    """ResNet-18 for ``[B, in_channels, H, W]`` patches → logits ``[B, num_classes]``.
-
-    Args:
-        in_channels: Input bands (``conv1``'s input channels).
-        num_classes: Output logits (``fc``'s output features).
-        norm: ``group`` (default), ``batch`` or ``none``.
-        groups: GroupNorm groups per layer (a divisor of ``width``).
-        small_input_stem: 3×3/1 ``conv1`` and no max-pool instead of 7×7/2 + max-pool.
-        width: Channels of the stem and ``layer1``; ``layer2``–``layer4`` have 2, 4 and 8
-            times as many (64: ResNet-18).
-        spectral_attention: Gate ``layer2``'s ``[B, 2·width, ·, ·]`` output with a
-            :class:`~geofl.models.attention.SpectralAttention` (module ``attention``).
-        attention_reduction: Its channel reduction.
-        dropout: Drop probability on the pooled features before ``fc`` (0: no layer).
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        num_classes: int,
-        *,
-        norm: Norm = "group",
-        groups: int = 32,
-        small_input_stem: bool = False,
-        width: int = 64,
-        spectral_attention: bool = False,
-        attention_reduction: int = 16,
-        dropout: float = 0.0,
-    ) -> None:
-        super().__init__()
-        #: Channels-last inputs (off for hook-based per-sample gradients, see cnn.py).
-        self.channels_last = True
-        self.inplanes = width
-        if small_input_stem:
-            self.conv1 = nn.Conv2d(in_channels, width, 3, 1, 1, bias=False)
-        else:
-            self.conv1 = nn.Conv2d(in_channels, width, 7, 2, 3, bias=False)
-        self.bn1 = make_norm(norm, width, groups)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool: nn.Module = nn.Identity() if small_input_stem else nn.MaxPool2d(3, 2, 1)
-        self.layer1 = self._make_layer(width, 1, norm, groups)
-        self.layer2 = self._make_layer(2 * width, 2, norm, groups)
-        # Registered here, between the stages it sits between, so that seeded init draws
-        # follow the forward order; absent (not an identity) when off, so the state dict
-        # and the init draws of the plain network are unchanged.
-        self.attention: SpectralAttention | None = (
-            SpectralAttention(2 * width, attention_reduction) if spectral_attention else None
-        )
-        self.layer3 = self._make_layer(4 * width, 2, norm, groups)
-        self.layer4 = self._make_layer(8 * width, 2, norm, groups)
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.dropout: GeneratorDropout | None = (
-            GeneratorDropout(dropout, torch.Generator(device="cpu")) if dropout > 0 else None
-        )
-        self.fc = nn.Linear(8 * width * BasicBlock.expansion, num_classes)
-
-    def _make_layer(self, planes: int, stride: int, norm: Norm, groups: int) -> nn.Sequential:
-        """Two basic blocks; the first projects the shortcut when the shape changes."""
-        downsample = None
-        if stride != 1 or self.inplanes != planes:
-            downsample = nn.Sequential(
-                nn.Conv2d(self.inplanes, planes, 1, stride, bias=False),
-                make_norm(norm, planes, groups),
-            )
-        first = BasicBlock(self.inplanes, planes, stride, downsample, norm=norm, groups=groups)
-        self.inplanes = planes
-        return nn.Sequential(first, BasicBlock(planes, planes, norm=norm, groups=groups))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, num_classes]`` for images ``[B, in_channels, H, W]``.
-
-        The input is moved to channels-last layout (faster convolutions on CPU; the weights
-        stay views of the flat vector). Any ``H, W`` ≥ 1 works: the global average pool
-        makes the head independent of the patch size.
-        """
-        if self.channels_last:
-            x = channels_last(x)
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer2(self.layer1(x))
-        if self.attention is not None:  # fixed at build time, not data-dependent
-            x = self.attention(x)
-        x = torch.flatten(self.avgpool(self.layer4(self.layer3(x))), 1)
-        if self.dropout is not None:
-            x = self.dropout(x)
-        out: torch.Tensor = self.fc(x)
-        return out
-
-
 def init_resnet(model: nn.Module, generator: torch.Generator) -> None:
     """torchvision's ResNet initialisation, drawn from ``generator`` instead of the global RNG.
 
@@ -291,6 +158,8 @@ def _build(
     params: ResNetParams, in_channels: int, num_classes: int, width: int, gen: torch.Generator
 ) -> nn.Module:
     """Build on the meta device, initialise from ``gen``, then load ``weights`` if set."""
+    from geofl.models.torchvision_resnet import ResNet18  # imports torchvision
+
     with torch.device("meta"):
         model = ResNet18(
             in_channels,

@@ -88,10 +88,23 @@ class SplitMetrics:
 
 
 class MetricAccumulator(Protocol):
-    """Per-batch accumulation of a split's metrics (one instance per evaluation)."""
+    """Per-batch accumulation of a split's metrics (one instance per evaluation).
 
-    def update(self, output: torch.Tensor, target: Any, loss_sum: float) -> None:
-        """Add one batch: model ``output``, its ``target`` and the batch's summed loss."""
+    Attributes:
+        owns_loss: True if the accumulator computes each batch's summed loss itself (with
+            the arithmetic of :meth:`Task.loss_sum`, so the value is the same to the bit)
+            from the outputs it keeps; the caller then skips ``Task.loss_sum`` and passes
+            ``loss_sum=None`` (a float given is ignored). False: ``loss_sum`` is required.
+            Owning the loss lets a task with cheap per-sample metrics (regression) do its
+            per-batch work once per split, vectorised, instead of a dozen small tensor
+            operations per batch (``benchmarks/bench_task_metrics.py``).
+    """
+
+    owns_loss: bool
+
+    def update(self, output: torch.Tensor, target: Any, loss_sum: float | None) -> None:
+        """Add one batch: model ``output``, its ``target`` and the batch's summed loss
+        (None only for an accumulator that :attr:`owns_loss`)."""
         ...
 
     def compute(self) -> SplitMetrics:

@@ -32,9 +32,9 @@ from geofl.tasks.common import (
     parse_pos_weight,
     require_tensor,
 )
-from geofl.tasks.scoring import f1_from_counts, roc_auc
+from geofl.tasks.scoring import roc_auc
 
-__all__ = ["BinaryAccumulator", "BinaryParams", "BinaryTask", "build_binary"]
+__all__ = ["BinaryAccumulator", "BinaryParams", "BinaryTask", "bce_sums", "build_binary"]
 
 
 class BinaryParams(BaseModel):
@@ -118,7 +118,8 @@ class BinaryTask:
         return F.binary_cross_entropy_with_logits(z, target.to(z.dtype), pos_weight=self.pos_weight)
 
     def loss_sum(self, output: torch.Tensor, target: torch.Tensor) -> float:
-        """Summed per-sample BCE-with-logits of a batch."""
+        """Summed per-sample BCE-with-logits of a batch (the accumulator's loss is the sum
+        of these over the batches, computed per split by :func:`bce_sums`)."""
         with torch.no_grad():
             z = _logit(output)
             total = F.binary_cross_entropy_with_logits(
@@ -132,7 +133,7 @@ class BinaryTask:
 
     def accumulator(self) -> BinaryAccumulator:
         """A fresh accumulator for one split."""
-        return BinaryAccumulator(self.threshold)
+        return BinaryAccumulator(self.threshold, self.pos_weight)
 
     def label_summary(self, targets: torch.Tensor) -> np.ndarray:
         """``[2]`` int64: ``[n0, n1]``."""
@@ -148,20 +149,64 @@ class BinaryTask:
         return {}
 
 
+def bce_sums(
+    logits: torch.Tensor, targets: torch.Tensor, sizes: list[int], pos_weight: torch.Tensor | None
+) -> float:
+    """Σ over consecutive blocks of ``sizes`` samples of each block's summed BCE-with-logits.
+
+    Equal to the in-order sum of ``binary_cross_entropy_with_logits(block, reduction="sum")``
+    per block, to the bit, in two operations per block: torch computes that loss as
+
+        ℓ = (1 − y)·z − log σ(z)·((p − 1)·y + 1)        (p: ``pos_weight``, 1 if None)
+
+    (``binary_cross_entropy_with_logits`` in ATen's ``Loss.cpp``), whose only
+    transcendental part, log σ, runs per block, as a batch's own call runs it (a
+    vectorised kernel can round its tail elements differently from its body); the
+    products and differences are IEEE operations, exact whatever the blocking, so they run
+    once on the whole split; each block's float32 sum is then that of the batch.
+    ``tests/tasks/test_binary.py`` checks the equality against per-batch
+    :meth:`BinaryTask.loss_sum` (torch's own call).
+
+    Args:
+        logits: ``[N]`` logits.
+        targets: ``[N]`` 0/1 labels in the logits' dtype.
+        sizes: Block sizes, summing to N.
+        pos_weight: ``[1]`` weight of the positive term, or None.
+    """
+    with torch.no_grad():
+        log_sig = torch.cat([F.logsigmoid(block) for block in torch.split(logits, sizes)])
+        if pos_weight is not None:
+            log_sig.mul_((pos_weight - 1).mul(targets).add_(1))
+        loss = (1 - targets).mul_(logits).sub_(log_sig)
+        block_sums = [block.sum() for block in torch.split(loss, sizes)]
+    total = 0.0
+    for value in torch.stack(block_sums).tolist():
+        total += value
+    return total
+
+
 class BinaryAccumulator:
     """Keeps a split's logits and labels (ROC-AUC ranks the whole split).
 
+    It owns the loss (``owns_loss``): ``update`` only keeps the batch, and :meth:`compute`
+    sums the BCE of each batch's block of the concatenated split (:func:`bce_sums`) — the
+    value per-batch ``loss_sum`` calls give, at a fraction of their per-batch cost.
+
     Args:
         threshold: Sigmoid threshold of a positive prediction.
+        pos_weight: ``[1]`` weight of the positive term of the loss, or None.
     """
 
-    def __init__(self, threshold: float) -> None:
-        self.threshold = threshold
-        self._store = BatchStore()
+    owns_loss = True
 
-    def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float) -> None:
-        """Add a batch: ``[B, 1]``/``[B]`` logits, ``[B]`` labels, summed loss."""
-        self._store.add(_logit(output), target, loss_sum)
+    def __init__(self, threshold: float, pos_weight: torch.Tensor | None = None) -> None:
+        self.threshold = threshold
+        self.pos_weight = pos_weight
+        self._store = BatchStore(owns_loss=True)
+
+    def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float | None) -> None:
+        """Add a batch: ``[B, 1]``/``[B]`` logits, ``[B]`` labels (the loss is ignored)."""
+        self._store.add(output, target, loss_sum)
 
     def compute(self) -> SplitMetrics:
         """ROC-AUC, F1, precision, recall, accuracy and mean loss of the split."""
@@ -169,20 +214,23 @@ class BinaryAccumulator:
         keys = ("roc_auc", "f1", "precision", "recall", "accuracy")
         if self._store.n == 0:
             return SplitMetrics({**dict.fromkeys(keys, nan), "loss": nan})
-        logits, targets = self._store.tensors()
+        outputs, targets = self._store.tensors()
+        logits = _logit(outputs)
+        loss_sum = bce_sums(logits, targets.to(logits.dtype), self._store.sizes, self.pos_weight)
         truth = targets != 0
         pred = torch.sigmoid(logits) >= self.threshold
-        # one pass: code 2·truth + pred counts TN, FP, FN, TP
-        code = truth.to(torch.int64) * 2 + pred.to(torch.int64)
-        _, fp, fn, tp = torch.bincount(code, minlength=4).tolist()
-        n, n_pos = int(truth.numel()), fn + tp
+        truth_np, pred_np = truth.numpy(), pred.numpy()
+        n, n_pos = int(truth_np.size), int(np.count_nonzero(truth_np))
+        tp = int(np.count_nonzero(truth_np & pred_np))
+        fp, fn = int(np.count_nonzero(pred_np)) - tp, n_pos - tp
         values = {
             "roc_auc": float(roc_auc(logits, truth)),
-            "f1": float(f1_from_counts(torch.tensor(tp), torch.tensor(fp), torch.tensor(fn))),
+            # f1_from_counts' float64 arithmetic on three Python ints (same bits, no tensors)
+            "f1": 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else nan,
             "precision": tp / (tp + fp) if tp + fp else nan,
             "recall": tp / n_pos if n_pos else nan,
             "accuracy": (n - fp - fn) / n,
-            "loss": self._store.mean_loss(),
+            "loss": loss_sum / n,
         }
         notes: tuple[str, ...] = ()
         if n_pos in (0, n):

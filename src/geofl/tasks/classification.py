@@ -20,6 +20,7 @@ from torch.nn import functional as F
 from geofl.errors import ConfigError
 from geofl.registry import NoParams
 from geofl.tasks.base import TASKS, Direction, SplitMetrics, Task, declare_metrics
+from geofl.tasks.common import batch_loss
 from geofl.tasks.metrics import confusion_matrix, metrics_from_confusion
 
 __all__ = ["ClassificationTask", "ConfusionAccumulator", "check_class_targets"]
@@ -32,15 +33,17 @@ class ConfusionAccumulator:
         num_classes: C.
     """
 
+    owns_loss = False
+
     def __init__(self, num_classes: int) -> None:
         self.num_classes = num_classes
         self.cm = torch.zeros(num_classes, num_classes, dtype=torch.long)
         self.loss_sum = 0.0
 
-    def update(self, output: torch.Tensor, target: Any, loss_sum: float) -> None:
+    def update(self, output: torch.Tensor, target: Any, loss_sum: float | None) -> None:
         """Add a batch: ``output`` ``[B, C]`` logits, ``target`` ``[B]`` int64 class ids."""
         self.cm += confusion_matrix(target, output.argmax(dim=1), self.num_classes)
-        self.loss_sum += loss_sum
+        self.loss_sum += batch_loss(loss_sum)
 
     def compute(self) -> SplitMetrics:
         """``accuracy``, ``macro_f1``, ``loss`` and per-class ``accuracy`` (recall; NaN for

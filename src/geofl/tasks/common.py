@@ -19,6 +19,7 @@ __all__ = [
     "BatchStore",
     "PosWeight",
     "auto_pos_weight",
+    "batch_loss",
     "describe",
     "parse_pos_weight",
     "require_tensor",
@@ -100,25 +101,47 @@ def require_tensor(task: str, targets: Any) -> torch.Tensor:
     return targets
 
 
+def batch_loss(loss_sum: float | None) -> float:
+    """The summed loss a non-owning accumulator was given (see ``MetricAccumulator``).
+
+    Raises:
+        ValueError: if it is None (only accumulators that own the loss accept that).
+    """
+    if loss_sum is None:
+        raise ValueError(
+            "this accumulator does not compute the loss: pass the batch's Task.loss_sum"
+        )
+    return float(loss_sum)
+
+
 class BatchStore:
     """Outputs and targets of a split's batches, concatenated once at the end.
 
     Rank-based metrics (AP, ROC-AUC) need the whole split's scores; appending detached
-    batch tensors to a list and concatenating once costs one copy per sample.
+    batch tensors to a list and concatenating once costs one copy per sample. The batch
+    sizes are kept too (:attr:`sizes`), for metrics whose summation follows the batches.
+
+    Args:
+        owns_loss: True if the owner computes the loss (``add`` then ignores ``loss_sum``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, owns_loss: bool = False) -> None:
         self._outputs: list[torch.Tensor] = []
         self._targets: list[torch.Tensor] = []
+        self.sizes: list[int] = []
         self.n = 0
         self.loss_sum = 0.0
+        self.owns_loss = owns_loss
 
-    def add(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float) -> None:
+    def add(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float | None) -> None:
         """Keep one batch (detached; no copy of the data)."""
         self._outputs.append(output.detach())
         self._targets.append(target.detach())
-        self.n += int(target.shape[0])
-        self.loss_sum += float(loss_sum)
+        b = int(target.shape[0])
+        self.sizes.append(b)
+        self.n += b
+        if not self.owns_loss:
+            self.loss_sum += batch_loss(loss_sum)
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(outputs, targets)`` of every batch, concatenated along dim 0."""

@@ -28,7 +28,7 @@ from geofl.data.targets import box_class_counts
 from geofl.errors import ConfigError
 from geofl.tasks.base import TASKS, Direction, SplitMetrics, Task, declare_metrics
 from geofl.tasks.coco import ImageBoxes, coco_map
-from geofl.tasks.common import TARGETS_FIELD, require_tensor
+from geofl.tasks.common import TARGETS_FIELD, batch_loss, require_tensor
 
 __all__ = [
     "DetectionAccumulator",
@@ -92,7 +92,9 @@ class DetectionAccumulator:
         self.found: list[ImageBoxes] = []
         self.loss_sum = 0.0
 
-    def update(self, output: Any, target: Any, loss_sum: float) -> None:
+    owns_loss = False
+
+    def update(self, output: Any, target: Any, loss_sum: float | None) -> None:
         """Add a batch: ``output`` (:class:`DetectionOutput` or a list of detection
         dicts), ``target`` the batch's per-image target dicts."""
         dets = output.detections if isinstance(output, DetectionOutput) else output
@@ -105,7 +107,7 @@ class DetectionAccumulator:
                 )
             )
             self.truth.append(ImageBoxes(t["boxes"].numpy(), t["labels"].numpy()))
-        self.loss_sum += loss_sum
+        self.loss_sum += batch_loss(loss_sum)
 
     def compute(self) -> SplitMetrics:
         """``map_50``, ``map``, ``map_75``, ``loss``; per-class ``ap_50`` and ``ap``."""

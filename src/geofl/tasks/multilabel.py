@@ -169,12 +169,14 @@ class MultilabelAccumulator:
         threshold: Sigmoid threshold of a positive prediction (F1).
     """
 
+    owns_loss = False
+
     def __init__(self, num_classes: int, threshold: float) -> None:
         self.num_classes = num_classes
         self.threshold = threshold
         self._store = BatchStore()
 
-    def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float) -> None:
+    def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float | None) -> None:
         """Add a batch: ``[B, C]`` logits, ``[B, C]`` multi-hot targets, summed loss."""
         self._store.add(output, target, loss_sum)
 
