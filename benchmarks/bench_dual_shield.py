@@ -12,13 +12,17 @@ sign-flipped and scaled ×5) the script times, round-robin within each repeat (r
 meaningful when the load of a shared machine changes mid-run):
 
 * ``weighted_mean``, FedAvg's combiner (one GEMV over ``[K, D]``), the reference, and
-  ``mean(0)`` for context;
-* ``cgf scores``: Eq. 6–7 and the soft mask against the previous survivors' mean (one fused
-  pass for ⟨Δw_j, r̄⟩ and ‖Δw_j‖²);
+  ``mean(0)`` for context. MKL runs this GEMV on one core whatever ``--threads`` says, so
+  ``gemv 2 workers`` (the same product over column ranges on the worker threads of
+  :func:`geofl.server.columns.map_ranges`) shows the reference at the thread count the
+  blocked passes use;
+* ``cgf scores``: Eq. 6–7 and the soft mask against the previous survivors' mean (pass 1:
+  ⟨Δw_j, r̄⟩ and ‖Δw_j‖² from one blocked read);
+* ``pass 2``: Eq. 9's weighted mean and the survivors' mean from one blocked read into
+  preallocated rows (:func:`geofl.server.columns.linear_combinations`), alone;
 * ``cgf+hra``: the whole :class:`~geofl.algorithms.dual_shield.DualShieldStrategy` round —
-  CGF, Eq. 8, and Eq. 9's weighted mean together with the survivors' mean (next round's
-  reference) from one ``[2, K] × [K, D]`` product, then the server step (target ≤ 2×
-  weighted_mean: two passes over the updates);
+  CGF, Eq. 8, and pass 2 with the server step, ‖Δw‖ and the history blend fused into its
+  column chunks (target ≤ 2× weighted_mean: two passes over the updates);
 * ``flame``: :class:`~geofl.algorithms.flame.FlameStrategy` — the ``[K, K]`` cosine Gram
   matrix (float64-accumulated), HDBSCAN, clipping, the weighted mean and N(0, σ²) noise.
 
@@ -40,6 +44,7 @@ from _common import footer, header, interleaved_medians, print_table, set_thread
 from geofl.algorithms.dual_shield import DualShieldParams, DualShieldStrategy
 from geofl.algorithms.flame import FlameStrategy
 from geofl.server.aggregators import build_mean, weighted_mean
+from geofl.server.columns import linear_combinations, map_ranges
 from geofl.server.strategy import UpdateBatch
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import uniform_weights
@@ -89,10 +94,21 @@ def main() -> None:
     def run_shield() -> None:
         out["shield"] = shield.aggregate(2, params, batch)
 
+    alpha = sizes / sizes.sum()
+    coeffs = torch.stack([alpha.double(), torch.full((k,), 1.0 / k, dtype=torch.float64)])
+    rows = [torch.empty(d), torch.empty(d)]
+
+    def gemv_workers() -> torch.Tensor:
+        res = torch.empty(d)
+        map_ranges(d, lambda lo, hi: torch.mv(updates[:, lo:hi].T, alpha, out=res[lo:hi]))
+        return res
+
     fns: dict[str, Callable[[], Any]] = {
         "mean(0)": lambda: updates.mean(0),
         "weighted_mean": lambda: weighted_mean(updates, sizes),
+        "gemv 2 workers": gemv_workers,
         "cgf scores": lambda: shield.filter.scores(updates),
+        "pass 2": lambda: linear_combinations(coeffs, updates, rows),
         "cgf+hra": run_shield,
         "flame": lambda: out.__setitem__("flame", flame.aggregate(2, params, batch)),
     }

@@ -197,3 +197,39 @@ def test_ablation_switches_cgf_only_and_hra_only() -> None:
     assert torch.allclose(last.reputation, expected_r)
     assert torch.allclose(res.weights, expected_r / expected_r.sum())
     assert float(res.weights[0]) < float(res.weights[2])  # the attackers still weigh less
+
+
+def test_fused_server_step_matches_the_unfused_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second pass writes Δ, the survivors' mean (into last round's buffer), the server
+    step, ‖Δw‖ and the history blend chunk by chunk: over three rounds, with small blocks and
+    two workers, the same as Δ and the mean first, then the step, the norm and observe()."""
+    from geofl.algorithms import dual_shield as ds
+    from geofl.server import columns
+    from geofl.server.cgf import CosineFilter
+
+    monkeypatch.setattr(columns, "BLOCK_BYTES", 8 * 4 * 256)
+    monkeypatch.setattr(columns, "MIN_COLUMNS_PER_WORKER", 8)
+    monkeypatch.setattr(columns, "EPILOGUE_COLUMNS", 8)
+    fused = DualShieldStrategy(_tier(), 0.7, DualShieldParams(), N)
+    ref = CosineFilter(DualShieldParams().cgf())
+    params = torch.linspace(-1.0, 1.0, D)
+    torch.set_num_threads(2)
+    try:
+        for r in (1, 2, 3):
+            batch = _batch(r, _cohort(r), bad={0, 5})
+            res = fused.aggregate(r, params, batch)
+            last = fused.last
+            assert last is not None and last.cgf is not None
+            delta, mean = ds.survivor_products(last.weights, last.hard, batch.deltas)
+            ref.observe(mean, last.cgf)
+            assert torch.equal(res.aggregate, delta)
+            assert torch.equal(res.params, fused.plain.step(params, delta))  # bit for bit
+            change = float(torch.linalg.vector_norm(res.params - params, dtype=torch.float64))
+            assert fused.public_norms[0] == pytest.approx(change, rel=1e-12)
+            assert fused.filter.previous is not None and ref.previous is not None
+            assert torch.equal(fused.filter.previous, ref.previous)
+            assert fused.filter.history is not None and ref.history is not None
+            assert torch.allclose(fused.filter.history, ref.history, rtol=0, atol=1e-7)
+            params = res.params
+    finally:
+        torch.set_num_threads(1)

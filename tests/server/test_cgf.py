@@ -235,3 +235,19 @@ def test_blocked_fast_path_matches_the_exact_reference_on_adversarial_inputs(
     assert torch.allclose(dots, x64 @ ref.to(torch.float64), rtol=1e-6)
     assert torch.allclose(sq, x64.square().sum(1), rtol=1e-6)
     assert torch.get_num_threads() == before
+
+
+def test_scoring_rows_by_index_equals_scoring_their_copy() -> None:
+    """``rows`` scores a subset of the stack without copying it: same distances (fast and
+    exact paths) and the same mask as on ``updates[rows]``."""
+    u = torch.cat([_example(), torch.tensor([[-3.0, 0.2, 0.0, 0.0], [0.9, 0.05, 0.0, 0.0]])])
+    rows = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 10])  # row 9 dropped by a defense
+    sub = u[rows]
+    assert torch.equal(cosine_distances(u, E1, rows=rows), cosine_distances(sub, E1))
+    assert torch.equal(
+        cosine_distances(u, E1, rows=rows, exact=True), cosine_distances(sub, E1, exact=True)
+    )
+    f = CosineFilter(CgfSettings(reference="median"))
+    a, b = f.scores(u, rows), f.scores(sub)
+    assert torch.equal(a.hard, b.hard) and torch.equal(a.z, b.z)
+    assert a.hard[7:].tolist() == [False, False, True]  # the attackers, a benign row 10

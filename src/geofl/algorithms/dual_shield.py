@@ -38,6 +38,8 @@ of the federation (read them back with :meth:`geofl.records.RoundRecord.client_s
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -49,7 +51,7 @@ from geofl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, fail_
 from geofl.privacy.adaptive import PUBLIC_NORMS, REPUTATION_KEY, ROUNDS_KEY, public_norm_key
 from geofl.registry import CheckContext
 from geofl.server.cgf import EPS_MAD, CgfResult, CgfSettings, CosineFilter, Reference
-from geofl.server.columns import linear_combinations
+from geofl.server.columns import EPILOGUE_COLUMNS, linear_combinations, squared_norm
 from geofl.server.optimizers import PlainServerOptimizer
 from geofl.server.reputation import HraSettings, ReputationBook, reputation_weights
 from geofl.server.strategy import ComposedStrategy, RoundPlan, StrategyResult, UpdateBatch
@@ -131,8 +133,8 @@ def survivor_products(
     """
     n = int(survivors.sum())
     coeffs = torch.stack([weights.to(torch.float64), survivors.to(torch.float64) / n])
-    out = linear_combinations(coeffs, updates)
-    return out[0], out[1]
+    delta, mean = linear_combinations(coeffs, updates)
+    return delta, mean
 
 
 class DualShieldStrategy(ComposedStrategy):
@@ -156,7 +158,8 @@ class DualShieldStrategy(ComposedStrategy):
         num_clients: int,
         rounds: int = 0,
     ) -> None:
-        super().__init__(tier, PlainServerOptimizer(server_lr))
+        self.plain = PlainServerOptimizer(server_lr)
+        super().__init__(tier, self.plain)
         self.params = params
         self.filter = CosineFilter(params.cgf())
         self.book = ReputationBook(params.hra(), num_clients)
@@ -179,8 +182,8 @@ class DualShieldStrategy(ComposedStrategy):
         hard = torch.zeros(k, dtype=torch.bool)
         soft = torch.zeros(k, dtype=torch.float64)
         res = None
-        if idx.numel():
-            res = self.filter.scores(updates if idx.numel() == k else updates[idx])
+        if idx.numel():  # the unscreened rows are skipped by index, not copied out
+            res = self.filter.scores(updates, None if idx.numel() == k else idx)
             hard[idx] = res.hard if self.params.cgf_filter else True
             soft[idx] = res.soft
         clients = torch.tensor([m.client_id for m in batch.metas], dtype=torch.int64)
@@ -194,18 +197,55 @@ class DualShieldStrategy(ComposedStrategy):
     def aggregate(
         self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
     ) -> StrategyResult:
+        """One round in two reads of ``[K, D]``: CGF's scores, then Eq. 9's weighted mean
+        and the survivors' mean together, with the server step, ‖w(t) − w(t−1)‖ and the
+        trusted-history update fused into that second pass (:meth:`_combine`)."""
         sr = self.shield(round_idx, batch)
         self.last = sr
         if bool(sr.hard.any()):
-            delta, mean = survivor_products(sr.weights, sr.hard, batch.deltas)
             assert sr.cgf is not None
-            self.filter.observe(mean, sr.cgf)
+            params, delta, change = self._combine(sr, sr.cgf, global_params, batch.deltas)
         else:  # every update dropped by the method's defenses: the model stays
             delta = torch.zeros_like(global_params)
-        params = self.optimizer.step(global_params, delta)
-        change = float(torch.linalg.vector_norm(params - global_params, dtype=torch.float64))
+            params = self.optimizer.step(global_params, delta)
+            change = math.sqrt(squared_norm(params - global_params))
         self.public_norms = [change, *self.public_norms][:PUBLIC_NORMS]
         return StrategyResult(params, delta, sr.weights, sr.hard, self._info(sr))
+
+    def _combine(
+        self, sr: ShieldRound, res: CgfResult, global_params: torch.Tensor, updates: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """``(w(t+1), Δ, ‖w(t+1) − w(t)‖)`` from one blocked read of ``updates``.
+
+        Δ and the survivors' mean (written into the filter's previous-mean buffer) column
+        block by column block; on each finished chunk, still in cache: w + η_s Δ (the plain
+        server step, elementwise, so chunk by chunk is the same rounding as whole), the
+        float64 squared change, and the trusted-history blend. No ``[D]`` temporary.
+        """
+        n = int(sr.hard.sum())
+        coeffs = torch.stack([sr.weights, sr.hard.to(torch.float64) / n])
+        d = updates.shape[1]
+        delta = torch.empty(d, dtype=updates.dtype, device=updates.device)
+        mean = self.filter.mean_buffer(delta)
+        dtype = torch.promote_types(global_params.dtype, delta.dtype)
+        params = torch.empty(d, dtype=dtype, device=updates.device)
+        blends = self.filter.blends(res)
+        change_sq: dict[int, float] = {}
+        scratch = threading.local()  # one float64 chunk per worker thread, reused
+
+        def epilogue(lo: int, hi: int) -> None:
+            self.plain.step_into(global_params[lo:hi], delta[lo:hi], params[lo:hi])
+            if getattr(scratch, "diff", torch.empty(0)).numel() < hi - lo:
+                scratch.diff = torch.empty(max(hi - lo, EPILOGUE_COLUMNS), dtype=torch.float64)
+            diff = scratch.diff[: hi - lo]
+            torch.sub(params[lo:hi], global_params[lo:hi], out=diff)
+            change_sq[lo] = float(torch.dot(diff, diff))
+            if blends:
+                self.filter.blend(mean, lo, hi)
+
+        linear_combinations(coeffs, updates, [delta, mean], epilogue)
+        self.filter.adopt(mean)
+        return params, delta, math.sqrt(sum(change_sq[lo] for lo in sorted(change_sq)))
 
     def _info(self, sr: ShieldRound) -> dict[str, float]:
         survivors = int(sr.hard.sum())

@@ -30,7 +30,8 @@ recomputed against h (logged with the reason); without h yet, the round keeps it
 Numerics. ⟨Δw_j, r̄⟩ and ‖Δw_j‖² come from one read of ``[K, D]`` in cache-sized column
 blocks (:func:`geofl.server.columns.dots_and_norms`: a float32 matrix–vector product and a
 row-norm reduction per block, summed over blocks in float64; no float64 or normalised copy
-of the stack), s_j good to ~1e-7 absolute. Near-parallel
+of the stack, nor a copy of the scored rows when only some are scored: ``rows``), s_j good
+to ~1e-7 absolute. Near-parallel
 rows (s_j < 1e-3, where that form loses relative precision — e.g. updates sharing a large
 common offset) are recomputed from differences, s_j = ½‖Δw_j/‖Δw_j‖ − r̄/‖r̄‖‖² in float64,
 which cancels nothing. BLAS rounds each row a little differently depending on its position
@@ -44,13 +45,14 @@ the denominator: equal scores get z = 0 and are kept, any larger one is rejected
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
-from geofl.server.columns import dots_and_norms
+from geofl.server.columns import dots_and_norms, squared_norm
 from geofl.server.robust import coordinate_median, trimmed_mean
 
 __all__ = [
@@ -160,7 +162,11 @@ def _exact_distances(updates: torch.Tensor, rows: torch.Tensor, ref: torch.Tenso
 
 
 def cosine_distances(
-    updates: torch.Tensor, reference: torch.Tensor, *, exact: bool = False
+    updates: torch.Tensor,
+    reference: torch.Tensor,
+    *,
+    exact: bool = False,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """s_j = 1 − cos(Δw_j, r̄) for every row (004 Eq. 6); vectorised, no loop over clients.
 
@@ -171,9 +177,11 @@ def cosine_distances(
         updates: ``[K, D]`` floating, finite; not modified.
         reference: ``[D]`` r̄.
         exact: Compute every row from differences (row-order independent, ~1e-16).
+        rows: ``[R]`` int64 indices of the rows to score (default all): the blocked pass
+            reads every row rather than copy the selected ones.
 
     Returns:
-        ``[K]`` float64 in [0, 2]; 1 for a zero-norm row or reference (no direction).
+        ``[K]`` (or ``[R]``) float64 in [0, 2]; 1 for a zero-norm row or reference.
     """
     if updates.ndim != 2 or reference.shape != (updates.shape[1],):
         raise ValueError(
@@ -182,17 +190,20 @@ def cosine_distances(
         )
     x = updates.detach()
     ref = reference.detach().to(x.dtype)
+    sel = torch.arange(x.shape[0]) if rows is None else rows
     if exact:
-        return _exact_distances(x, torch.arange(x.shape[0]), ref).clamp_(0.0, 2.0)
+        return _exact_distances(x, sel, ref).clamp_(0.0, 2.0)
     dots, sq = dots_and_norms(x, ref)  # one read of [K, D]
+    if rows is not None:
+        dots, sq = dots[rows], sq[rows]
     norms = sq.sqrt()
-    ref_norm = float(torch.linalg.vector_norm(ref, dtype=torch.float64))
+    ref_norm = math.sqrt(squared_norm(ref))
     denom = norms * ref_norm
     cos = torch.where(denom > 0, dots / torch.where(denom > 0, denom, 1.0), 0.0)
     s = (1.0 - cos).clamp_(0.0, 2.0)
     risky = torch.nonzero((s < REFINE_BELOW) & (denom > 0)).flatten()
     if risky.numel():
-        s[risky] = _exact_distances(x, risky, ref).clamp_(0.0, 2.0)
+        s[risky] = _exact_distances(x, sel[risky], ref).clamp_(0.0, 2.0)
     return s
 
 
@@ -230,12 +241,18 @@ def soft_mask(z: torch.Tensor, lam: float, slope: float) -> torch.Tensor:
     return torch.sigmoid(-slope * (z.to(torch.float64) - lam))
 
 
-def cgf_scores(updates: torch.Tensor, reference: torch.Tensor, settings: CgfSettings) -> CgfResult:
-    """Eq. 6–7 and the soft mask against one reference (no fallback)."""
-    s = cosine_distances(updates, reference)
+def cgf_scores(
+    updates: torch.Tensor,
+    reference: torch.Tensor,
+    settings: CgfSettings,
+    rows: torch.Tensor | None = None,
+) -> CgfResult:
+    """Eq. 6–7 and the soft mask against one reference (no fallback), over ``rows``
+    (``[R]`` indices; default every row) of ``updates``."""
+    s = cosine_distances(updates, reference, rows=rows)
     z, mad = mad_scores(s, settings.eps_mad)
     if mad < MAD_RESOLUTION:  # ties the float32 product cannot resolve: recompute exactly
-        s = cosine_distances(updates, reference, exact=True)
+        s = cosine_distances(updates, reference, exact=True, rows=rows)
         z, mad = mad_scores(s, settings.eps_mad)
     return CgfResult(s, z, z <= settings.lam, soft_mask(z, settings.lam, settings.slope), mad)
 
@@ -273,7 +290,9 @@ class CosineFilter:
     """CGF with its cross-round state: the previous survivors' mean and the trusted history.
 
     Call :meth:`scores` with the round's updates, then :meth:`observe` with the mean of the
-    updates that survived (the strategy computes it together with the aggregate).
+    updates that survived. A strategy that computes that mean in its own pass can avoid the
+    ``[D]`` copies instead: write it into :meth:`mean_buffer`, run :meth:`blend` on each
+    finished chunk of columns when :meth:`blends` says so, then :meth:`adopt` it.
     """
 
     def __init__(self, settings: CgfSettings) -> None:
@@ -281,43 +300,69 @@ class CosineFilter:
         self.previous: torch.Tensor | None = None  # [D] survivors' mean of the last round
         self.history: torch.Tensor | None = None  # [D] trusted-history EMA
 
-    def reference(self, updates: torch.Tensor) -> torch.Tensor:
-        """``[D]`` r̄ for this round (module docstring)."""
+    def reference(self, updates: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``[D]`` r̄ for this round (module docstring), of ``updates[rows]``."""
         ref = self.s.reference
         if ref == "previous_mean" and self.previous is not None:
             return self.previous
         if ref == "history" and self.history is not None:
             return self.history
+        scored = updates if rows is None else updates.index_select(0, rows)
         if ref == "trimmed_mean":
-            return trimmed_mean(updates, trim_fraction=self.s.trim_fraction)
+            return trimmed_mean(scored, trim_fraction=self.s.trim_fraction)
         if ref == "geometric_median":
-            return geometric_median(updates)
-        return coordinate_median(updates)  # ``median``, or nothing observed yet
+            return geometric_median(scored)
+        return coordinate_median(scored)  # ``median``, or nothing observed yet
 
-    def scores(self, updates: torch.Tensor) -> CgfResult:
-        """CGF over ``updates`` (``[K, D]``), with the K_min fallback to the history."""
-        res = cgf_scores(updates, self.reference(updates), self.s)
+    def scores(self, updates: torch.Tensor, rows: torch.Tensor | None = None) -> CgfResult:
+        """CGF over ``updates`` (``[K, D]``) — or its ``rows`` (``[R]`` indices, no copy for
+        the history references) — with the K_min fallback to the history."""
+        res = cgf_scores(updates, self.reference(updates, rows), self.s, rows)
         kept = int(res.hard.sum())
         if kept >= self.s.k_min:
             return res
-        why = f"only {kept} of {updates.shape[0]} updates survived (K_min = {self.s.k_min})"
+        n = updates.shape[0] if rows is None else rows.numel()
+        why = f"only {kept} of {n} updates survived (K_min = {self.s.k_min})"
         if self.history is None or self.s.reference == "history":
             reason = f"{why}; no other trusted history to fall back to, mask kept"
             return _with_reason(res, reason, fallback=False)
-        back = cgf_scores(updates, self.history, self.s)
+        back = cgf_scores(updates, self.history, self.s, rows)
         reason = f"{why}; scored against the trusted history: {int(back.hard.sum())} survive"
         return _with_reason(back, reason, fallback=True)
 
     def observe(self, survivors_mean: torch.Tensor, result: CgfResult) -> None:
-        """Record this round's survivors' mean (``[D]``) as next round's references."""
-        self.previous = survivors_mean.detach().clone()
+        """Record this round's survivors' mean (``[D]``, copied) as next round's references."""
+        mean = survivors_mean.detach().clone()
+        if self.blends(result):
+            self.blend(mean, 0, mean.numel())
+        self.adopt(mean)
+
+    def mean_buffer(self, like: torch.Tensor) -> torch.Tensor:
+        """A ``[D]`` buffer for this round's survivors' mean, once :meth:`scores` has run:
+        the previous mean's storage when it fits (it is not read again), else a new one."""
+        prev = self.previous
+        fits = prev is not None and (prev.shape, prev.dtype) == (like.shape, like.dtype)
+        if prev is not None and fits and prev.device == like.device and prev.is_contiguous():
+            return prev
+        return torch.empty_like(like, memory_format=torch.contiguous_format)
+
+    def blends(self, result: CgfResult) -> bool:
+        """Whether this round's mean moves the trusted history (not a degenerate round,
+        and a history exists; the first round seeds it in :meth:`adopt`)."""
+        return self.history is not None and not (result.fallback or result.reason)
+
+    def blend(self, mean: torch.Tensor, lo: int, hi: int) -> None:
+        """h ← η h + (1 − η) r̄_t on the columns ``[lo, hi)`` (module docstring)."""
+        assert self.history is not None
+        eta = self.s.history_decay
+        self.history[lo:hi].mul_(eta).add_(mean[lo:hi], alpha=1.0 - eta)
+
+    def adopt(self, mean: torch.Tensor) -> None:
+        """Keep ``mean`` (``[D]``, not copied) as next round's ``previous_mean`` reference;
+        the first round also seeds the history with it. Call after :meth:`blend`."""
+        self.previous = mean.detach()
         if self.history is None:  # the first round seeds it (see the module docstring)
             self.history = self.previous.clone()
-        elif result.fallback or result.reason:
-            return  # a degenerate round does not move the trusted history
-        else:
-            eta = self.s.history_decay
-            self.history.mul_(eta).add_(self.previous, alpha=1.0 - eta)
 
     def state_dict(self) -> dict[str, Any]:
         return {"previous": _clone(self.previous), "history": _clone(self.history)}

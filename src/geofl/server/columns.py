@@ -4,32 +4,53 @@ A robust server step needs more than one reduction of the same stack — CGF (00
 dots ⟨Δw_j, r̄⟩ *and* the norms ‖Δw_j‖; HRA (004 Eq. 9) the weighted mean *and* the
 survivors' mean. As whole-tensor ops each one streams the whole stack from memory (4.4 GB at
 K = 100, D = 1.1e7), so the server step costs a multiple of one weighted mean. Here the
-columns are cut into blocks of about :data:`BLOCK_BYTES` (K rows × C columns, cache
-resident): every reduction of a block reads it from cache, and the stack is read from memory
-once per pass.
+columns are cut into blocks of about :data:`BLOCK_BYTES` (K rows × C columns): every
+reduction of a block reads it from cache, and the stack is read from memory once per pass.
 
-Threads: the columns are split into one contiguous range per torch thread, each range runs
-on a worker thread whose torch ops are single-threaded (``torch.set_num_threads(1)`` around
-the pass, restored after): no nested parallel regions, no fork–join per block, and the ops
-release the GIL. Each worker writes per-block partial results (float32) that are summed in
-float64 at the end, so the result does not depend on the thread count beyond float32
-rounding inside a block. Tensors on another device use the whole-tensor ops.
+Threads: the columns are split into one contiguous range per torch thread (boundaries on
+multiples of 256 columns), each range runs on a worker thread whose torch ops are
+single-threaded (``torch.set_num_threads(1)`` around the pass, restored after): no nested
+parallel regions, no fork–join per block, and the ops release the GIL. Each worker writes
+per-block partial results (float32) that are summed in float64 at the end, so the result
+does not depend on the thread count beyond float32 rounding inside a block. Tensors on
+another device use the whole-tensor ops.
+
+Memory: no pass allocates a ``[D]``-sized temporary (on Linux, a buffer that large comes
+fresh from the kernel, and its page faults cost more than a streamed read of it);
+:func:`linear_combinations` writes into caller-provided rows and runs a caller's
+``epilogue`` on each finished chunk of columns while it is still in cache (the server step
+fuses its ``[D]`` work there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import torch
 
-__all__ = ["BLOCK_BYTES", "block_columns", "dots_and_norms", "linear_combinations", "map_ranges"]
+__all__ = [
+    "BLOCK_BYTES",
+    "EPILOGUE_COLUMNS",
+    "block_columns",
+    "dots_and_norms",
+    "linear_combinations",
+    "map_ranges",
+    "squared_norm",
+]
 
-#: Bytes of one ``[K, C]`` column block (fits a core's L2 cache on the benchmark machine).
+#: Bytes of one ``[K, C]`` column block: about a core's L2 cache (1–2 MiB); larger blocks
+#: stream longer row segments, smaller ones re-read from a nearer cache.
 BLOCK_BYTES = 1 << 21
 #: Fewest columns per worker before another thread is worth starting.
 MIN_COLUMNS_PER_WORKER = 1 << 15
+#: Columns of one chunk handed to a :func:`linear_combinations` epilogue (256 KiB per
+#: float32 row: in cache, and few enough calls that Python's overhead stays small).
+EPILOGUE_COLUMNS = 1 << 16
+#: Column ranges of the worker threads start on multiples of this (whole cache lines and
+#: vector registers).
+ALIGN = 256
 
 T = TypeVar("T")
 
@@ -43,19 +64,34 @@ def map_ranges(d: int, work: Callable[[int, int], T]) -> list[T]:
     """``work(lo, hi)`` on contiguous column ranges covering ``[0, d)``, one per thread.
 
     Runs on ``torch.get_num_threads()`` worker threads (fewer for small ``d``) with
-    single-threaded torch ops; the thread count is restored afterwards.
+    single-threaded torch ops; the thread count is restored afterwards. Inner range bounds
+    are multiples of :data:`ALIGN`.
     """
     threads = torch.get_num_threads()
     n = max(1, min(threads, d // MIN_COLUMNS_PER_WORKER))
-    bounds = [d * i // n for i in range(n + 1)]
     if n == 1:
         return [work(0, d)]
+    bounds = [0, *(d * i // n // ALIGN * ALIGN for i in range(1, n)), d]
     torch.set_num_threads(1)
     try:
         with ThreadPoolExecutor(max_workers=n) as pool:
             return list(pool.map(work, bounds[:-1], bounds[1:]))
     finally:
         torch.set_num_threads(threads)
+
+
+def squared_norm(vector: torch.Tensor) -> float:
+    """‖v‖² of a ``[D]`` vector, squares summed in float64 chunk by chunk on the worker
+    threads (no ``[D]`` float64 copy, unlike ``vector_norm(v, dtype=float64)``)."""
+
+    def work(lo: int, hi: int) -> float:
+        total = 0.0
+        for a in range(lo, hi, EPILOGUE_COLUMNS):
+            chunk = vector[a : min(a + EPILOGUE_COLUMNS, hi)].to(torch.float64)
+            total += float(torch.dot(chunk, chunk))
+        return total
+
+    return sum(map_ranges(vector.numel(), work))
 
 
 def dots_and_norms(updates: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,26 +125,53 @@ def dots_and_norms(updates: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tens
     return sum(p[0] for p in parts[1:]) + parts[0][0], sum(p[1] for p in parts[1:]) + parts[0][1]
 
 
-def linear_combinations(coeffs: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
-    """``[M, D]`` = coeffs ``[M, K]`` × updates ``[K, D]`` from one read of ``updates``.
+def linear_combinations(
+    coeffs: torch.Tensor,
+    updates: torch.Tensor,
+    out: Sequence[torch.Tensor] | None = None,
+    epilogue: Callable[[int, int], None] | None = None,
+) -> list[torch.Tensor]:
+    """M ``[D]`` rows, coeffs ``[M, K]`` × updates ``[K, D]``, from one read of ``updates``.
 
     Per block: M vector–matrix products (the first reads the block from memory, the others
     from cache), written straight into the output rows. Small M (the server needs 2).
+
+    Args:
+        coeffs: ``[M, K]``.
+        updates: ``[K, D]``.
+        out: M contiguous ``[D]`` tensors in the updates' dtype to write into (default:
+            new ones).
+        epilogue: Called as ``epilogue(lo, hi)`` once the output columns ``[lo, hi)`` are
+            written, on chunks of about :data:`EPILOGUE_COLUMNS` that cover ``[0, D)``
+            (disjoint, possibly from several threads at once; not on another device's
+            tensors, where it is called once with ``(0, D)``).
+
+    Returns:
+        The M output rows.
     """
     m = coeffs.shape[0]
     k, d = updates.shape
     coeffs = coeffs.to(updates.dtype)
+    rows = list(out) if out is not None else [torch.empty(d, dtype=updates.dtype) for _ in range(m)]
     if updates.device.type != "cpu":
-        return coeffs @ updates
-    out = torch.empty((m, d), dtype=updates.dtype)
+        for row, c in zip(rows, coeffs, strict=True):
+            row.copy_(c @ updates)
+        if epilogue is not None:
+            epilogue(0, d)
+        return rows
     cols = block_columns(k, updates.element_size())
+    chunk = max(cols, EPILOGUE_COLUMNS // cols * cols)
 
     def work(lo: int, hi: int) -> None:
-        for a in range(lo, hi, cols):
-            b = min(a + cols, hi)
-            block_t = updates[:, a:b].T
-            for row in range(m):
-                torch.mv(block_t, coeffs[row], out=out[row, a:b])
+        for c0 in range(lo, hi, chunk):
+            c1 = min(c0 + chunk, hi)
+            for a in range(c0, c1, cols):
+                b = min(a + cols, c1)
+                block_t = updates[:, a:b].T
+                for row, c in zip(rows, coeffs, strict=True):
+                    torch.mv(block_t, c, out=row[a:b])
+            if epilogue is not None:
+                epilogue(c0, c1)
 
     map_ranges(d, work)
-    return out
+    return rows

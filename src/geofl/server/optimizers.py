@@ -61,6 +61,14 @@ class PlainServerOptimizer:
     def step(self, global_params: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         return global_params + self.lr * delta
 
+    def step_into(
+        self, global_params: torch.Tensor, delta: torch.Tensor, out: torch.Tensor
+    ) -> None:
+        """``out ← w + η_s Δ`` without a temporary, bit for bit :meth:`step` (the same two
+        roundings: η_s Δ, then the sum). Elementwise, so it may run on column chunks."""
+        torch.mul(delta, self.lr, out=out)
+        out.add_(global_params)
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
