@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from geofl.client.data import ClientData
-from geofl.client.persample import EngineName, clip_and_sum, make_engine, trainable_views
+from geofl.client.persample import EngineName, make_engine, trainable_views
 from geofl.client.state import StateSpec
 from geofl.client.trainer import (
     LOCAL_TRAINERS,
@@ -204,8 +204,8 @@ class DpSgd(LocalSGD):
                 x = data.inputs[chunk]
                 if augment_generator is not None:
                     x = t.augment(x, augment_generator)
-                grads, batch_loss = self.engine(x, self.task.collate(data.targets, chunk))
-                clip_and_sum(grads, clip, views)
+                y = self.task.collate(data.targets, chunk)
+                _, batch_loss = self.engine.clipped_sum(x, y, clip, views)
                 loss_sum, seen = loss_sum + batch_loss, seen + len(chunk)
             noisy_norms.append(self._privatise(flat_grad, clip, q * n, generator))
             if correction is not None:

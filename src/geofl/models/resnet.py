@@ -160,7 +160,7 @@ class BasicBlock(nn.Module):
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        out += identity
+        out = out + identity  # out of place: the bk DP engine records bn2's output
         result: torch.Tensor = self.relu(out)
         return result
 
