@@ -263,10 +263,11 @@ class BookKeepingEngine:
         kh, kw = mod.kernel_size
 
         def product(c: torch.Tensor) -> torch.Tensor:  # the weight-gradient convolution
-            return torch.ops.aten.convolution_backward(
+            grads: tuple[torch.Tensor, ...] = torch.ops.aten.convolution_backward(
                 g * c[:, None, None, None], a, mod.weight, None, mod.stride, mod.padding,
                 mod.dilation, False, [0, 0], 1, [False, True, False],
-            )[1]  # fmt: skip
+            )  # fmt: skip
+            return grads[1]
 
         def layout(t: torch.Tensor) -> torch.Tensor:  # [..., C_out, kh·kw·C_in] → weight's
             return t.reshape(*t.shape[:-1], kh, kw, -1).movedim(-1, -3)
@@ -315,8 +316,8 @@ def _patches(x: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
     keeps every patch row a run of contiguous channels: many times faster than ``unfold``
     on CPU.
     """
-    (ph, pw), (sh, sw), (dh, dw) = mod.padding, mod.stride, mod.dilation  # type: ignore[misc]
-    kh, kw = mod.kernel_size
+    ph, pw = (int(v) for v in mod.padding)  # a tuple: _plain_conv refuses "same"/"valid"
+    (sh, sw), (dh, dw), (kh, kw) = mod.stride, mod.dilation, mod.kernel_size
     xp = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
     xp = xp.contiguous(memory_format=torch.channels_last)
     b, c, hp, wp = xp.shape

@@ -8,11 +8,14 @@ Two engines compute the ``[b, …]`` per-sample gradients of a physical micro-ba
   without its optimizer or accountant (optional dependency; the reference of the speed
   benchmark ``benchmarks/bench_dp_step.py``).
 
-Both feed :func:`clip_and_sum`: per-sample L2 norms over *all* trainable parameters,
-factors ``min(1, C/‖g_i‖)`` and the clipped sum ``Σ_i f_i g_i`` written into the flat
-gradient layout of a :class:`~geofl.models.base.FlatModel` — one norm and one contraction
-per parameter tensor, never a loop over samples. :func:`per_sample_grads_loop` is the slow
-one-example-at-a-time reference the tests compare both engines with.
+Both feed :func:`clip_and_sum` (their ``clipped_sum``): per-sample L2 norms over *all*
+trainable parameters, factors ``min(1, C/‖g_i‖)`` and the clipped sum ``Σ_i f_i g_i``
+written into the flat gradient layout of a :class:`~geofl.models.base.FlatModel` — one
+norm and one contraction per parameter tensor, never a loop over samples.
+:func:`per_sample_grads_loop` is the slow one-example-at-a-time reference the tests compare
+the engines with. The third engine,
+``bk`` (:class:`~geofl.client.bookkeeping.BookKeepingEngine`, the default of ``dp_sgd``),
+forms the clipped sum without materialising every per-sample gradient.
 """
 
 from __future__ import annotations
