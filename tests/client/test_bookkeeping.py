@@ -178,11 +178,11 @@ def test_every_clipped_gradient_is_within_the_bound() -> None:
 
 
 def test_the_layer_rule_by_hand() -> None:
-    # T²(d_in + d_out) < d_in·d_out: ghost; a linear layer (T = 1) is ghost unless d = 1.
+    # T·(d_in + d_out) < d_in·d_out: ghost; a linear layer (T = 1) is ghost unless d = 1.
     assert ghost_is_cheaper(1, 128, 10) and not ghost_is_cheaper(1, 128, 1)
     assert not ghost_is_cheaper(1024, 117, 32)  # small_cnn's first conv: materialised
-    assert ghost_is_cheaper(4, 288, 32)  # 16·320 = 5120 < 9216
-    assert not ghost_is_cheaper(64, 576, 128)  # 4096·704 > 73728
+    assert not ghost_is_cheaper(256, 288, 64)  # its second: 256·352 > 18432
+    assert ghost_is_cheaper(64, 576, 128)  # its third: 64·704 = 45056 < 73728
 
 
 class _Shared(nn.Module):

@@ -19,15 +19,19 @@ convolution, its unfolded patches) and output gradients ``g_i ∈ R^{T×d_out}``
   one matrix product ``gᵀ diag(c) a`` over the whole batch (BK's book-kept gradient; for a
   convolution, the weight-gradient convolution of ``c``-scaled output gradients).
 
-Rule per layer (BK's hybrid: per layer, the cheaper of ghost norm and instantiation; here
-stated in multiply-adds): the ghost norm costs ``T²(d_in + d_out)`` per sample *on top of*
-the final product ``T·d_in·d_out``; the materialised gradient costs ``T·d_in·d_out`` plus a
-``d_in·d_out`` weighted sum. So a layer is **ghost** when ``T²(d_in + d_out) < d_in·d_out``
-(few positions, wide layer: linear layers, late convolution stages) and **materialised**
-otherwise (early convolutions with many pixels). Extra memory per micro-batch of ``b``:
-``b·d_in·d_out`` for a materialised layer, ``b·T²`` (smaller, by the rule) for a ghost one,
-and a convolution's patches ``b·T·d_in`` while its layer is processed — at most what the
-per-sample gradients of the ``func`` engine take, so micro-batches bound it. On CPU the
+Rule per layer (BK's hybrid: per layer, the cheaper of ghost norm and instantiation). Both
+paths are compared by what they add to a plain step, which computes the weight gradient
+``T·d_in·d_out`` per sample with oneDNN's weight-gradient convolution. The ghost path keeps
+that kernel for its product and adds the Gram products, ``T²(d_in + d_out)``; the
+materialised path replaces it by batched GEMMs of the same ``T·d_in·d_out``, which run about
+2× slower per multiply-add on CPU (MKL against oneDNN, measured) and add a pass over
+``b·d_in·d_out`` — so it adds about ``T·d_in·d_out``. A layer is therefore **ghost** when
+``T(d_in + d_out) < d_in·d_out`` (few positions, wide layer: linear layers, late
+convolution stages) and **materialised** otherwise (early convolutions with many pixels).
+Extra memory per micro-batch of ``b``: ``b·d_in·d_out`` for a materialised layer, ``b·T²``
+(smaller, by the rule) for a ghost one, and a convolution's patches ``b·T·d_in`` while its
+layer is processed — at most what the per-sample gradients of the ``func`` engine take, so
+micro-batches bound it. On CPU the
 materialised products run as batched GEMMs (``torch.bmm``, MKL), the ghost products as
 oneDNN weight-gradient convolutions; patches are one strided channels-last copy (not
 ``F.unfold``, several times slower on CPU).
@@ -70,8 +74,8 @@ _ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.Hardtanh, nn.SiLU)
 
 
 def ghost_is_cheaper(positions: int, d_in: int, d_out: int) -> bool:
-    """The per-layer rule: ghost norm iff ``T²(d_in + d_out) < d_in·d_out``."""
-    return positions * positions * (d_in + d_out) < d_in * d_out
+    """The per-layer rule: ghost norm iff ``T·(d_in + d_out) < d_in·d_out``."""
+    return positions * (d_in + d_out) < d_in * d_out
 
 
 @dataclass
