@@ -93,7 +93,9 @@ class DpSgdParams(BaseModel):
 
     noise_multiplier: float = Field(..., gt=0.0, allow_inf_nan=False, description="σ")
     clip: float = Field(1.0, gt=0.0, allow_inf_nan=False, description="C (C_k⁰ if adaptive)")
-    micro_batch: int = Field(16, ge=1, description="physical batch of per-sample gradients")
+    micro_batch: int = Field(
+        16, ge=1, description="physical batch of one pass (bounds memory; bk: B is fastest)"
+    )
     noise_on: Literal["sum", "mean"] = Field("sum", description="where σC noise is added")
     adaptive_clip: AdaptiveClipParams | None = Field(None, description="Eq. 15; None: fixed C")
     engine: EngineName = Field(
