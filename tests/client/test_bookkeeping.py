@@ -230,3 +230,17 @@ def test_frozen_parameters_are_skipped() -> None:
     out, _, _ = _bk(model, x, y, 0.5, None)
     _close(out, ref, 1e-6)
     assert "head.bias" not in out and "features.1.weight" not in out
+
+
+def test_group_norm_without_saved_statistics_recomputes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback of GroupNorm's weight rule (x̂ recomputed) gives the same clipped sum."""
+    from geofl.client import bookkeeping
+
+    name, params, shape = CASES["small_cnn"]
+    model = _model(name, params, shape[0])
+    x, y = _batch(6, shape)
+    x = x + 1e3
+    ref, _ = _reference(model, x, y, 0.5)
+    monkeypatch.setattr(bookkeeping, "_saved_stats", lambda out: None)
+    out, _, _ = _bk(model, x, y, 0.5, None)
+    _close(out, ref, 1e-5 * 0.5 * 6)

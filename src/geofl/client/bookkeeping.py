@@ -42,13 +42,14 @@ per-example loop up to float rounding (tests: to 1e-6 on the small CNN and the M
 differs from the ``func`` engine's in the last bits only.
 
 Biases and the affine parameters of GroupNorm/LayerNorm have cheap per-sample gradients
-(``Σ_t g`` and ``Σ_t g ⊙ x̂`` with ``x̂`` the normalised input, recomputed from ``a``); they
-are always materialised. Layers covered: ``nn.Linear``, ``nn.Conv2d`` (zero padding, one
-group), ``nn.GroupNorm``, ``nn.LayerNorm``. Any other module that owns a trainable
-parameter, a layer called twice in one forward pass (shared weights) or an output modified
-in place is refused with an error that names the layer; ``engine: func`` handles them.
-The engine turns off ``inplace`` on ReLU-type activations of the model it is given (their
-in-place write would overwrite a recorded layer output).
+(``Σ_t g`` and ``Σ_t g ⊙ x̂`` with ``x̂`` the normalised input, from ``a`` and the statistics
+GroupNorm saved, or recomputed for LayerNorm); they are always materialised. Layers
+covered: ``nn.Linear``, ``nn.Conv2d`` (zero padding, one group), ``nn.GroupNorm``,
+``nn.LayerNorm``. Any other module that owns a trainable parameter, a layer called twice in
+one forward pass (shared weights) or an output modified in place is refused with an error
+that names the layer; ``engine: func`` handles them. The engine turns off ``inplace`` on
+ReLU-type activations of the model it is given (their in-place write would overwrite a
+recorded layer output).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class _Record:
     a: torch.Tensor
     out: torch.Tensor
     versions: tuple[int, int]
+    stats: tuple[torch.Tensor, torch.Tensor] | None = None  # GroupNorm's saved (μ, rstd)
 
 
 @dataclass
@@ -222,7 +224,9 @@ class BookKeepingEngine:
                     "use engine: func",
                 )
             a = args[0]
-            records.append(_Record(self.layers[mod], mod, a, output, (a._version, output._version)))
+            versions = (a._version, output._version)
+            stats = _saved_stats(output) if isinstance(mod, nn.GroupNorm) else None
+            records.append(_Record(self.layers[mod], mod, a, output, versions, stats))
 
         handles = [mod.register_forward_hook(hook) for mod in self.layers]
         try:
@@ -255,7 +259,7 @@ class BookKeepingEngine:
         elif isinstance(mod, nn.Linear):
             self._linear(lg, r.name, mod, a, g)
         else:
-            _norm_affine(lg, r.name, mod, a, g)
+            _norm_affine(lg, r, a, g)
 
     def _ghost(self, positions: int, d_in: int, d_out: int) -> bool:
         if self.force is not None:
@@ -347,18 +351,49 @@ def _patches(x: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
     return view.reshape(b, ho * wo, kh * kw * c)
 
 
-def _norm_affine(
-    lg: _LayerGrads, name: str, mod: nn.Module, a: torch.Tensor, g: torch.Tensor
-) -> None:
+def _norm_affine(lg: _LayerGrads, r: _Record, a: torch.Tensor, g: torch.Tensor) -> None:
     """GroupNorm / LayerNorm: per-sample ``Σ g ⊙ x̂`` (weight) and ``Σ g`` (bias)."""
+    mod = r.module
+    weight, bias = getattr(mod, "weight", None), getattr(mod, "bias", None)
     if isinstance(mod, nn.GroupNorm):
-        xhat = F.group_norm(a, mod.num_groups, None, None, mod.eps)
         reduce: tuple[int, ...] = tuple(range(2, a.ndim))
+        if weight is not None and weight.requires_grad:
+            lg.add(f"{r.name}.weight", _group_norm_weight_grads(mod, a, g, r.stats, reduce))
     else:
         assert isinstance(mod, nn.LayerNorm)  # the covered types
-        xhat = F.layer_norm(a, mod.normalized_shape, None, None, mod.eps)
         reduce = tuple(range(1, a.ndim - len(mod.normalized_shape)))
-    for pname, value in (("weight", g * xhat), ("bias", g)):
-        p = getattr(mod, pname)
-        if p is not None and p.requires_grad:
-            lg.add(f"{name}.{pname}", value.sum(reduce) if reduce else value)
+        xhat = F.layer_norm(a, mod.normalized_shape, None, None, mod.eps)
+        if weight is not None and weight.requires_grad:
+            lg.add(f"{r.name}.weight", (g * xhat).sum(reduce) if reduce else g * xhat)
+    if bias is not None and bias.requires_grad:
+        lg.add(f"{r.name}.bias", g.sum(reduce) if reduce else g)
+
+
+def _saved_stats(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """GroupNorm's ``(μ, rstd)`` (``[b, groups]``) from its output's autograd node, or None."""
+    node = out.grad_fn
+    mean, rstd = getattr(node, "_saved_result1", None), getattr(node, "_saved_result2", None)
+    if isinstance(mean, torch.Tensor) and isinstance(rstd, torch.Tensor):
+        return mean, rstd
+    return None
+
+
+def _group_norm_weight_grads(
+    mod: nn.GroupNorm,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    stats: tuple[torch.Tensor, torch.Tensor] | None,
+    reduce: tuple[int, ...],
+) -> torch.Tensor:
+    """``[b, C]`` per-sample ``Σ_t g ⊙ x̂`` with ``x̂ = (a − μ)·rstd``.
+
+    μ and rstd are the statistics GroupNorm saved for its backward pass (no second pass over
+    ``a`` for them); ``a − μ`` is formed before the product, so a large common offset does
+    not cancel digits. Without them (another autograd layout), ``x̂`` is recomputed.
+    """
+    if stats is None:
+        return (g * F.group_norm(a, mod.num_groups, None, None, mod.eps)).sum(reduce)
+    b, c = a.shape[:2]
+    mu, rs = (t.reshape(b, -1).repeat_interleave(c // mod.num_groups, dim=1) for t in stats)
+    centred = a - mu.reshape(b, c, *([1] * (a.ndim - 2)))
+    return centred.mul_(g).sum(reduce) * rs
