@@ -3,18 +3,23 @@ per-round cost of record-level privacy accounting for 100 clients.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_dp_step.py [--quick] [--threads 1]
+    .venv/bin/python benchmarks/bench_dp_step.py [--quick] [--threads 1] [--only steps|models]
 
 What is measured and why (issue: paper 001, DP-SGD):
 
 * one local step on the small CNN (``small_cnn`` defaults, 13 bands, 32×32, ≈98k
   parameters), batch B = 64: geofl's plain ``local_sgd`` step; geofl's ``dp_sgd`` step
-  (Poisson batch with q = 64/640, per-sample gradients, clipping, noise) with the
-  ``func`` engine (torch.func) and with the ``opacus`` engine (Opacus's grad-sample hooks)
-  at micro-batches 16/32/64; and, as the reference ratio, **Opacus's own engine** —
+  (Poisson batch with q = 64/640, per-sample clipping, noise) with the ``bk`` engine
+  (book-keeping: one forward, one backward, ghost norms; the default), the ``func`` engine
+  (torch.func) and the ``opacus`` engine (Opacus's grad-sample hooks) at micro-batches
+  16/32/64; and, as the reference ratio, **Opacus's own engine** —
   ``GradSampleModule`` + ``DPOptimizer`` (clip, noise, step) on the same model and batch.
   Target: geofl's DP step ÷ plain step ≤ 1.5×. Each trainer runs 5 steps per call; the
   settings are interleaved call by call so that ratios see the same machine load.
+* the same ratios on every model family dp_sgd takes: ``small_cnn``, ``mlp`` (32 tabular
+  features, hidden 256/128) and ``resnet18_spdp_small`` (13 bands, 16×16 px as the
+  paper-001 presets; dropout 0.3, spectral attention): plain step, ``func`` and ``bk`` at
+  micro-batch 16 (the presets') and 64 (= B).
 * the accountant: each of 100 clients records one round of DP-SGD (a
   ``SelfComposed(PoissonSampled(q, Gaussian(σ)), 50)`` event) on top of 20 earlier rounds
   and reports ε(δ = 1e-5) — RDP with the per-(q, σ) curve cache warm (clients share few
@@ -105,7 +110,7 @@ def bench_steps(repeats: int) -> list[list[Any]]:
     plain = LocalSGD(FlatModel(_model()), train, task)
     w0 = plain.workspace.snapshot()
     fns = {"plain local_sgd": _trainer_fn(plain, data, w0)}
-    for engine in ("func", "opacus"):
+    for engine in ("bk", "func", "opacus"):
         for micro in (16, 32, 64):
             params = DpSgdParams(noise_multiplier=1.0, clip=1.0, micro_batch=micro, engine=engine)
             tr = DpSgd(FlatModel(_model()), train, task, params)
@@ -114,6 +119,47 @@ def bench_steps(repeats: int) -> list[list[Any]]:
     t = interleaved_medians(fns, repeats=repeats, warmup=1)
     base = t["plain local_sgd"]
     return [[name, 1e3 * s / STEPS, s / base] for name, s in t.items()]
+
+
+#: Model family → (params, input shape of one example) for the per-model table.
+MODEL_CASES: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
+    "small_cnn": ({}, (BANDS, SIZE, SIZE)),
+    "mlp": ({}, (32,)),
+    "resnet18_spdp_small": ({}, (BANDS, 16, 16)),
+}
+
+
+def _build(name: str, params: dict[str, Any], in_channels: int) -> nn.Module:
+    return MODELS.build(
+        name, params, in_channels=in_channels, num_classes=CLASSES, generator=torch_generator(0)
+    )
+
+
+def bench_models(repeats: int) -> list[list[Any]]:
+    """Plain, func and bk steps on each model family, interleaved per model."""
+    task = ClassificationTask(CLASSES)
+    train = LocalTrainParams(
+        lr=0.01, momentum=0.0, weight_decay=0.0, batch_size=B, local_steps=STEPS
+    )
+    rows: list[list[Any]] = []
+    for name, (params, shape) in MODEL_CASES.items():
+        g = torch_generator(1, "bench", name)
+        y = torch.randint(0, CLASSES, (N,), generator=g)
+        data = ClientData(
+            0, torch.randn(N, *shape, generator=g), y, torch.bincount(y, minlength=CLASSES).numpy()
+        )
+
+        plain = LocalSGD(FlatModel(_build(name, params, shape[0])), train, task)
+        w0 = plain.workspace.snapshot()
+        fns = {"plain": _trainer_fn(plain, data, w0)}
+        for engine in ("func", "bk"):
+            for micro in (16, 64):
+                dp = DpSgdParams(noise_multiplier=1.0, clip=1.0, micro_batch=micro, engine=engine)
+                tr = DpSgd(FlatModel(_build(name, params, shape[0])), train, task, dp)
+                fns[f"{engine} micro {micro}"] = _trainer_fn(tr, data, w0)
+        t = interleaved_medians(fns, repeats=repeats, warmup=1)
+        rows += [[name, k, 1e3 * v / STEPS, v / t["plain"]] for k, v in t.items()]
+    return rows
 
 
 def bench_accountant(rounds: int = 20, clients: int = 100) -> list[list[Any]]:
@@ -148,17 +194,25 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats (smoke test)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--only", choices=["steps", "models"], help="run one part (and accounting)")
     args = p.parse_args()
     set_threads(args.threads)
     load_all()
     t_start = time.perf_counter()
     header("bench_dp_step", args)
-    rows = bench_steps(repeats=2 if args.quick else 7)
-    print_table(
-        ["setting", "ms / step", "÷ plain step"],
-        rows,
-        title=f"One local step, small_cnn, B = {B} (median of interleaved calls)",
-    )
+    repeats = 2 if args.quick else 7
+    if args.only != "models":
+        print_table(
+            ["setting", "ms / step", "÷ plain step"],
+            bench_steps(repeats),
+            title=f"One local step, small_cnn, B = {B} (median of interleaved calls)",
+        )
+    if args.only != "steps":
+        print_table(
+            ["model", "setting", "ms / step", "÷ plain step"],
+            bench_models(repeats),
+            title=f"One local step per model family, B = {B} (interleaved within each model)",
+        )
     print_table(
         ["accountant, 100 clients", "ms / round", "max ε"],
         bench_accountant(),

@@ -44,7 +44,7 @@ def _loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(out, y)
 
 
-@pytest.mark.parametrize("engine", ["func", "opacus"])
+@pytest.mark.parametrize("engine", ["func", "opacus", "bk"])
 def test_per_sample_gradients_equal_a_per_example_loop(engine: str) -> None:
     model = _model()
     FlatModel(model)
@@ -59,7 +59,7 @@ def test_per_sample_gradients_equal_a_per_example_loop(engine: str) -> None:
     assert loss_sum == pytest.approx(float(per.sum().detach()), rel=1e-5)
 
 
-@pytest.mark.parametrize("engine", ["func", "opacus"])
+@pytest.mark.parametrize("engine", ["func", "opacus", "bk"])
 def test_per_sample_gradients_under_a_large_common_offset(engine: str) -> None:
     """Inputs offset by 1e3: float32 GroupNorm loses digits in any path, so both engines are
     compared with a float64 per-example loop (the truth), to 1e-5 of the gradient scale."""
@@ -109,9 +109,10 @@ def _trainer(params: DpSgdParams, *, batch: int = 16, steps: int | None = 3) -> 
     return DpSgd(FlatModel(_model()), train, ClassificationTask(4), params)
 
 
-def test_one_step_equals_the_hand_assembled_dp_sgd_update() -> None:
+@pytest.mark.parametrize("engine", ["func", "bk"])
+def test_one_step_equals_the_hand_assembled_dp_sgd_update(engine: str) -> None:
     """w₁ = w₀ − η (Σ_i ḡ_i + σC·ξ)/(qn) with the batch and ξ drawn from the same stream."""
-    params = DpSgdParams(noise_multiplier=0.7, clip=0.5)
+    params = DpSgdParams(noise_multiplier=0.7, clip=0.5, engine=engine)  # type: ignore[arg-type]
     tr = _trainer(params, steps=1)
     data = _client(48)
     w0 = tr.workspace.snapshot()

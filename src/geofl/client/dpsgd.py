@@ -1,8 +1,10 @@
 """DP-SGD local training with adaptive clipping (001 §4.3, Eq. 14–18 and Eq. 15).
 
 Each local step draws a Poisson batch (every local example independently with probability
-q_k = B/|D_k|), computes per-sample gradients in micro-batches
-(:mod:`geofl.client.persample`), clips each to L2 norm C (Eq. 14), sums them, adds
+q_k = B/|D_k|), clips each example's gradient to L2 norm C (Eq. 14) in micro-batches and
+sums them — by default with the book-keeping engine (:mod:`geofl.client.bookkeeping`: one
+forward and one backward pass, no per-sample backward), or from per-sample gradients
+(:mod:`geofl.client.persample`, ``engine: func`` or ``opacus``) — adds
 Gaussian noise and divides by the *expected* batch size q_k·|D_k| (Eq. 16–17), then takes
 the optimiser step (Eq. 18) — after the algorithm's gradient correction, so FedProx, FedDyn,
 SCAFFOLD and FedNova run "+ DP" with their server side unchanged (001 §6.1.3). A round of
@@ -42,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from geofl.client.data import ClientData
-from geofl.client.persample import EngineName, clip_and_sum, make_engine, trainable_views
+from geofl.client.persample import EngineName, make_engine, trainable_views
 from geofl.client.state import StateSpec
 from geofl.client.trainer import (
     LOCAL_TRAINERS,
@@ -91,10 +93,14 @@ class DpSgdParams(BaseModel):
 
     noise_multiplier: float = Field(..., gt=0.0, allow_inf_nan=False, description="σ")
     clip: float = Field(1.0, gt=0.0, allow_inf_nan=False, description="C (C_k⁰ if adaptive)")
-    micro_batch: int = Field(16, ge=1, description="physical batch of per-sample gradients")
+    micro_batch: int = Field(
+        16, ge=1, description="physical batch of one pass (bounds memory; bk: B is fastest)"
+    )
     noise_on: Literal["sum", "mean"] = Field("sum", description="where σC noise is added")
     adaptive_clip: AdaptiveClipParams | None = Field(None, description="Eq. 15; None: fixed C")
-    engine: EngineName = Field("func", description="per-sample gradients: func or opacus")
+    engine: EngineName = Field(
+        "bk", description="per-sample clipping: bk (book-keeping), func (torch.func) or opacus"
+    )
     sampling_probability: float | None = Field(
         None,
         gt=0.0,
@@ -204,8 +210,8 @@ class DpSgd(LocalSGD):
                 x = data.inputs[chunk]
                 if augment_generator is not None:
                     x = t.augment(x, augment_generator)
-                grads, batch_loss = self.engine(x, self.task.collate(data.targets, chunk))
-                clip_and_sum(grads, clip, views)
+                y = self.task.collate(data.targets, chunk)
+                _, batch_loss = self.engine.clipped_sum(x, y, clip, views)
                 loss_sum, seen = loss_sum + batch_loss, seen + len(chunk)
             noisy_norms.append(self._privatise(flat_grad, clip, q * n, generator))
             if correction is not None:

@@ -8,11 +8,14 @@ Two engines compute the ``[b, …]`` per-sample gradients of a physical micro-ba
   without its optimizer or accountant (optional dependency; the reference of the speed
   benchmark ``benchmarks/bench_dp_step.py``).
 
-Both feed :func:`clip_and_sum`: per-sample L2 norms over *all* trainable parameters,
-factors ``min(1, C/‖g_i‖)`` and the clipped sum ``Σ_i f_i g_i`` written into the flat
-gradient layout of a :class:`~geofl.models.base.FlatModel` — one norm and one contraction
-per parameter tensor, never a loop over samples. :func:`per_sample_grads_loop` is the slow
-one-example-at-a-time reference the tests compare both engines with.
+Both feed :func:`clip_and_sum` (their ``clipped_sum``): per-sample L2 norms over *all*
+trainable parameters, factors ``min(1, C/‖g_i‖)`` and the clipped sum ``Σ_i f_i g_i``
+written into the flat gradient layout of a :class:`~geofl.models.base.FlatModel` — one
+norm and one contraction per parameter tensor, never a loop over samples.
+:func:`per_sample_grads_loop` is the slow one-example-at-a-time reference the tests compare
+the engines with. The third engine,
+``bk`` (:class:`~geofl.client.bookkeeping.BookKeepingEngine`, the default of ``dp_sgd``),
+forms the clipped sum without materialising every per-sample gradient.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import nn
 
+from geofl.client.bookkeeping import BookKeepingEngine
 from geofl.models.base import FlatModel
 
 __all__ = [
@@ -35,7 +39,7 @@ __all__ = [
 
 #: ``loss(output, targets)`` → mean loss of a batch (a task's :meth:`Task.loss`).
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
-EngineName = Literal["func", "opacus"]
+EngineName = Literal["func", "opacus", "bk"]
 
 #: Norms below this are treated as zero when forming ``C/‖g‖`` (no division by zero).
 _TINY = 1e-12
@@ -48,8 +52,30 @@ class PerSampleEngine(Protocol):
         """``({name: [b, *shape]}, summed loss of the b samples)`` at the current weights."""
         ...
 
+    def clipped_sum(
+        self, x: torch.Tensor, y: Any, clip: float, out: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, float]:
+        """Add the clipped sum into ``out``: ``([b] norms before clipping, summed loss)``."""
+        ...
 
-class _FuncEngine:
+
+class _Materialising:
+    """``clipped_sum`` from materialised per-sample gradients (:func:`clip_and_sum`)."""
+
+    def __call__(self, x: torch.Tensor, y: Any) -> tuple[dict[str, torch.Tensor], float]:
+        raise NotImplementedError
+
+    def clipped_sum(
+        self, x: torch.Tensor, y: Any, clip: float, out: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, float]:
+        """:func:`clip_and_sum` of ``self(x, y)``; an empty batch adds nothing."""
+        if x.shape[0] == 0:
+            return torch.zeros(0), 0.0
+        grads, loss = self(x, y)
+        return clip_and_sum(grads, clip, out), loss
+
+
+class _FuncEngine(_Materialising):
     """:func:`torch.func.vmap` of :func:`torch.func.grad` over the samples."""
 
     def __init__(self, model: nn.Module, loss: LossFn) -> None:
@@ -79,7 +105,7 @@ class _FuncEngine:
         return dict(grads), float(losses.sum())
 
 
-class _OpacusEngine:
+class _OpacusEngine(_Materialising):
     """Opacus's per-layer grad-sample hooks (its optimizer and accountant are not used)."""
 
     def __init__(self, model: nn.Module, loss: LossFn) -> None:
@@ -121,6 +147,8 @@ def make_engine(name: EngineName, model: nn.Module, loss: LossFn) -> PerSampleEn
     """The per-sample gradient engine ``name`` over ``model`` and a task's ``loss``."""
     if name == "opacus":
         return _OpacusEngine(model, loss)
+    if name == "bk":
+        return BookKeepingEngine(model, loss)
     return _FuncEngine(model, loss)
 
 

@@ -1,0 +1,399 @@
+"""Book-keeping per-sample clipping: one forward, one backward (001 Eq. 14, 16).
+
+The ``bk`` engine of DP-SGD computes the clipped sum ``Σ_i min(1, C/‖g_i‖) g_i`` without a
+per-sample backward pass (Bu et al. 2023, "Differentially private optimization on large
+model at small cost", BK): one ordinary forward pass records each layer's input ``a``, one
+backward pass of the summed loss gives each layer's output gradient ``g`` (only those: the
+weight gradients of that pass are never formed), and every parameter gradient is a known
+contraction of the two. Per layer with ``T`` positions per sample (pixels of a convolution's
+output, tokens, or 1 for a linear layer on ``[b, d_in]``), inputs ``a_i ∈ R^{T×d_in}`` (for a
+convolution, its unfolded patches) and output gradients ``g_i ∈ R^{T×d_out}``:
+
+* the per-sample weight gradient is ``G_i = g_iᵀ a_i`` (``[d_out, d_in]``), so
+* its squared norm is either read off the materialised ``G_i`` (``b·T·d_in·d_out``
+  multiply-adds, memory ``b·d_in·d_out``) or, by the **ghost norm** (Goodfellow 2015;
+  Li et al. 2022; Lee & Kifer 2021), ``‖G_i‖² = Σ_{t,t'} (a_t·a_t')(g_t·g_t')`` from two
+  ``T×T`` Gram matrices (``b·T²·(d_in + d_out)``, memory ``b·T²``), which for ``T = 1`` is
+  ``‖a_i‖²‖g_i‖²``;
+* the clipped sum is ``Σ_i c_i G_i`` — of the materialised ``G_i``, or for a ghost layer
+  one matrix product ``gᵀ diag(c) a`` over the whole batch (BK's book-kept gradient; for a
+  convolution, the weight-gradient convolution of ``c``-scaled output gradients).
+
+Rule per layer (BK's hybrid: per layer, the cheaper of ghost norm and instantiation). Both
+paths are compared by what they add to a plain step, which computes the weight gradient
+``T·d_in·d_out`` per sample with oneDNN's weight-gradient convolution. The ghost path keeps
+that kernel for its product and adds the Gram products, ``T²(d_in + d_out)``; the
+materialised path replaces it by batched GEMMs of the same ``T·d_in·d_out``, which run about
+2× slower per multiply-add on CPU (MKL against oneDNN, measured) and add a pass over
+``b·d_in·d_out`` — so it adds about ``T·d_in·d_out``. A layer is therefore **ghost** when
+``T(d_in + d_out) < d_in·d_out`` (few positions, wide layer: linear layers, late
+convolution stages) and **materialised** otherwise (early convolutions with many pixels).
+Extra memory per micro-batch of ``b``: ``b·d_in·d_out`` for a materialised layer, ``b·T²``
+(smaller, by the rule) for a ghost one, and a convolution's patches ``b·T·d_in`` while its
+layer is processed — at most what the per-sample gradients of the ``func`` engine take, so
+micro-batches bound it. On CPU the
+materialised products run as batched GEMMs (``torch.bmm``, MKL), the ghost products as
+oneDNN weight-gradient convolutions; patches are one strided channels-last copy (not
+``F.unfold``, several times slower on CPU).
+
+The summed loss is the task's mean loss times ``b`` (as for the ``opacus`` engine), so the
+task loss must be a mean over samples — every geofl task's is. The result equals the
+per-example loop up to float rounding (tests: to 1e-6 on the small CNN and the MLP); it
+differs from the ``func`` engine's in the last bits only.
+
+Biases and the affine parameters of GroupNorm/LayerNorm have cheap per-sample gradients
+(``Σ_t g`` and ``Σ_t g ⊙ x̂`` with ``x̂`` the normalised input, from ``a`` and the statistics
+GroupNorm saved, or recomputed for LayerNorm); they are always materialised. Layers
+covered: ``nn.Linear``, ``nn.Conv2d`` (zero padding, one group), ``nn.GroupNorm``,
+``nn.LayerNorm``. Any other module that owns a trainable parameter, a layer called twice in
+one forward pass (shared weights) or an output modified in place is refused with an error
+that names the layer; ``engine: func`` handles them. The engine turns off ``inplace`` on
+ReLU-type activations of the model it is given (their in-place write would overwrite a
+recorded layer output).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from geofl.errors import ConfigError
+
+__all__ = ["BookKeepingEngine", "ghost_is_cheaper"]
+
+LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
+
+#: Norms below this are treated as zero when forming ``C/‖g‖`` (as ``clip_and_sum``).
+_TINY = 1e-12
+_SUPPORTED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm)
+_ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.Hardtanh, nn.SiLU)
+
+
+def ghost_is_cheaper(positions: int, d_in: int, d_out: int) -> bool:
+    """The per-layer rule: ghost norm iff ``T·(d_in + d_out) < d_in·d_out``."""
+    return positions * (d_in + d_out) < d_in * d_out
+
+
+@dataclass
+class _Record:
+    """One call of a covered layer: its name, module, input, output and their versions."""
+
+    name: str
+    module: nn.Module
+    a: torch.Tensor
+    out: torch.Tensor
+    versions: tuple[int, int]
+    stats: tuple[torch.Tensor, torch.Tensor] | None = None  # GroupNorm's saved (μ, rstd)
+
+
+@dataclass
+class _ParamGrads:
+    """One parameter's per-sample gradients: materialised (``per``, ``[b, …]`` in a layout
+    that ``layout`` maps to the parameter's shape) or ghost (``product(c) = Σ_i c_i G_i``)."""
+
+    per: torch.Tensor | None = None
+    layout: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+    product: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def clipped_sum(self, c: torch.Tensor) -> torch.Tensor:
+        """``Σ_i c_i G_i`` in the parameter's shape."""
+        if self.per is not None:
+            return self.layout(torch.tensordot(c, self.per, dims=1))
+        assert self.product is not None  # one of the two is always set
+        return self.product(c)
+
+
+@dataclass
+class _LayerGrads:
+    """Per-sample gradients of the covered layers of one micro-batch.
+
+    ``sq`` holds ``[b]`` float32 squared norms (one per parameter, or per ghost weight),
+    summed in float64 at the end; ``params`` the record of every trainable parameter.
+    """
+
+    sq: list[torch.Tensor] = field(default_factory=list)
+    params: dict[str, _ParamGrads] = field(default_factory=dict)
+
+    def add(self, name: str, per: torch.Tensor, **kw: Any) -> None:
+        """Record a materialised ``[b, …]`` gradient and its squared norms."""
+        self.sq.append(torch.linalg.vector_norm(per.flatten(1), dim=1).square())
+        self.params[name] = _ParamGrads(per, **kw)
+
+    def norms(self, b: int) -> torch.Tensor:
+        """``[b]`` float64 per-sample norms over every parameter."""
+        if not self.sq:
+            return torch.zeros(b, dtype=torch.float64)
+        return torch.stack(self.sq).double().sum(0).sqrt()
+
+
+class BookKeepingEngine:
+    """Clipped per-sample gradient sums from one forward and one backward pass (BK).
+
+    Args:
+        model: The network; every module owning a trainable parameter must be covered.
+        loss: ``loss(output, targets)`` → mean loss of a batch (a task's loss).
+        force: ``"ghost"`` or ``"materialise"`` for every layer (tests); None: the rule.
+
+    Raises:
+        ConfigError: ``trainer.engine`` — a layer with no book-keeping rule.
+    """
+
+    def __init__(self, model: nn.Module, loss: LossFn, force: str | None = None) -> None:
+        self.model, self.loss, self.force = model, loss, force
+        self.layers: dict[nn.Module, str] = {}
+        for name, mod in model.named_modules():
+            if not any(p.requires_grad for p in mod.parameters(recurse=False)):
+                continue
+            if type(mod) not in _SUPPORTED or not _plain_conv(mod):
+                raise ConfigError(
+                    "trainer.engine",
+                    f"layer {name!r} ({type(mod).__name__}) has no book-keeping rule "
+                    "(bk covers Linear, Conv2d with zero padding and one group, GroupNorm, "
+                    "LayerNorm); use engine: func",
+                )
+            self.layers[mod] = name
+        for mod in model.modules():  # an in-place activation would overwrite a recorded output
+            if isinstance(mod, _ACTIVATIONS) and getattr(mod, "inplace", False):
+                mod.inplace = False
+        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
+
+    def clipped_sum(
+        self, x: torch.Tensor, y: Any, clip: float, out: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, float]:
+        """Add ``Σ_i min(1, C/‖g_i‖) g_i`` into ``out`` (001 Eq. 14, 16's sum).
+
+        Args:
+            x: ``[b, …]`` inputs of one micro-batch.
+            y: Their targets.
+            clip: C > 0.
+            out: ``{name: [*shape]}`` accumulators (views of the flat gradient), added to.
+
+        Returns:
+            ``([b] per-sample norms before clipping, summed loss of the b samples)``.
+        """
+        b = x.shape[0]
+        if b == 0:
+            return torch.zeros(0), 0.0
+        lg, total = self._layer_grads(x, y)
+        with torch.no_grad():
+            norms = lg.norms(b)
+            factors = (clip / norms.clamp_min(_TINY)).clamp(max=1.0).to(torch.float32)
+            for name, pg in lg.params.items():
+                out[name].add_(pg.clipped_sum(factors))
+        return norms.to(torch.float32), total
+
+    def __call__(self, x: torch.Tensor, y: Any) -> tuple[dict[str, torch.Tensor], float]:
+        """``({name: [b, *shape]}, summed loss)``: every per-sample gradient materialised."""
+        saved, self.force = self.force, "materialise"
+        try:
+            lg, total = self._layer_grads(x, y)
+        finally:
+            self.force = saved
+        named = dict(self.model.named_parameters())
+        grads = {n: torch.zeros((x.shape[0], *named[n].shape)) for n in self.names}
+        for name, pg in lg.params.items():  # a layer not reached keeps zero gradients
+            assert pg.per is not None  # materialised by force
+            grads[name] = pg.layout(pg.per)
+        return grads, total
+
+    def _layer_grads(self, x: torch.Tensor, y: Any) -> tuple[_LayerGrads, float]:
+        records, total = self._forward_backward(x, y)
+        lg = _LayerGrads()
+        with torch.no_grad():
+            for r, g in records:
+                if g is not None:
+                    self._rule(lg, r, g)
+        return lg, total
+
+    def _forward_backward(
+        self, x: torch.Tensor, y: Any
+    ) -> tuple[list[tuple[_Record, torch.Tensor | None]], float]:
+        """One forward pass recording the covered layers, one backward pass to their outputs."""
+        records: list[_Record] = []
+
+        def hook(mod: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+            if not args or not isinstance(output, torch.Tensor):
+                raise ConfigError(
+                    "trainer.engine",
+                    f"layer {self.layers[mod]!r} is not called on one positional tensor; "
+                    "use engine: func",
+                )
+            a = args[0]
+            versions = (a._version, output._version)
+            stats = _saved_stats(output) if isinstance(mod, nn.GroupNorm) else None
+            records.append(_Record(self.layers[mod], mod, a, output, versions, stats))
+
+        handles = [mod.register_forward_hook(hook) for mod in self.layers]
+        try:
+            total = self.loss(self.model(x), y) * x.shape[0]
+        finally:
+            for h in handles:
+                h.remove()
+        seen: set[str] = set()
+        for r in records:
+            if r.name in seen:
+                raise ConfigError(
+                    "trainer.engine",
+                    f"layer {r.name!r} is called twice in one forward pass (shared weights); "
+                    "use engine: func",
+                )
+            seen.add(r.name)
+            if (r.a._version, r.out._version) != r.versions:
+                raise ConfigError(
+                    "trainer.engine",
+                    f"the input or output of layer {r.name!r} is modified in place; "
+                    "make that operation out-of-place or use engine: func",
+                )
+        grads = torch.autograd.grad(total, [r.out for r in records], allow_unused=True)
+        return list(zip(records, grads, strict=True)), float(total.detach())
+
+    def _rule(self, lg: _LayerGrads, r: _Record, g: torch.Tensor) -> None:
+        mod, a = r.module, r.a.detach()
+        if isinstance(mod, nn.Conv2d):
+            self._conv(lg, r.name, mod, a, g)
+        elif isinstance(mod, nn.Linear):
+            self._linear(lg, r.name, mod, a, g)
+        else:
+            _norm_affine(lg, r, a, g)
+
+    def _ghost(self, positions: int, d_in: int, d_out: int) -> bool:
+        if self.force is not None:
+            return self.force == "ghost"
+        return ghost_is_cheaper(positions, d_in, d_out)
+
+    def _linear(
+        self, lg: _LayerGrads, name: str, mod: nn.Linear, a: torch.Tensor, g: torch.Tensor
+    ) -> None:
+        """``a``: ``[b, …, d_in]``, ``g``: ``[b, …, d_out]`` (the middle axes are positions)."""
+        b = a.shape[0]
+        a3, g3 = a.reshape(b, -1, a.shape[-1]), g.reshape(b, -1, g.shape[-1])
+
+        def product(c: torch.Tensor) -> torch.Tensor:  # Σ_i c_i g_iᵀ a_i: [d_out, d_in]
+            gs = (g3 * c[:, None, None]).reshape(-1, g3.shape[-1])
+            return gs.T @ a3.reshape(-1, a3.shape[-1])
+
+        self._weight_and_bias(lg, name, mod, a3, g3, product, lambda t: t)
+
+    def _conv(
+        self, lg: _LayerGrads, name: str, mod: nn.Conv2d, a: torch.Tensor, g: torch.Tensor
+    ) -> None:
+        """Patches ``[b, T, kh·kw·C_in]`` (channels last) against ``g`` as ``[b, T, C_out]``."""
+        b, c_out = g.shape[:2]
+        kh, kw = mod.kernel_size
+
+        def product(c: torch.Tensor) -> torch.Tensor:  # the weight-gradient convolution
+            grads: tuple[torch.Tensor, ...] = torch.ops.aten.convolution_backward(
+                g * c[:, None, None, None], a, mod.weight, None, mod.stride, mod.padding,
+                mod.dilation, False, [0, 0], 1, [False, True, False],
+            )  # fmt: skip
+            return grads[1]
+
+        def layout(t: torch.Tensor) -> torch.Tensor:  # [..., C_out, kh·kw·C_in] → weight's
+            return t.reshape(*t.shape[:-1], kh, kw, -1).movedim(-1, -3)
+
+        g3 = g.permute(0, 2, 3, 1).reshape(b, -1, c_out)
+        self._weight_and_bias(lg, name, mod, _patches(a, mod), g3, product, layout)
+
+    def _weight_and_bias(
+        self,
+        lg: _LayerGrads,
+        name: str,
+        mod: nn.Linear | nn.Conv2d,
+        a: torch.Tensor,
+        g: torch.Tensor,
+        product: Callable[[torch.Tensor], torch.Tensor],
+        layout: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        """Weight (``a``: ``[b, T, d_in]``, ``g``: ``[b, T, d_out]``) and bias of one layer."""
+        t, d_in = a.shape[1:]
+        if mod.weight.requires_grad:
+            if not self._ghost(t, d_in, g.shape[2]):
+                lg.add(f"{name}.weight", torch.bmm(g.transpose(1, 2), a), layout=layout)
+            else:
+                if t == 1:  # ‖g aᵀ‖² = ‖a‖²‖g‖²
+                    sq = a.square().sum((1, 2)) * g.square().sum((1, 2))
+                else:  # Σ_{t,t'} (a_t·a_t')(g_t·g_t')
+                    sq = (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum(
+                        (1, 2)
+                    )
+                lg.sq.append(sq)
+                lg.params[f"{name}.weight"] = _ParamGrads(product=product)
+        if mod.bias is not None and mod.bias.requires_grad:
+            lg.add(f"{name}.bias", g.sum(1))
+
+
+def _plain_conv(mod: nn.Module) -> bool:
+    if not isinstance(mod, nn.Conv2d):
+        return True
+    return mod.groups == 1 and mod.padding_mode == "zeros" and isinstance(mod.padding, tuple)
+
+
+def _patches(x: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
+    """``[b, T, kh·kw·C]`` patches of a convolution's input, channels last (one strided copy).
+
+    Equal to ``F.unfold`` up to the order of a patch's entries (kh, kw, C here), which
+    keeps every patch row a run of contiguous channels: many times faster than ``unfold``
+    on CPU.
+    """
+    ph, pw = (int(v) for v in mod.padding)  # a tuple: _plain_conv refuses "same"/"valid"
+    (sh, sw), (dh, dw), (kh, kw) = mod.stride, mod.dilation, mod.kernel_size
+    xp = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
+    xp = xp.contiguous(memory_format=torch.channels_last)
+    b, c, hp, wp = xp.shape
+    ho, wo = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
+    s_b, s_c, s_h, s_w = xp.stride()
+    view = xp.as_strided((b, ho, wo, kh, kw, c), (s_b, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
+    return view.reshape(b, ho * wo, kh * kw * c)
+
+
+def _norm_affine(lg: _LayerGrads, r: _Record, a: torch.Tensor, g: torch.Tensor) -> None:
+    """GroupNorm / LayerNorm: per-sample ``Σ g ⊙ x̂`` (weight) and ``Σ g`` (bias)."""
+    mod = r.module
+    weight, bias = getattr(mod, "weight", None), getattr(mod, "bias", None)
+    if isinstance(mod, nn.GroupNorm):
+        reduce: tuple[int, ...] = tuple(range(2, a.ndim))
+        if weight is not None and weight.requires_grad:
+            lg.add(f"{r.name}.weight", _group_norm_weight_grads(mod, a, g, r.stats, reduce))
+    else:
+        assert isinstance(mod, nn.LayerNorm)  # the covered types
+        reduce = tuple(range(1, a.ndim - len(mod.normalized_shape)))
+        xhat = F.layer_norm(a, mod.normalized_shape, None, None, mod.eps)
+        if weight is not None and weight.requires_grad:
+            lg.add(f"{r.name}.weight", (g * xhat).sum(reduce) if reduce else g * xhat)
+    if bias is not None and bias.requires_grad:
+        lg.add(f"{r.name}.bias", g.sum(reduce) if reduce else g)
+
+
+def _saved_stats(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """GroupNorm's ``(μ, rstd)`` (``[b, groups]``) from its output's autograd node, or None."""
+    node = out.grad_fn
+    mean, rstd = getattr(node, "_saved_result1", None), getattr(node, "_saved_result2", None)
+    if isinstance(mean, torch.Tensor) and isinstance(rstd, torch.Tensor):
+        return mean, rstd
+    return None
+
+
+def _group_norm_weight_grads(
+    mod: nn.GroupNorm,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    stats: tuple[torch.Tensor, torch.Tensor] | None,
+    reduce: tuple[int, ...],
+) -> torch.Tensor:
+    """``[b, C]`` per-sample ``Σ_t g ⊙ x̂`` with ``x̂ = (a − μ)·rstd``.
+
+    μ and rstd are the statistics GroupNorm saved for its backward pass (no second pass over
+    ``a`` for them); ``a − μ`` is formed before the product, so a large common offset does
+    not cancel digits. Without them (another autograd layout), ``x̂`` is recomputed.
+    """
+    if stats is None:
+        return (g * F.group_norm(a, mod.num_groups, None, None, mod.eps)).sum(reduce)
+    b, c = a.shape[:2]
+    mu, rs = (t.reshape(b, -1).repeat_interleave(c // mod.num_groups, dim=1) for t in stats)
+    centred = a - mu.reshape(b, c, *([1] * (a.ndim - 2)))
+    return centred.mul_(g).sum(reduce) * rs
