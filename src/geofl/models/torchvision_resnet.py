@@ -43,9 +43,28 @@ from geofl.models.norm import Norm, make_norm
 
 ensure_torchvision_ops()
 
-from torchvision.models.resnet import BasicBlock, ResNet  # noqa: E402
+from torchvision.models.resnet import BasicBlock as _TorchvisionBasicBlock  # noqa: E402
+from torchvision.models.resnet import ResNet  # noqa: E402
 
 __all__ = ["BasicBlock", "ResNet18"]
+
+
+class BasicBlock(_TorchvisionBasicBlock):  # type: ignore[misc]  # torchvision is untyped
+    """torchvision's ``BasicBlock`` (same modules, names, init and values) whose residual
+    sum is out of place (``out = out + identity`` where torchvision writes ``out +=
+    identity``), so the second norm layer's output is not modified after it is produced:
+    the book-keeping DP-SGD engine (:mod:`geofl.client.bookkeeping`) reads every layer's
+    recorded output in the backward pass and refuses outputs changed in place."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))``."""
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out = out + identity
+        result: torch.Tensor = self.relu(out)
+        return result
+
 
 #: Modules that follow the optional attention / dropout, moved after them on insertion.
 _AFTER_ATTENTION = ("layer3", "layer4", "avgpool", "dropout", "fc")
