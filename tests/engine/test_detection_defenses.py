@@ -73,5 +73,6 @@ def test_defenses_run_on_detection_under_oda_and_record_asr(tmp_path: Path) -> N
         stat = summary["methods"][m["name"]]["final_test_asr"]
         assert stat["n"] == 1 and math.isfinite(stat["mean"])
     assert "final ASR" in html  # the results table's ASR column
+    assert (run / "report" / "asr_trajectories.png").is_file()  # ASR per evaluated round
     paired = summary.get("paired") or {}
     assert "asr" in json.dumps(paired)  # paired ASR statistics vs DUAL-SHIELD
