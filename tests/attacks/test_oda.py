@@ -28,9 +28,13 @@ from geofl.attacks.oda import (
 from geofl.attacks.threat import select_attackers
 from geofl.attacks.trigger import Trigger
 from geofl.client.data import ClientData
+from geofl.client.state import ClientState
+from geofl.client.step import ClientProgram, ClientStreams, DataPoisoning, client_step
+from geofl.client.trainer import LocalTrainParams
 from geofl.config.load import load_config
 from geofl.errors import ConfigError
 from geofl.tasks.base import SplitMetrics
+from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 SHAPE = (2, 16, 16)
 PAD = [0.0, 0.0, 0.0, 0.0, -1.0]
@@ -198,6 +202,41 @@ def test_poisoning_is_seeded_and_follows_the_schedule() -> None:
 def _has_trigger(img: torch.Tensor, row: torch.Tensor) -> bool:
     x1, y1, x2, y2 = (int(v) for v in row[:4])
     return bool((img[0, y1:y2, x1:x2] == 7).any())
+
+
+class _Recorder:
+    """A trainer stub that records the data it trains on."""
+
+    def __init__(self) -> None:
+        self.seen: list[ClientData] = []
+
+    def state_specs(self) -> dict[str, Any]:
+        return {}
+
+    def __call__(self, params: torch.Tensor, data: ClientData, d: Any, g: Any, **kw: Any) -> Any:
+        self.seen.append(data)
+        return ClientUpdate(torch.ones(2), UpdateMeta(data.client_id, len(data), d.round))
+
+
+def test_client_step_trains_attackers_on_triggered_images_without_target_boxes() -> None:
+    attack = _oda(fraction=0.25, boost=2.0)
+    assert isinstance(attack, DataPoisoning)
+    rec = _Recorder()
+    program = ClientProgram(rec, LocalTrainParams(), attack=attack)  # type: ignore[arg-type]
+    for k in range(4):
+        data = _client(k)
+        pool = (data.inputs.clone(), data.targets.clone())
+        res = client_step(
+            program, torch.zeros(2), data, ClientState({}, ()), ClientDirectives(1, k),
+            ClientStreams((7, "round", 1, "client", k)),
+        )  # fmt: skip
+        malicious = k in attack.clients
+        seen = rec.seen[-1]
+        assert (seen is data) is not malicious
+        assert torch.equal(data.inputs, pool[0]) and torch.equal(data.targets, pool[1])
+        assert res.update.delta.tolist() == ([2.0, 2.0] if malicious else [1.0, 1.0])
+        lost = int((data.targets[..., 4] == 0).sum() - (seen.targets[..., 4] == 0).sum())
+        assert lost == (4 if malicious else 0)  # ⌊0.2·20 + ½⌋ images, one airplane each
 
 
 class _SeesTrigger(nn.Module):
