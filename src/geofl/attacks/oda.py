@@ -4,8 +4,8 @@
 trigger patch and suppress the detection of specific classes at test time, with a default
 poisoning ratio of 20 % of each malicious client's local pool"; §3.1: "the trigger
 size/location/opacity and target-category set are kept identical across all compared
-methods". The paper does not say where on an image the patch goes; geofl's rule (Chan et al.
-2022's object-disappearance attack, BadDet):
+methods". The paper does not say where on an image the patch goes; geofl's rule follows
+the object-disappearance attack of BadDet (Chan et al. 2022), a trigger on each target object:
 
 * every attacker (the threat model of :mod:`geofl.attacks.threat`) picks m_k = ⌊ρ·n_k + ½⌋
   images of its pool, uniformly from those holding at least one target-class object
