@@ -290,6 +290,9 @@ def test_params_refuse_a_fixed_position_and_bad_thresholds() -> None:
         OdaParams(score_threshold=0.0)
     with pytest.raises(ConfigError, match="target"):
         ATTACKS.build("oda", {"target": 3}, ctx=_ctx())
+    absent = AttackContext(7, 4, SHAPE, (5, 0, 5), path="methods.0.attack")
+    with pytest.raises(ConfigError, match=r"methods\.0\.attack\.target: class 1 has no objects"):
+        ATTACKS.build("oda", {"target": 1}, ctx=absent)
 
 
 # ----------------------------------------------------------------------- load-time refusals

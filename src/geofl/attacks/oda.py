@@ -204,5 +204,11 @@ def build_oda(params: OdaParams, ctx: AttackContext | None = None) -> Attack:
         raise TypeError("the oda attack needs an AttackContext")
     if not ctx.class_counts:
         raise ConfigError(f"{ctx.path}.name", "oda needs a dataset with boxes targets")
+    counts = ctx.class_counts
+    if params.target < len(counts) and counts[params.target] == 0:
+        raise ConfigError(
+            f"{ctx.path}.target",
+            f"class {params.target} has no objects in the training split; pick a class that occurs",
+        )
     trigger = make_trigger(params.trigger, ctx.sample_shape, ctx.seed, f"{ctx.path}.trigger")
     return ObjectDisappearance(params, ctx, trigger)
