@@ -98,6 +98,7 @@ _PLUGIN_MODULES = (
     "geofl.attacks.inversion",
     "geofl.attacks.backdoor",
     "geofl.attacks.adaptive",
+    "geofl.attacks.oda",
     "geofl.governance.subscriber",
     "geofl.tracking.subscriber",
 )

@@ -99,3 +99,27 @@ def test_backdoor_indicator_refuses_a_task_without_single_labels(tmp_path: Path)
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=r"methods\.0\.algorithm.*single labels"):
         load_config(path)
+
+
+def test_detection_table3_has_the_paper_rows_under_oda() -> None:
+    cfg = load_config("paper004-detection-table3")
+    assert cfg.task.name == "detection" and cfg.data.dataset == "synthetic_aerial"
+    assert cfg.compare_to == "dual-shield" and cfg.federation.num_clients == 10
+    algos = {m.name: (m.algorithm.name, m.aggregator.name) for m in cfg.methods}
+    assert algos == {
+        "fedavg-clean": ("fedavg", "mean"),
+        "fedavg": ("fedavg", "mean"),
+        "krum": ("fedavg", "krum"),
+        "median": ("fedavg", "median"),
+        "flame": ("flame", "mean"),
+        "dual-shield": ("dual_shield", "mean"),
+    }
+    for m in cfg.methods:  # the clean reference keeps the probe (fraction 0) for its ASR
+        assert m.attack is not None and m.attack.name == "oda"
+        p = m.attack.params
+        assert p["fraction"] == (0.0 if m.name == "fedavg-clean" else 0.2)
+        assert p["target"] == 0 and p["trigger"] == {"size": 5, "amplitude": 2.0, "opacity": 1.0}
+    oda = next(m for m in cfg.methods if m.name == "fedavg").attack
+    assert oda is not None and oda.params["poison_ratio"] == 0.2
+    assert (oda.params["score_threshold"], oda.params["iou_threshold"]) == (0.25, 0.5)
+    assert cfg.paper["fedavg"].final_test_accuracy == "0.55" and set(cfg.paper) == set(algos)

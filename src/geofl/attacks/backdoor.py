@@ -28,7 +28,7 @@ import torch
 from pydantic import Field, model_validator
 
 from geofl.attacks.client import ATTACKS, Attack, AttackContext, ScalingParams, build_scaling
-from geofl.attacks.probe import BackdoorProbe
+from geofl.attacks.probe import AsrProbe, BackdoorProbe
 from geofl.attacks.threat import (
     ThreatParams,
     num_attackers,
@@ -42,7 +42,14 @@ from geofl.errors import ConfigError
 from geofl.registry import CheckContext
 from geofl.update import ClientDirectives, ClientUpdate
 
-__all__ = ["BackdoorParams", "EdgeCaseParams", "PoisoningAttack", "rare_class"]
+__all__ = [
+    "BackdoorParams",
+    "EdgeCaseParams",
+    "PoisoningAttack",
+    "check_attacker_count",
+    "check_threat",
+    "rare_class",
+]
 
 
 class BackdoorParams(ThreatParams):
@@ -145,7 +152,7 @@ class PoisoningAttack:
             return update
         return self._boost(update, directives, generator)
 
-    def probe(self, test_targets: torch.Tensor) -> BackdoorProbe:
+    def probe(self, test_targets: torch.Tensor) -> AsrProbe:
         """The ASR probe on a test split with class ids ``test_targets`` (``[N]``)."""
         if self.source is not None:
             index = torch.nonzero(test_targets == self.source).reshape(-1)
@@ -175,11 +182,8 @@ class PoisoningAttack:
         return out
 
 
-def check_threat(params: ThreatParams, ctx: CheckContext) -> None:
-    """Single-label classification only; a positive fraction must give at least one attacker."""
-    task = (ctx.experiment.get("task") or {}).get("name", "classification")
-    if task != "classification":
-        ctx.fail("name", f"backdoor attacks need single-label classification, not {task!r}")
+def check_attacker_count(params: ThreatParams, ctx: CheckContext) -> None:
+    """A positive fraction must give at least one attacker."""
     k = int(ctx.experiment["federation"]["num_clients"])
     if params.fraction > 0 and num_attackers(k, params.fraction) == 0:
         ctx.fail(
@@ -187,6 +191,19 @@ def check_threat(params: ThreatParams, ctx: CheckContext) -> None:
             f"{params.fraction:g} of {k} clients is no attacker; use 0 for a clean reference "
             f"or at least {1 / k:g}",
         )
+
+
+def check_threat(params: ThreatParams, ctx: CheckContext) -> None:
+    """Single-label classification only; a positive fraction must give at least one attacker."""
+    task = (ctx.experiment.get("task") or {}).get("name", "classification")
+    if task != "classification":
+        hint = "; on detection use the object-disappearance attack (oda)"
+        ctx.fail(
+            "name",
+            f"backdoor attacks need single-label classification, not {task!r}"
+            + (hint if task == "detection" else ""),
+        )
+    check_attacker_count(params, ctx)
 
 
 @ATTACKS.register("backdoor", params=BackdoorParams, check=check_threat)

@@ -39,7 +39,8 @@ class AttackContext:
         seed: The run's seed (attackers, poisoned samples and trigger derive from it).
         num_clients: K.
         sample_shape: One input's shape: ``(C, H, W)`` images or ``(F,)`` features.
-        class_counts: Samples per class in the seed's training split (``[C]``).
+        class_counts: Samples per class in the seed's training split (``[C]``); objects
+            per class for detection data; empty for other targets.
         path: Config path of the attack (``methods.<i>.attack``), for errors.
     """
 
@@ -50,7 +51,7 @@ class AttackContext:
     path: str = "attack"
 
 
-#: Attack registry: ``scaling``, ``backdoor``, ``edge_case``.
+#: Attack registry: ``scaling``, ``backdoor``, ``edge_case``, ``adaptive_cgf``, ``oda``.
 ATTACKS: Registry[Attack] = Registry("attack")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -20,10 +21,22 @@ from geofl.attacks.trigger import Trigger
 from geofl.data.base import Inputs
 from geofl.tasks.base import SplitMetrics
 
-__all__ = ["ASR_METRIC", "BackdoorProbe", "attack_success_rate"]
+__all__ = ["ASR_METRIC", "AsrProbe", "BackdoorProbe", "attack_success_rate"]
 
 #: Key of the ASR among a split's metric values (``rounds.jsonl`` ``test.asr``).
 ASR_METRIC = "asr"
+
+
+class AsrProbe(Protocol):
+    """Measures an attack's success on the test split next to the task's metrics: the
+    classification backdoor (:class:`BackdoorProbe`) or the object-disappearance attack
+    (:class:`~geofl.attacks.object_asr.ObjectDisappearanceProbe`, 004 Eq. 15)."""
+
+    def extend(
+        self, metrics: SplitMetrics, model: nn.Module, inputs: Inputs, batch_size: int
+    ) -> SplitMetrics:
+        """``metrics`` with the ASR of ``model`` added under :data:`ASR_METRIC`."""
+        ...
 
 
 def attack_success_rate(predicted: torch.Tensor, true: torch.Tensor, target: int) -> float:

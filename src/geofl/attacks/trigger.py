@@ -75,6 +75,43 @@ class Trigger:
         out[:, :, r : r + s, c : c + s] = (1.0 - self.opacity) * region + self.opacity * patch
         return out
 
+    def stamp_at(
+        self, x: torch.Tensor, sample: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
+    ) -> torch.Tensor:
+        """A copy of ``x`` with the patch stamped at P given places instead of its own.
+
+        The object-disappearance attack puts the trigger on each target object
+        (:mod:`geofl.attacks.oda`); all P placements are written in one indexed assignment.
+
+        Args:
+            x: ``[N, C, H, W]`` images.
+            sample: ``[P]`` int64 image index of each placement.
+            rows: ``[P]`` int64 top-left row of each patch (``0 ≤ row ≤ H − s``).
+            cols: ``[P]`` int64 top-left column (``0 ≤ col ≤ W − s``).
+
+        Returns:
+            ``[N, C, H, W]``: where patches overlap, each pixel is blended once, with the
+            patch of the last placement that covers it.
+        """
+        out = x.clone()
+        if len(sample) == 0:
+            return out
+        s, (h, w) = self.size, out.shape[-2:]
+        offs = torch.arange(s)
+        rr = (rows[:, None] + offs[None, :])[:, :, None].expand(-1, s, s).reshape(-1)
+        cc = (cols[:, None] + offs[None, :])[:, None, :].expand(-1, s, s).reshape(-1)
+        nn = sample[:, None, None].expand(-1, s, s).reshape(-1)  # [P·s·s] pixels
+        patch = self.patch.to(dtype=out.dtype).permute(1, 2, 0).reshape(1, s * s, -1)
+        values = patch.expand(len(sample), -1, -1).reshape(len(nn), -1)  # [P·s·s, C]
+        # one write per pixel (the last placement's), so overlaps are deterministic
+        _, inv = torch.unique((nn * h + rr) * w + cc, return_inverse=True)
+        last = torch.full((int(inv.max()) + 1,), -1, dtype=torch.int64)
+        last = last.scatter_reduce(0, inv, torch.arange(len(nn)), reduce="amax")
+        nn, rr, cc, values = nn[last], rr[last], cc[last], values[last]
+        region = out[nn, :, rr, cc]  # [U, C]
+        out[nn, :, rr, cc] = (1.0 - self.opacity) * region + self.opacity * values
+        return out
+
 
 def make_trigger(params: TriggerParams, shape: tuple[int, ...], seed: int, path: str) -> Trigger:
     """Place the trigger on images of ``shape`` = ``(C, H, W)``.

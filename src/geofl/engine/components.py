@@ -18,7 +18,7 @@ import torch
 
 from geofl.algorithms import ALGORITHMS, AlgorithmContext
 from geofl.attacks.backdoor import PoisoningAttack
-from geofl.attacks.probe import BackdoorProbe
+from geofl.attacks.probe import AsrProbe
 from geofl.client.augment import AugmentPipeline, build_pipeline
 from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS
@@ -96,7 +96,7 @@ class RunComponents:
         clients: Local data of every client, indexed by id.
         lr_schedule: η_l of each round (``train.lr_schedule``), or None: ``train.lr`` in
             every round and no η sent with the directives.
-        probe: The backdoor's ASR probe on the test split (004 Eq. 15), or None.
+        probe: The attack's ASR probe on the test split (004 Eq. 15), or None.
         threat: The data-poisoning threat of the run (attackers, poisoned counts, trigger),
             JSON-ready for ``final.json["threat"]``, or None.
         uplink: The 003 ground-layer uplink (``method.uplink``), or None: uploads go
@@ -112,7 +112,7 @@ class RunComponents:
     network: NetworkModel
     clients: list[ClientData]
     lr_schedule: LrSchedule | None = None
-    probe: BackdoorProbe | None = None
+    probe: AsrProbe | None = None
     threat: dict[str, Any] | None = None
     uplink: Uplink | None = None
 

@@ -32,8 +32,8 @@ def build_attack(
     if method.attack is None:
         return None
     counts: tuple[int, ...] = ()
-    if train.target_kind == "class":  # backdoors check the task at load time
-        counts = tuple(int(c) for c in train.label_histogram())
+    if train.target_kind in ("class", "boxes"):  # attacks check the task at load time
+        counts = tuple(int(c) for c in train.label_histogram())  # samples / objects per class
     ctx = AttackContext(
         seed,
         cfg.federation.num_clients,

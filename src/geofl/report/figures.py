@@ -37,7 +37,12 @@ RUN_FIGURES = (
     "metric_trajectories.png",
     "rolling_std.png",
     "convergence.png",
+    "asr_trajectories.png",
 )
+
+#: The attack success rate a backdoored run records next to the task's metrics
+#: (:data:`geofl.attacks.probe.ASR_METRIC`).
+ASR = "asr"
 
 #: What the columns of a partition heatmap count, by task (default: classes).
 _PARTITION_COLUMNS = {
@@ -105,6 +110,7 @@ def _line_figures(run: RunData, out: Path) -> tuple[list[str], list[str]]:
             traj, f"Test {what}{unit} per evaluated round{lines}{cf}.", f"Test {pm} per round"
         )
     ]
+    blocks += _asr_figure(run, out, lines)
     rolling, note = _rolling_figure(run, out)
     blocks += [rolling] if rolling else []
     plot_convergence(runs, out / "convergence.png", metric=pm)
@@ -117,6 +123,20 @@ def _line_figures(run: RunData, out: Path) -> tuple[list[str], list[str]]:
     alt = f"Training and validation {pm} and training loss per round"
     blocks.append(figure_html("convergence.png", caption, alt))
     return blocks, [note] if note else []
+
+
+def _asr_figure(run: RunData, out: Path, lines: str) -> list[str]:
+    """The attack success rate per evaluated round (004 Fig. 3's right axis), when some
+    method records one (a backdoor or object-disappearance attack; classification: triggered
+    samples classified as the target, detection: triggered objects missed, 004 Eq. 15)."""
+    runs = run.labelled()
+    if not has_series(runs, "test", ASR):
+        return []
+    plot_accuracy_trajectories(
+        runs, out / "asr_trajectories.png", metric=ASR, title="Attack success rate per round"
+    )
+    caption = f"Attack success rate (%) on the triggered test samples per evaluated round{lines}."
+    return [figure_html("asr_trajectories.png", caption, "Attack success rate per round")]
 
 
 def _per_class_figure(run: RunData, out: Path) -> list[str]:
