@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -28,6 +27,7 @@ from geofl.engine.checkpoint import load_checkpoint, restore_round_log, save_che
 from geofl.engine.components import PreparedData, build_components
 from geofl.engine.convergence import EarlyStopper, communication, rounds_to_target, watch
 from geofl.engine.evaluate import evaluate
+from geofl.engine.final import divergence, privacy_summary
 from geofl.engine.groups import check_group_key, with_group_metrics
 from geofl.engine.hierarchy_build import build_scheduler, restore_scheduler, scheduler_state
 from geofl.engine.scheduler import ClientRunner
@@ -43,13 +43,6 @@ from geofl.io import (
     read_jsonl,
     write_json_atomic,
     write_text_atomic,
-)
-from geofl.privacy.accounting import (
-    ACCOUNTANTS,
-    DP_EVENTS_FILE,
-    dp_event_from_spec,
-    dp_events_json,
-    epsilon_summary,
 )
 from geofl.records import RoundRecord, metrics_to_json, read_rounds
 from geofl.tasks.base import SplitMetrics
@@ -365,7 +358,7 @@ class FederatedRun:
             "num_params": self.dim,
             "wall_s": wall_s,
         }
-        privacy = self._privacy()
+        privacy = privacy_summary(self.cfg, self.comps.store, len(self.clients), self.out_dir)
         if privacy is not None:
             final["privacy"] = privacy
         server_privacy = getattr(self.comps.strategy, "privacy_summary", None)
@@ -381,33 +374,6 @@ class FederatedRun:
             final["target"] = rounds_to_target(records, target, self._target_direction.direction)
         return final
 
-    def _privacy(self) -> dict[str, Any] | None:
-        """ε per client from each client's own ledger (what clients would report); each
-        client's event list also goes to ``dp_events.json`` for offline recomputation."""
-        acc_cfg = self.cfg.privacy.accountant
-        accountant = ACCOUNTANTS.build(acc_cfg.name, acc_cfg.params)
-        zs: set[float] = set()
-        ledgers: dict[str, list[dict[str, Any]]] = {}
-        mechanisms: set[str] = set()
-        for k in range(len(self.clients)):
-            specs = [dict(spec) for spec in self.comps.store.events(k)]
-            for spec in specs:
-                accountant.record(k, dp_event_from_spec(spec))
-                zs.add(float(spec["noise_multiplier"]))
-                mechanisms.add(str(spec.get("mechanism")))
-            if specs:
-                ledgers[str(k)] = specs
-        if not zs:
-            return None
-        write_json_atomic(self.out_dir / DP_EVENTS_FILE, dp_events_json(ledgers, self.cfg.privacy))
-        return epsilon_summary(
-            accountant,
-            delta=self.cfg.privacy.delta,
-            noise_multipliers=sorted(zs),
-            kind=acc_cfg.name,
-            record_level=mechanisms == {"poisson_gaussian"},
-        )
-
 
 def _better(score: float, best: float, direction: str) -> bool:
     """Whether ``score`` improves on ``best`` (a NaN score never does, as before)."""
@@ -420,35 +386,3 @@ def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 
 def _torch_save_atomic(path: Path, obj: dict[str, Any]) -> None:
     atomic_write(path, lambda fh: torch.save(obj, fh), sync=False)
-
-
-#: Test loss above this many times the first evaluated round's counts as divergence.
-DIVERGENCE_FACTOR = 10.0
-
-
-def divergence(records: Sequence[RoundRecord]) -> str | None:
-    """Why a run diverged, or None: a non-finite training or test loss in any round, or a
-    final test loss above :data:`DIVERGENCE_FACTOR` × the first evaluated one.
-
-    Args:
-        records: The run's round records in order.
-    """
-    first: float | None = None
-    for rec in records:
-        if rec.train_loss is not None and not math.isfinite(rec.train_loss):
-            return f"round {rec.round}: training loss is not finite"
-        if rec.test is None:
-            continue
-        loss = rec.test.values.get("loss", math.nan)
-        if not math.isfinite(loss):
-            return f"round {rec.round}: test loss is not finite"
-        first = loss if first is None else first
-    evaluated = [r.test for r in records if r.test is not None]
-    if first is not None and evaluated:
-        final = evaluated[-1].values["loss"]
-        if final > DIVERGENCE_FACTOR * first:
-            return (
-                f"final test loss {final:.3g} exceeds {DIVERGENCE_FACTOR:g}× the first "
-                f"evaluated round's {first:.3g}"
-            )
-    return None
