@@ -199,12 +199,8 @@ def run_experiment(
                         log.info("%s seed=%d already finished; skipping", method.name, seed)
                         continue
                     part = partitions[seed][method.name]
-                    write_json_atomic(
-                        sdir / "partition.json",
-                        _partition_json(part, ds, method, splits[seed].train),
-                    )
-                    write_model_spec(
-                        sdir / MODEL_SPEC_FILE, model_spec(cfg, method, seed, data, dataset_bands)
+                    _write_seed_header(
+                        sdir, cfg, method, seed, data, part, ds, dataset_bands, splits[seed]
                     )
                     run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
                     run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
@@ -222,6 +218,23 @@ def run_experiment(
         if isinstance(sub, ExperimentObserver):
             sub.on_experiment_end(out_dir)
     return out_dir
+
+
+def _write_seed_header(
+    sdir: Path,
+    cfg: ExperimentConfig,
+    method: MethodConfig,
+    seed: int,
+    data: PreparedData,
+    part: Partition,
+    ds: ArrayDataset,
+    dataset_bands: Sequence[str],
+    split: Split,
+) -> None:
+    """A (method, seed) directory's ``partition.json`` and model spec (what inference and
+    audits need), written before its first round."""
+    write_json_atomic(sdir / "partition.json", _partition_json(part, ds, method, split.train))
+    write_model_spec(sdir / MODEL_SPEC_FILE, model_spec(cfg, method, seed, data, dataset_bands))
 
 
 def _plan(
