@@ -56,7 +56,9 @@ def test_paper001_preset_loads_with_the_paper_setup(name: str) -> None:
     assert cfg.model.name == "resnet18_spdp_small" and not cfg.model.params
     for m in cfg.methods:
         if m.trainer.name == "dp_sgd":
-            assert m.trainer.params["micro_batch"] == 16, m.name
+            # one micro-batch per batch: the paper's 16 only bounds memory (the clipped sum
+            # is the same), and with the book-keeping engine 64 is ~2.4x faster
+            assert m.trainer.params["micro_batch"] == 64, m.name
     # the paper's model is one override away
     big = load_config(name, ["model.name=resnet18_spdp"])
     assert big.model.name == "resnet18_spdp"
