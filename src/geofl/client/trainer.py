@@ -232,13 +232,13 @@ class LocalSGD(StatelessTrainer):
         ``train.augment`` is set) draws the augmentations, so they leave the schedule as is.
         """
         model: nn.Module = self.workspace.module
+        t, task = train_for_round(self.train_cfg, directives), self.task
+        if t.augment and augment_generator is None:
+            raise ValueError("train.augment is set but no augment generator was given")
         self.workspace.load(global_params)
         self._reseed_dropout(generator)
         model.train()
-        t, task = train_for_round(self.train_cfg, directives), self.task
         opt = self._optimizer(t)
-        if t.augment and augment_generator is None:
-            raise ValueError("train.augment is set but no augment generator was given")
         flat_grad = self._bind_flat_grad() if correction is not None else None
         loss_sum, seen, steps = 0.0, 0, 0
         # Detection-style models return losses, not predictions, in training.
@@ -266,21 +266,35 @@ class LocalSGD(StatelessTrainer):
             loss_sum += batch_loss
             seen += len(idx)
             steps += 1
-        delta = self.workspace.flat.detach() - global_params
-        meta = UpdateMeta(
-            client_id=data.client_id,
-            num_samples=len(data),
-            round=directives.round,
-            label_histogram=data.label_histogram,
-            train_loss=loss_sum / max(seen, 1),
-            train_metrics=_primary(task, running) if seen and running is not None else {},
-            steps=steps,
-            bytes_sent=payload_bytes(delta),
-        )
         if flat_grad is not None:  # leave the workspace as plain (unbound) for other users
             for p in self._params:
                 p.grad = None
-        return ClientUpdate(delta, meta)
+        delta = self.workspace.flat.detach() - global_params
+        metrics = _primary(task, running) if seen and running is not None else {}
+        return ClientUpdate(
+            delta, _meta(data, directives, delta, loss_sum / max(seen, 1), metrics, steps)
+        )
+
+
+def _meta(
+    data: ClientData,
+    directives: ClientDirectives,
+    delta: torch.Tensor,
+    train_loss: float,
+    train_metrics: dict[str, float],
+    steps: int,
+) -> UpdateMeta:
+    """The metadata of a plain local update (its bytes: Δw sent as float32)."""
+    return UpdateMeta(
+        client_id=data.client_id,
+        num_samples=len(data),
+        round=directives.round,
+        label_histogram=data.label_histogram,
+        train_loss=train_loss,
+        train_metrics=train_metrics,
+        steps=steps,
+        bytes_sent=payload_bytes(delta),
+    )
 
 
 def _primary(task: Task, running: MetricAccumulator) -> dict[str, float]:
