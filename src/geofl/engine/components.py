@@ -241,6 +241,18 @@ class ProgramParts:
     strategy: Strategy
 
 
+def _flat_model(cfg: ExperimentConfig, seed: int, in_channels: int, num_outputs: int) -> FlatModel:
+    """A fresh model of ``cfg.model``, initialised from (seed, "model_init")."""
+    model = MODELS.build(
+        cfg.model.name,
+        cfg.model.params,
+        in_channels=in_channels,
+        num_classes=num_outputs,
+        generator=torch_generator(seed, "model_init"),
+    )
+    return FlatModel(model)
+
+
 def build_program(
     cfg: ExperimentConfig, method: MethodConfig, seed: int, data: PreparedData
 ) -> ProgramParts:
@@ -252,14 +264,8 @@ def build_program(
     """
     task = build_task(cfg, data.train.num_classes, data.train.targets)
     in_channels, num_outputs = model_dims(data, task)
-    model = MODELS.build(
-        cfg.model.name,
-        cfg.model.params,
-        in_channels=in_channels,
-        num_classes=num_outputs,
-        generator=torch_generator(seed, "model_init"),
-    )
-    workspace = FlatModel(model)
+    make_model = partial(_flat_model, cfg, seed, in_channels, num_outputs)
+    workspace = make_model()
     augments = cfg.train.augment if method.augment is None else method.augment
     augment = build_pipeline([(a.name, a.params) for a in augments], mean=data.mean, std=data.std)
     train = local_train_params(cfg, augment)
@@ -279,15 +285,7 @@ def build_program(
         clients_per_round=clients_per_round(cfg),
         delta=cfg.privacy.delta,
         rounds=fed.rounds,
-        model_factory=lambda: FlatModel(
-            MODELS.build(
-                cfg.model.name,
-                cfg.model.params,
-                in_channels=in_channels,
-                num_classes=num_outputs,
-                generator=torch_generator(seed, "model_init"),
-            )
-        ),
+        model_factory=make_model,
         input_shape=tuple(int(s) for s in data.train.inputs.shape[1:]),
         num_classes=num_outputs,
     )
