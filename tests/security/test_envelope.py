@@ -18,6 +18,7 @@ from geofl.security.envelope import (
     Sealer,
     open_sealed,
     parse_header,
+    seal,
 )
 from geofl.security.keys import KDF_PERSON, derive_epoch_key
 from geofl.security.replay import ReplayVerdict, ReplayWindow
@@ -176,3 +177,23 @@ def test_opener_never_raises_on_random_bytes() -> None:
             junk = b"\x01\x00" + junk[2:]
         assert not opener.open(junk).ok
     assert sum(opener.rejected.values()) == 500 and opener.accepted == 0
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, 70_001])
+def test_open_sealed_equals_pynacls_public_binding(size: int) -> None:
+    from nacl.bindings import crypto_secretbox_open_easy
+
+    key = bytes(range(32))
+    payload = bytes((7 * i + size) % 256 for i in range(size))
+    wire = seal(key, EnvelopeHeader(0, 3, 1, size, 5), payload)
+    assert (
+        open_sealed(key, wire)
+        == payload
+        == crypto_secretbox_open_easy(wire[HEADER_BYTES:], wire[:HEADER_BYTES], key)
+    )
+    tampered = bytearray(wire)
+    tampered[-1] ^= 1
+    assert open_sealed(key, bytes(tampered)) is None
+    assert open_sealed(bytes(32), wire) is None  # wrong key
+    assert open_sealed(key[:31], wire) is None  # not a 32-byte key
+    assert open_sealed(key, wire[: HEADER_BYTES + 15]) is None  # shorter than header + tag
