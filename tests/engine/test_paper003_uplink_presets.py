@@ -21,7 +21,15 @@ def test_table5_presets_follow_the_paper(name: str, task: str) -> None:
     base = load_config(name.replace("table5", "task"))  # same data, model, training
     assert cfg.data == base.data and cfg.model == base.model and cfg.train == base.train
     assert cfg.data.params["task"] == task and cfg.federation.num_clients == 120
-    assert [m.name for m in cfg.methods] == ["fedavg", "fedpaq", "aircomp", "ours-ground"]
+    names = ["fedavg", "fedpaq", "aircomp", "ours-ground"]
+    if task == "stress":  # Task B also runs the ground system through Alg. 2 drivers
+        names.append("ours-ground-drivers")
+        (drivers,) = [m.hierarchy for m in cfg.methods if m.name == "ours-ground-drivers"]
+        assert drivers is not None and drivers.mode == "sync" and not drivers.fairness
+        assert drivers.leo.contacts == "ideal" and drivers.leo.n == 1
+    assert [m.name for m in cfg.methods] == names
+    assert all(m.uplink.network.profile_source == "data" for m in cfg.methods if m.uplink)
+    assert cfg.data.split.group == "block"
     up = {m.name: m.uplink for m in cfg.methods}
     assert all(u is not None for u in up.values())
     fedavg, paq, air, ours = (up[k] for k in ("fedavg", "fedpaq", "aircomp", "ours-ground"))
