@@ -18,7 +18,7 @@ def _rec(r: int, block: dict[str, object] | None, cohort: int = 4) -> RoundRecor
 
 def test_hierarchy_figures_by_hand() -> None:
     a = {
-        "staleness": [0, 0, 1], "geo_weight": [0.25, 0.25, 0.5],
+        "staleness": [0, 0, 1], "geo_weight": [0.25, 0.25, 0.5], "update_metric": [0.9, 0.9, 0.8],
         "sent": {"tractor_driver": 4, "driver_leo": 2}, "delivered": {"tractor_driver": 3,
         "driver_leo": 1}, "bytes_by_hop": {"tractor_driver": 4000, "driver_leo": 800},
         "latency_s": {"pass_wait": 10.0}, "latency_n": {"pass_wait": 1},
@@ -37,6 +37,14 @@ def test_hierarchy_figures_by_hand() -> None:
     assert (f["weight_0"], f["weight_1"], f["weight_2"], f["weight_3"]) == pytest.approx(
         (0.25, 0.25, 0.0, 0.5)
     )
+    # Table 10 pooled over the run: 0-1 holds 3 of 5 updates, 1.0 of the 2.0 GEO weight,
+    # AUC (0.9 + 0.9 + 0.8) / 3; 2-3 holds staleness 3; 4+ staleness 5; b carries no metric
+    assert f["t10_fraction_0-1"] == pytest.approx(0.6)
+    assert f["t10_contribution_0-1"] == pytest.approx(0.5)
+    assert f["t10_metric_0-1"] == pytest.approx(2.6 / 3)
+    assert f["t10_fraction_2-3"] == pytest.approx(0.2)
+    assert f["t10_contribution_4+"] == pytest.approx(0.25)
+    assert math.isnan(f["t10_metric_4+"])
     assert f["delivery_tractor_driver"] == pytest.approx(0.5)
     assert f["delivery_driver_leo"] == pytest.approx(0.75)
     assert math.isnan(f["delivery_leo_geo"])

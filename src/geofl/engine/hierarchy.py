@@ -74,6 +74,10 @@ class HierarchicalScheduler:
         contacts: Contact windows (cluster c is station c) and relay slots.
         seed: Experiment seed.
         allowed: The permission gate ``allowed(client, round)``.
+        probe: ``(name, fn)``: ``fn(params)`` is the test-split value of metric ``name``
+            of a flat parameter vector; every regional model the GEO incorporates is
+            evaluated with it for Table 10's metric per staleness bucket (reporting only:
+            nothing feeds back into training). None: not measured.
     """
 
     def __init__(
@@ -85,7 +89,9 @@ class HierarchicalScheduler:
         *,
         seed: int,
         allowed: Callable[[int, int], bool] = lambda c, r: True,
+        probe: tuple[str, Callable[[torch.Tensor], float]] | None = None,
     ) -> None:
+        self.probe = probe
         self.sync = SyncScheduler(comps, seed=seed, allowed=allowed)
         self.c, self.cfg, self.topo, self.contacts = comps, cfg, topology, contacts
         self.seed = seed
@@ -164,9 +170,13 @@ class HierarchicalScheduler:
         elif geo is not None:
             self._schedule_downlink(round_idx, end)
         self._prune()
+        regional_metric = None
+        if self.probe is not None and geo is not None:
+            stats.metric = self.probe[0]
+            regional_metric = [self.probe[1](m.model) for _, m in regionals]
         record = build_record(
             self.sync, round_idx, cohort, excluded, got, regionals, geo, params, stats,
-            end_s=end,
+            end_s=end, regional_metric=regional_metric,
         )  # fmt: skip
         t1 = time.perf_counter()
         record.time_s.update(

@@ -8,10 +8,12 @@ Written as the ``hierarchy`` block of a :class:`~geofl.records.RoundRecord` (lik
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from geofl.hierarchy.staleness import staleness_table
 
 __all__ = ["HOPS", "HierarchyStats"]
 
@@ -26,6 +28,10 @@ HOPS = (
 )
 
 
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
 def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
@@ -38,6 +44,10 @@ class HierarchyStats:
         staleness: t − t' of every tractor update incorporated at the GEO this round.
         geo_weight: Its share of the GEO update (GEO weight of its regional model × its
             share of that model; aligned with ``staleness``).
+        update_metric: The test metric (``metric``, the task's primary one) of the
+            regional model w̄_l that carried the update (aligned with ``staleness``; NaN
+            when not measured) — Table 10's "AUC per bucket" (:class:`StalenessBucket`).
+        metric: Name of that metric (``"roc_auc"`` for Task B), or None when not measured.
         regions: One entry per regional model aggregated: LEO, t', ω_stale, ω_fair, ω̃,
             effective RobustAvg weight, clusters and tractors it covers.
         sent: Transmissions started per hop.
@@ -55,6 +65,8 @@ class HierarchyStats:
 
     staleness: list[int] = field(default_factory=list)
     geo_weight: list[float] = field(default_factory=list)
+    update_metric: list[float] = field(default_factory=list)
+    metric: str | None = None
     regions: list[dict[str, Any]] = field(default_factory=list)
     sent: Counter[str] = field(default_factory=Counter)
     delivered: Counter[str] = field(default_factory=Counter)
@@ -79,11 +91,16 @@ class HierarchyStats:
         """The ``hierarchy`` block of the round record."""
         stale = np.asarray(self.staleness, dtype=np.float64)
         w = np.asarray(self.geo_weight, dtype=np.float64)
+        measured = self.update_metric if self.metric is not None else None
+        table = staleness_table(self.staleness, self.geo_weight, measured)
         return {
             "staleness": list(self.staleness),
             "geo_weight": list(self.geo_weight),
             "staleness_mean": float(stale.mean()) if stale.size else None,
             "staleness_weighted": float(w @ stale / w.sum()) if w.size and w.sum() else None,
+            "update_metric": [_finite(v) for v in self.update_metric],
+            "metric": self.metric,
+            "staleness_table": [{"bucket": b.label, **asdict(b)} for b in table],
             "regions": list(self.regions),
             "sent": {h: self.sent[h] for h in HOPS if self.sent[h]},
             "delivered": {h: self.delivered[h] for h in HOPS if self.delivered[h]},

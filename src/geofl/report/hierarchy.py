@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from geofl.hierarchy.staleness import STALENESS_BUCKETS, staleness_table
 from geofl.records import RoundRecord
 from geofl.report.stats import Stat, format_pm, make_stat
 from geofl.report.summary import MethodSummary, RunData
@@ -23,6 +24,8 @@ __all__ = ["hierarchy_figures", "hierarchy_html"]
 BUCKETS = (0, 1, 2, 3)
 DELIVERY = ("tractor_driver", "driver_leo", "leo_geo", "driver_tractor")
 LATENCY = ("terrestrial", "pass_wait", "relay_wait", "downlink", "end_to_end")
+#: Table 10's buckets as labelled in the records.
+T10 = tuple(f"{lo}+" if hi is None else f"{lo}-{hi}" for lo, hi in STALENESS_BUCKETS)
 BYTES = ("tractor_driver", "driver_leo", "leo_geo", "geo_leo", "leo_driver", "driver_tractor")
 
 
@@ -63,6 +66,15 @@ def hierarchy_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
         sent.update(b.get("sent", {}))
         delivered.update(b.get("delivered", {}))
         nbytes.update(b.get("bytes_by_hop", {}))
+    metric = [
+        math.nan if v is None else float(v)
+        for b in blocks
+        for v in (b.get("update_metric") or [None] * len(b.get("staleness", [])))
+    ]
+    for bucket in staleness_table(stale, weight, metric):
+        for key in ("fraction", "contribution", "metric"):
+            value = getattr(bucket, key)
+            out[f"t10_{key}_{bucket.label}"] = math.nan if value is None else value
     for hop in DELIVERY:
         out[f"delivery_{hop}"] = delivered[hop] / sent[hop] if sent[hop] else math.nan
     for hop in LATENCY:
@@ -95,6 +107,12 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
                   for k in ("staleness", "staleness_weighted")]  # fmt: skip
         cells += [f'<td class="num">{format_pm(stat[f"weight_{k}"], digits=1)}</td>'
                   for k in BUCKETS]  # fmt: skip
+        for label in T10:
+            cells += [f'<td class="num">{format_pm(stat[f"t10_{k}_{label}"], digits=1)}</td>'
+                      for k in ("fraction", "contribution")]  # fmt: skip
+            cells.append(
+                f'<td class="num">{format_pm(stat[f"t10_metric_{label}"], scale=1.0)}</td>'
+            )
         cells += [f'<td class="num">{format_pm(stat[f"delivery_{h}"], digits=1)}</td>'
                   for h in DELIVERY]  # fmt: skip
         cells += [f'<td class="num">{format_pm(stat[f"latency_{h}"], scale=1.0, digits=1)}</td>'
@@ -107,6 +125,8 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     head = [
         "method", "staleness (rounds)", "GEO-weighted staleness",
         *(f"GEO weight at staleness {k}{'+' if k == BUCKETS[-1] else ''} %" for k in BUCKETS),
+        *(h for label in T10 for h in (
+            f"updates % at {label}", f"GEO weight % at {label}", f"test AUC at {label}")),
         *(f"delivered % {_arrow(h)}" for h in DELIVERY),
         *(f"latency (s) {h.replace('_', ' ')}" for h in LATENCY),
         *(f"kB / tractor·round {_arrow(h)}" for h in BYTES),
@@ -114,7 +134,11 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     header = "".join(f"<th>{h}</th>" for h in head)
     intro = (
         "003 space-assisted hierarchy: staleness t − t' of the tractor updates the GEO "
-        "incorporated and the share of the GEO update at each staleness (Table 10), delivery "
+        "incorporated and the share of the GEO update at each staleness; Table 10 per "
+        "bucket 0-1 / 2-3 / 4+ rounds: share of the updates, share of the GEO update and the "
+        "test metric (AUC for Task B) of the regional models w̄_l that carried them, "
+        "weighted by their update counts (the paper does not define its AUC per bucket); "
+        "delivery "
         "ratio per hop, simulated latency per hop (terrestrial uplink, waiting for a LEO "
         "pass, waiting for a relay slot, GEO aggregation → driver, creation → incorporation; "
         "§3.1.4's decomposition) and bytes per sampled tractor and round per hop"
