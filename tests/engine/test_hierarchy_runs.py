@@ -215,3 +215,16 @@ def test_table10_metric_can_be_switched_off(tmp_path: Path) -> None:
     assert h is not None and h["metric"] is None
     assert all(row["metric"] is None for row in h["staleness_table"])
     assert all(r["test_metric"] is None for r in h["regions"])
+
+
+def test_the_timeline_events_match_the_hop_counts(tmp_path: Path) -> None:
+    for _, rec in _rounds(tmp_path, {}, "timeline", rounds=3):
+        h = rec.hierarchy
+        assert h is not None
+        kinds = [e[1] for e in h["events"]]
+        assert kinds.count("uplink") == h["delivered"].get("driver_leo", 0)
+        assert kinds.count("relay") == h["delivered"].get("leo_geo", 0)
+        assert kinds.count("downlink") == h["sent"].get("leo_driver", 0)
+        assert kinds.count("geo") == (1 if rec.participants else 0)
+        start, end = (rec.round - 1) * 3600.0, rec.round * 3600.0
+        assert all(start <= e[0] <= end for e in h["events"])

@@ -4,11 +4,14 @@ bucket, delivery ratio per hop, count-weighted latency, bytes per tractor and ro
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from geofl.records import RoundRecord, RoundStatus
-from geofl.report.hierarchy import hierarchy_figures
+from geofl.report.hierarchy import hierarchy_figures, timeline_figures
+from geofl.report.hierarchy_plots import plot_timeline
 
 
 def _rec(r: int, block: dict[str, object] | None, cohort: int = 4) -> RoundRecord:
@@ -61,3 +64,19 @@ def test_hierarchy_block_round_trips_through_the_record_json() -> None:
     back = RoundRecord.from_json(rec.to_json())
     assert back.hierarchy == block
     assert "hierarchy" not in _rec(3, None).to_json()  # other runs' records stay as they were
+
+
+def test_timeline_figure_is_drawn_from_the_events(tmp_path: Path) -> None:
+    events = [[700.0, "uplink", 2, 0], [900.0, "relay", 2, -1], [3600.0, "geo", -1, -1],
+              [4000.0, "downlink", -1, 0], [40_000.0, "uplink", 5, 1]]  # fmt: skip
+    path = plot_timeline([tuple(e) for e in events], tmp_path / "t.png", title="t", hours=2.0)  # type: ignore[misc]
+    assert path.stat().st_size > 0
+    rec = _rec(1, {"events": events})
+    run = SimpleNamespace(methods={"h": {1: SimpleNamespace(rounds=[rec])}},
+                          display_names=lambda: {"h": "Hier"})  # fmt: skip
+    blocks = timeline_figures(run, tmp_path)  # type: ignore[arg-type]
+    assert len(blocks) == 1 and "hierarchy_timeline_h.png" in blocks[0]
+    assert (tmp_path / "hierarchy_timeline_h.png").is_file()
+    quiet = SimpleNamespace(methods={"h": {1: SimpleNamespace(rounds=[_rec(1, {"events": []})])}},
+                            display_names=lambda: {})  # fmt: skip
+    assert timeline_figures(quiet, tmp_path) == []  # type: ignore[arg-type]

@@ -162,6 +162,7 @@ class HierarchicalScheduler:
                 fairness=self.cfg.fairness, geo_delta=self.cfg.geo_delta,
             )  # fmt: skip
             params = geo.params
+            stats.event(end, "geo")
         self.versions[round_idx] = params
         if self.personal is not None and geo is not None:
             self.personal.publish(round_idx, params, [m for _, m in regionals])
@@ -290,6 +291,7 @@ class HierarchicalScheduler:
     def _leo(self, now: float, ev: LeoArrival) -> None:
         self.leo_buffer[ev.sat].append((now, ev.model))
         self._stats.hop("driver_leo", delivered=1)
+        self._stats.event(now, "uplink", leo=ev.sat, cluster=ev.model.clusters[0])
         self._stats.latency("pass_wait", now - ev.model.created_s)
         if self.relay_pending[ev.sat]:
             return
@@ -309,6 +311,7 @@ class HierarchicalScheduler:
             [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now
         )
         self._stats.hop("leo_geo", sent=1, delivered=1, nbytes=self.model_bytes)
+        self._stats.event(now, "relay", leo=sat)
         self.geo_inbox.append((sat, regional))
 
     def _sync_tiers(self, now: float) -> list[tuple[int, TierModel]]:
@@ -352,6 +355,7 @@ class HierarchicalScheduler:
         stats = self._stats
         stats.hop("leo_driver", sent=1, delivered=1, nbytes=self.model_bytes)
         stats.latency("downlink", now - ev.version * self.cfg.round_s)
+        stats.event(now, "downlink", cluster=ev.cluster)
         if ev.version <= self.cluster_version[ev.cluster]:
             return  # an older model overtaken by a newer one
         self.cluster_version[ev.cluster] = ev.version

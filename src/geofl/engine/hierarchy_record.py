@@ -61,6 +61,10 @@ class HierarchyStats:
         missed_downlink: Tractors that missed a global model (outage or down) and kept
             their last one (§2.1.2(4)).
         stranded: Driver models with no LEO contact left in the plan.
+        events: The round's timeline, ``(t_s, kind, leo, cluster)`` with kind ``uplink``
+            (a driver model reached LEO ``leo`` in a pass), ``relay`` (LEO ``leo`` relayed
+            its regional model to the GEO), ``geo`` (GEO aggregation) or ``downlink`` (the
+            global model reached cluster ``cluster``'s driver); −1 where not applicable.
     """
 
     staleness: list[int] = field(default_factory=list)
@@ -76,6 +80,7 @@ class HierarchyStats:
     down: int = 0
     missed_downlink: int = 0
     stranded: int = 0
+    events: list[tuple[float, str, int, int]] = field(default_factory=list)
 
     def hop(self, name: str, *, sent: int = 0, delivered: int = 0, nbytes: int = 0) -> None:
         """Count transmissions on hop ``name``."""
@@ -86,6 +91,10 @@ class HierarchyStats:
     def latency(self, name: str, seconds: float) -> None:
         """One completed transmission's simulated latency on ``name``."""
         self.latency_s.setdefault(name, []).append(float(seconds))
+
+    def event(self, t_s: float, kind: str, *, leo: int = -1, cluster: int = -1) -> None:
+        """One timeline event (:attr:`events`)."""
+        self.events.append((float(t_s), kind, int(leo), int(cluster)))
 
     def to_json(self) -> dict[str, Any]:
         """The ``hierarchy`` block of the round record."""
@@ -111,4 +120,5 @@ class HierarchyStats:
             "down": self.down,
             "missed_downlink": self.missed_downlink,
             "stranded": self.stranded,
+            "events": [list(e) for e in self.events],
         }

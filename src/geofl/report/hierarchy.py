@@ -11,14 +11,17 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from geofl.hierarchy.staleness import STALENESS_BUCKETS, staleness_table
 from geofl.records import RoundRecord
+from geofl.report.fragments import figure_html, slug
+from geofl.report.hierarchy_plots import plot_timeline
 from geofl.report.stats import Stat, format_pm, make_stat
 from geofl.report.summary import MethodSummary, RunData
 
-__all__ = ["hierarchy_figures", "hierarchy_html"]
+__all__ = ["hierarchy_figures", "hierarchy_html", "timeline_figures"]
 
 #: Staleness buckets of Table 10 (the last is "this or more").
 BUCKETS = (0, 1, 2, 3)
@@ -89,8 +92,36 @@ def _arrow(hop: str) -> str:
     return hop.replace("_", " → ").replace("leo", "LEO").replace("geo", "GEO")
 
 
-def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
-    """``<h2>Hierarchy</h2>`` and a table of the methods whose rounds carry hierarchy blocks."""
+def timeline_figures(run: RunData, out: Path, *, hours: float = 8.0) -> list[str]:
+    """``hierarchy_timeline_<method>.png`` of the first finished seed of every method whose
+    records carry timeline events (the first ``hours`` simulated hours), as HTML figures."""
+    names, blocks = run.display_names(), []
+    for method, seeds in run.methods.items():
+        for seed, r in sorted(seeds.items()):
+            events = [
+                (float(t), str(kind), int(leo), int(cluster))
+                for rec in r.rounds
+                if rec.hierarchy is not None
+                for t, kind, leo, cluster in rec.hierarchy.get("events", [])
+            ]
+            if not any(e[1] == "uplink" for e in events):
+                continue
+            label = names.get(method, method)
+            name = f"hierarchy_timeline_{slug(method)}.png"
+            plot_timeline(events, out / name, title=f"{label}, seed {seed}", hours=hours)
+            caption = (
+                f"{escape(label)}, seed {seed}: the first {hours:g} simulated hours — driver "
+                "models reaching a LEO in a pass, LEO → GEO relays, GEO aggregations (vertical "
+                "lines) and the global model reaching the drivers."
+            )
+            blocks.append(figure_html(name, caption, f"hierarchy timeline of {label}"))
+            break
+    return blocks
+
+
+def hierarchy_html(run: RunData, methods: dict[str, MethodSummary], out: Path | None = None) -> str:
+    """``<h2>Hierarchy</h2>``, a table of the methods whose rounds carry hierarchy blocks and,
+    with ``out``, their timeline figures."""
     names, rows = run.display_names(), []
     for method, ms in methods.items():
         figs = [
@@ -143,7 +174,8 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
         "pass, waiting for a relay slot, GEO aggregation → driver, creation → incorporation; "
         "§3.1.4's decomposition) and bytes per sampled tractor and round per hop"
     )
+    figures = "" if out is None else "\n".join(timeline_figures(run, out))
     return (
         f"<h2>Hierarchy</h2>\n<p>{intro}.</p>\n<table><thead><tr>{header}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f"<tbody>{''.join(rows)}</tbody></table>\n{figures}"
     )
