@@ -17,9 +17,10 @@ TimelineEvent = tuple[float, str, int, int]
 def plot_timeline(
     events: Sequence[TimelineEvent], path: Path, *, title: str, hours: float | None = None
 ) -> Path:
-    """One row per LEO (driver models arriving in a pass: dots; relays to the GEO:
-    triangles), a GEO row (aggregations: stars, also as vertical lines) and a driver row
-    (the global model reaching a cluster's driver), over simulated hours.
+    """One row per LEO that appears in ``events`` (driver models arriving in a pass: dots;
+    relays to the GEO: triangles just above), a GEO row (aggregations: stars, also as
+    vertical lines) and a driver row (the global model reaching a cluster's driver), over
+    simulated hours.
 
     Args:
         events: The run's timeline events, any order.
@@ -36,11 +37,11 @@ def plot_timeline(
     def xs(kind: str) -> list[float]:
         return [e[0] / 3600.0 for e in evs if e[1] == kind]
 
-    for kind, size, marker, c, label in (
-        ("uplink", 12, "o", "#1f77b4", "driver → LEO (pass)"),
-        ("relay", 30, "^", "#ff7f0e", "LEO → GEO relay"),
+    for kind, size, marker, c, label, lift in (
+        ("uplink", 16, "o", "#1f77b4", "driver → LEO (pass)", 0.0),
+        ("relay", 30, "^", "#ff7f0e", "LEO → GEO relay (drawn above its LEO)", 0.3),
     ):
-        at = [(e[0] / 3600.0, e[2]) for e in evs if e[1] == kind]
+        at = [(e[0] / 3600.0, e[2] + lift) for e in evs if e[1] == kind]
         if at:
             ax.scatter([x for x, _ in at], [y for _, y in at], s=size, marker=marker, c=c,
                        label=label)  # fmt: skip
