@@ -12,7 +12,9 @@ import pytest
 import torch
 from tests.engine.hierarchy_helpers import SEED, agri_raw, config, make_run
 
+from geofl.engine.evaluate import evaluate
 from geofl.engine.experiment import run_experiment
+from geofl.engine.hierarchy import HierarchicalScheduler
 from geofl.errors import ConfigError
 from geofl.events import RunInfo
 from geofl.io import read_jsonl
@@ -176,3 +178,53 @@ def test_driver_failures_re_elect_and_lose_no_buffered_update(tmp_path: Path) ->
     assert down > 0 and all(f["driver"] != f["failed"] for f in failovers)
     assert sum(f["handed_over"] for f in failovers) > 0  # buffers moved to the new drivers
     assert arrived == incorporated + pending  # every update that reached a driver is kept
+
+
+def test_table10_metric_is_each_regional_models_test_auc_carried_by_its_updates(
+    tmp_path: Path,
+) -> None:
+    """Every update carries its regional model's test AUC; re-evaluating that model by hand
+    gives the same value, and the round's Table 10 rows are the count-weighted means."""
+    rounds = _rounds(tmp_path, {"mode": "sync"}, "t10", rounds=2)
+    run = make_run(config(tmp_path, agri_raw({"mode": "sync"}, rounds=2, uplink=UPLINK), "t10b"),
+                   tmp_path / "t10b")  # fmt: skip
+    sched = run.scheduler
+    assert isinstance(sched, HierarchicalScheduler) and sched.probe is not None
+    for _, rec in rounds:
+        h = rec.hierarchy
+        assert h is not None and h["metric"] == "roc_auc"
+        assert len(h["update_metric"]) == len(h["staleness"]) == len(rec.participants)
+        per_region = [r["test_metric"] for r in h["regions"] for _ in range(r["tractors"])]
+        assert h["update_metric"] == per_region
+        assert all(0.0 <= v <= 1.0 for v in per_region)
+        rows = {row["bucket"]: row for row in h["staleness_table"]}
+        assert rows["0-1"]["updates"] == len(per_region)  # sync: staleness 0
+        assert rows["0-1"]["metric"] == pytest.approx(sum(per_region) / len(per_region))
+        assert rows["2-3"]["metric"] is None and rows["4+"]["fraction"] == 0.0
+    # the probe is the test split's AUC of the vector it is given
+    params = rounds[-1][0]
+    run.workspace.load(params)
+    d = run.data
+    want = evaluate(run.workspace.module, d.test.inputs, d.test.targets, run.comps.task)
+    assert sched.probe[1](params) == pytest.approx(want.values["roc_auc"])
+
+
+def test_table10_metric_can_be_switched_off(tmp_path: Path) -> None:
+    (_, rec), *_ = _rounds(tmp_path, {"mode": "sync", "staleness_metric": False}, "off", 1)
+    h = rec.hierarchy
+    assert h is not None and h["metric"] is None
+    assert all(row["metric"] is None for row in h["staleness_table"])
+    assert all(r["test_metric"] is None for r in h["regions"])
+
+
+def test_the_timeline_events_match_the_hop_counts(tmp_path: Path) -> None:
+    for _, rec in _rounds(tmp_path, {}, "timeline", rounds=3):
+        h = rec.hierarchy
+        assert h is not None
+        kinds = [e[1] for e in h["events"]]
+        assert kinds.count("uplink") == h["delivered"].get("driver_leo", 0)
+        assert kinds.count("relay") == h["delivered"].get("leo_geo", 0)
+        assert kinds.count("downlink") == h["sent"].get("leo_driver", 0)
+        assert kinds.count("geo") == (1 if rec.participants else 0)
+        start, end = (rec.round - 1) * 3600.0, rec.round * 3600.0
+        assert all(start <= e[0] <= end for e in h["events"])

@@ -116,6 +116,12 @@ class HierarchyConfig(BaseModel):
     p_driver_fail: float = Field(
         0.0, ge=0.0, le=1.0, description="a driver fails at a deadline w.p. (re-election)"
     )
+    staleness_metric: bool = Field(
+        True,
+        description="evaluate every regional model the GEO incorporates on the test split "
+        "(Table 10's AUC per staleness bucket; reporting only, ~one test pass per LEO "
+        "relay); false: skip",
+    )
     train_s: float = Field(0.0, ge=0.0, description="simulated local-training time (s)")
     leo: LeoConfig = Field(default_factory=LeoConfig)
     personalization: PersonalizationConfig | None = Field(

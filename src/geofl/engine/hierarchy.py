@@ -74,6 +74,10 @@ class HierarchicalScheduler:
         contacts: Contact windows (cluster c is station c) and relay slots.
         seed: Experiment seed.
         allowed: The permission gate ``allowed(client, round)``.
+        probe: ``(name, fn)``: ``fn(params)`` is the test-split value of metric ``name``
+            of a flat parameter vector; every regional model the GEO incorporates is
+            evaluated with it for Table 10's metric per staleness bucket (reporting only:
+            nothing feeds back into training). None: not measured.
     """
 
     def __init__(
@@ -85,7 +89,9 @@ class HierarchicalScheduler:
         *,
         seed: int,
         allowed: Callable[[int, int], bool] = lambda c, r: True,
+        probe: tuple[str, Callable[[torch.Tensor], float]] | None = None,
     ) -> None:
+        self.probe = probe
         self.sync = SyncScheduler(comps, seed=seed, allowed=allowed)
         self.c, self.cfg, self.topo, self.contacts = comps, cfg, topology, contacts
         self.seed = seed
@@ -156,6 +162,7 @@ class HierarchicalScheduler:
                 fairness=self.cfg.fairness, geo_delta=self.cfg.geo_delta,
             )  # fmt: skip
             params = geo.params
+            stats.event(end, "geo")
         self.versions[round_idx] = params
         if self.personal is not None and geo is not None:
             self.personal.publish(round_idx, params, [m for _, m in regionals])
@@ -164,9 +171,13 @@ class HierarchicalScheduler:
         elif geo is not None:
             self._schedule_downlink(round_idx, end)
         self._prune()
+        regional_metric = None
+        if self.probe is not None and geo is not None:
+            stats.metric = self.probe[0]
+            regional_metric = [self.probe[1](m.model) for _, m in regionals]
         record = build_record(
             self.sync, round_idx, cohort, excluded, got, regionals, geo, params, stats,
-            end_s=end,
+            end_s=end, regional_metric=regional_metric,
         )  # fmt: skip
         t1 = time.perf_counter()
         record.time_s.update(
@@ -280,6 +291,7 @@ class HierarchicalScheduler:
     def _leo(self, now: float, ev: LeoArrival) -> None:
         self.leo_buffer[ev.sat].append((now, ev.model))
         self._stats.hop("driver_leo", delivered=1)
+        self._stats.event(now, "uplink", leo=ev.sat, cluster=ev.model.clusters[0])
         self._stats.latency("pass_wait", now - ev.model.created_s)
         if self.relay_pending[ev.sat]:
             return
@@ -299,6 +311,7 @@ class HierarchicalScheduler:
             [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now
         )
         self._stats.hop("leo_geo", sent=1, delivered=1, nbytes=self.model_bytes)
+        self._stats.event(now, "relay", leo=sat)
         self.geo_inbox.append((sat, regional))
 
     def _sync_tiers(self, now: float) -> list[tuple[int, TierModel]]:
@@ -342,6 +355,7 @@ class HierarchicalScheduler:
         stats = self._stats
         stats.hop("leo_driver", sent=1, delivered=1, nbytes=self.model_bytes)
         stats.latency("downlink", now - ev.version * self.cfg.round_s)
+        stats.event(now, "downlink", cluster=ev.cluster)
         if ev.version <= self.cluster_version[ev.cluster]:
             return  # an older model overtaken by a newer one
         self.cluster_version[ev.cluster] = ev.version

@@ -9,11 +9,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from geofl.config.hierarchy import HierarchyConfig, LeoConfig
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.partition import Partition
 from geofl.engine.components import PreparedData, RunComponents
+from geofl.engine.evaluate import evaluate
 from geofl.engine.hierarchy import HierarchicalScheduler
 from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
 from geofl.engine.hierarchy_round import Topology
@@ -75,7 +77,25 @@ def build_scheduler(
     else:
         stations = np.stack([fleet.lat[list(clusters.driver)], fleet.lon[list(clusters.driver)]], 1)
         contacts = leo_contacts(hier, stations, rounds=cfg.federation.rounds, seed=seed)
-    return HierarchicalScheduler(comps, hier, topo, contacts, seed=seed, allowed=allowed)
+    probe = _test_probe(cfg, comps, data) if hier.staleness_metric else None
+    return HierarchicalScheduler(
+        comps, hier, topo, contacts, seed=seed, allowed=allowed, probe=probe
+    )
+
+
+def _test_probe(
+    cfg: ExperimentConfig, comps: RunComponents, data: PreparedData
+) -> tuple[str, Callable[[torch.Tensor], float]]:
+    """The task's primary metric of a flat parameter vector on the test split (Table 10's
+    metric per staleness bucket; the workspace is reloaded before every evaluation)."""
+    name, task, ws = comps.task.primary_metric, comps.task, comps.workspace
+
+    def probe(params: torch.Tensor) -> float:
+        ws.load(params)
+        got = evaluate(ws.module, data.test.inputs, data.test.targets, task, cfg.eval.batch_size)
+        return float(got.values.get(name, math.nan))
+
+    return name, probe
 
 
 def _check_method(cfg: ExperimentConfig, method: MethodConfig, runner: ClientRunner | None) -> None:

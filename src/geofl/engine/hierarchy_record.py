@@ -8,10 +8,12 @@ Written as the ``hierarchy`` block of a :class:`~geofl.records.RoundRecord` (lik
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from geofl.hierarchy.staleness import staleness_table
 
 __all__ = ["HOPS", "HierarchyStats"]
 
@@ -26,6 +28,10 @@ HOPS = (
 )
 
 
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
 def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
@@ -38,6 +44,10 @@ class HierarchyStats:
         staleness: t − t' of every tractor update incorporated at the GEO this round.
         geo_weight: Its share of the GEO update (GEO weight of its regional model × its
             share of that model; aligned with ``staleness``).
+        update_metric: The test metric (``metric``, the task's primary one) of the
+            regional model w̄_l that carried the update (aligned with ``staleness``; NaN
+            when not measured) — Table 10's "AUC per bucket" (:class:`StalenessBucket`).
+        metric: Name of that metric (``"roc_auc"`` for Task B), or None when not measured.
         regions: One entry per regional model aggregated: LEO, t', ω_stale, ω_fair, ω̃,
             effective RobustAvg weight, clusters and tractors it covers.
         sent: Transmissions started per hop.
@@ -51,10 +61,16 @@ class HierarchyStats:
         missed_downlink: Tractors that missed a global model (outage or down) and kept
             their last one (§2.1.2(4)).
         stranded: Driver models with no LEO contact left in the plan.
+        events: The round's timeline, ``(t_s, kind, leo, cluster)`` with kind ``uplink``
+            (a driver model reached LEO ``leo`` in a pass), ``relay`` (LEO ``leo`` relayed
+            its regional model to the GEO), ``geo`` (GEO aggregation) or ``downlink`` (the
+            global model reached cluster ``cluster``'s driver); −1 where not applicable.
     """
 
     staleness: list[int] = field(default_factory=list)
     geo_weight: list[float] = field(default_factory=list)
+    update_metric: list[float] = field(default_factory=list)
+    metric: str | None = None
     regions: list[dict[str, Any]] = field(default_factory=list)
     sent: Counter[str] = field(default_factory=Counter)
     delivered: Counter[str] = field(default_factory=Counter)
@@ -64,6 +80,7 @@ class HierarchyStats:
     down: int = 0
     missed_downlink: int = 0
     stranded: int = 0
+    events: list[tuple[float, str, int, int]] = field(default_factory=list)
 
     def hop(self, name: str, *, sent: int = 0, delivered: int = 0, nbytes: int = 0) -> None:
         """Count transmissions on hop ``name``."""
@@ -75,15 +92,24 @@ class HierarchyStats:
         """One completed transmission's simulated latency on ``name``."""
         self.latency_s.setdefault(name, []).append(float(seconds))
 
+    def event(self, t_s: float, kind: str, *, leo: int = -1, cluster: int = -1) -> None:
+        """One timeline event (:attr:`events`)."""
+        self.events.append((float(t_s), kind, int(leo), int(cluster)))
+
     def to_json(self) -> dict[str, Any]:
         """The ``hierarchy`` block of the round record."""
         stale = np.asarray(self.staleness, dtype=np.float64)
         w = np.asarray(self.geo_weight, dtype=np.float64)
+        measured = self.update_metric if self.metric is not None else None
+        table = staleness_table(self.staleness, self.geo_weight, measured)
         return {
             "staleness": list(self.staleness),
             "geo_weight": list(self.geo_weight),
             "staleness_mean": float(stale.mean()) if stale.size else None,
             "staleness_weighted": float(w @ stale / w.sum()) if w.size and w.sum() else None,
+            "update_metric": [_finite(v) for v in self.update_metric],
+            "metric": self.metric,
+            "staleness_table": [{"bucket": b.label, **asdict(b)} for b in table],
             "regions": list(self.regions),
             "sent": {h: self.sent[h] for h in HOPS if self.sent[h]},
             "delivered": {h: self.delivered[h] for h in HOPS if self.delivered[h]},
@@ -94,4 +120,5 @@ class HierarchyStats:
             "down": self.down,
             "missed_downlink": self.missed_downlink,
             "stranded": self.stranded,
+            "events": [list(e) for e in self.events],
         }

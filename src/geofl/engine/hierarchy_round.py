@@ -58,26 +58,34 @@ def build_record(
     stats: HierarchyStats,
     *,
     end_s: float,
+    regional_metric: Sequence[float] | None = None,
 ) -> RoundRecord:
     """The round's record: participants are the tractors whose updates the GEO incorporated
     this round, each with its share of the GEO update (GEO weight × regional share);
     training figures are those of the updates sent this round; the ``hierarchy`` block
-    holds :class:`HierarchyStats` (``end_s``: simulated time of the GEO aggregation)."""
+    holds :class:`HierarchyStats` (``end_s``: simulated time of the GEO aggregation;
+    ``regional_metric``: the test metric of every regional model in ``regionals``, which
+    each of its updates carries into ``update_metric`` for Table 10)."""
     participants: list[int] = []
     weights: list[float] = []
     if geo is not None:
-        for (sat, m), w, eff, fair, stale, s in zip(
+        values = (
+            list(regional_metric) if regional_metric is not None else [math.nan] * len(regionals)
+        )
+        for (sat, m), w, eff, fair, stale, s, value in zip(
             regionals, geo.weights.tolist(), geo.effective.tolist(), geo.fair.tolist(),
-            geo.stale.tolist(), geo.staleness, strict=True,
+            geo.stale.tolist(), geo.staleness, values, strict=True,
         ):  # fmt: skip
             participants.extend(m.clients)
+            stats.update_metric.extend([value] * len(m.client_rounds))
             weights.extend(eff * share for share in m.tractor_weights)
             stats.staleness.extend(round_idx - r for r in m.client_rounds)
             stats.geo_weight.extend(eff * share for share in m.tractor_weights)
             stats.regions.append(
                 {"leo": sat, "produced_round": m.produced_round, "staleness": s,
                  "stale": stale, "fair": fair, "weight": w, "effective": eff,
-                 "clusters": list(m.clusters), "tractors": len(m.clients)}
+                 "clusters": list(m.clusters), "tractors": len(m.clients),
+                 "test_metric": value if math.isfinite(value) else None}
             )  # fmt: skip
             for created in m.client_created:
                 stats.latency("end_to_end", end_s - created)

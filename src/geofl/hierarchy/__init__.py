@@ -12,7 +12,9 @@ A round's data flow reads down the modules:
   normalised (Eq. 12); the robust GEO aggregate itself is
   :func:`geofl.server.robust.robust_avg` (§2.2.5);
 * :mod:`~geofl.hierarchy.personalize` — regional adapters and on-tractor personalisation
-  (§2.2.6).
+  (§2.2.6);
+* :mod:`~geofl.hierarchy.staleness` — Table 10's staleness buckets of the incorporated
+  updates.
 
 Everything here is a pure function or a small state machine; the event-driven engine
 (:mod:`geofl.engine.hierarchy`) composes them.

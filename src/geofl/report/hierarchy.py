@@ -11,18 +11,24 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from html import escape
+from pathlib import Path
 from typing import Any
 
+from geofl.hierarchy.staleness import STALENESS_BUCKETS, staleness_table
 from geofl.records import RoundRecord
+from geofl.report.fragments import figure_html, slug
+from geofl.report.hierarchy_plots import plot_timeline
 from geofl.report.stats import Stat, format_pm, make_stat
 from geofl.report.summary import MethodSummary, RunData
 
-__all__ = ["hierarchy_figures", "hierarchy_html"]
+__all__ = ["hierarchy_figures", "hierarchy_html", "timeline_figures"]
 
 #: Staleness buckets of Table 10 (the last is "this or more").
 BUCKETS = (0, 1, 2, 3)
 DELIVERY = ("tractor_driver", "driver_leo", "leo_geo", "driver_tractor")
 LATENCY = ("terrestrial", "pass_wait", "relay_wait", "downlink", "end_to_end")
+#: Table 10's buckets as labelled in the records.
+T10 = tuple(f"{lo}+" if hi is None else f"{lo}-{hi}" for lo, hi in STALENESS_BUCKETS)
 BYTES = ("tractor_driver", "driver_leo", "leo_geo", "geo_leo", "leo_driver", "driver_tractor")
 
 
@@ -63,6 +69,15 @@ def hierarchy_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
         sent.update(b.get("sent", {}))
         delivered.update(b.get("delivered", {}))
         nbytes.update(b.get("bytes_by_hop", {}))
+    metric = [
+        math.nan if v is None else float(v)
+        for b in blocks
+        for v in (b.get("update_metric") or [None] * len(b.get("staleness", [])))
+    ]
+    for bucket in staleness_table(stale, weight, metric):
+        for key in ("fraction", "contribution", "metric"):
+            value = getattr(bucket, key)
+            out[f"t10_{key}_{bucket.label}"] = math.nan if value is None else value
     for hop in DELIVERY:
         out[f"delivery_{hop}"] = delivered[hop] / sent[hop] if sent[hop] else math.nan
     for hop in LATENCY:
@@ -77,8 +92,36 @@ def _arrow(hop: str) -> str:
     return hop.replace("_", " → ").replace("leo", "LEO").replace("geo", "GEO")
 
 
-def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
-    """``<h2>Hierarchy</h2>`` and a table of the methods whose rounds carry hierarchy blocks."""
+def timeline_figures(run: RunData, out: Path, *, hours: float = 8.0) -> list[str]:
+    """``hierarchy_timeline_<method>.png`` of the first finished seed of every method whose
+    records carry timeline events (the first ``hours`` simulated hours), as HTML figures."""
+    names, blocks = run.display_names(), []
+    for method, seeds in run.methods.items():
+        for seed, r in sorted(seeds.items()):
+            events = [
+                (float(t), str(kind), int(leo), int(cluster))
+                for rec in r.rounds
+                if rec.hierarchy is not None
+                for t, kind, leo, cluster in rec.hierarchy.get("events", [])
+            ]
+            if not any(e[1] == "uplink" for e in events):
+                continue
+            label = names.get(method, method)
+            name = f"hierarchy_timeline_{slug(method)}.png"
+            plot_timeline(events, out / name, title=f"{label}, seed {seed}", hours=hours)
+            caption = (
+                f"{escape(label)}, seed {seed}: the first {hours:g} simulated hours — driver "
+                "models reaching a LEO in a pass, LEO → GEO relays, GEO aggregations (vertical "
+                "lines) and the global model reaching the drivers."
+            )
+            blocks.append(figure_html(name, caption, f"hierarchy timeline of {label}"))
+            break
+    return blocks
+
+
+def hierarchy_html(run: RunData, methods: dict[str, MethodSummary], out: Path | None = None) -> str:
+    """``<h2>Hierarchy</h2>``, a table of the methods whose rounds carry hierarchy blocks and,
+    with ``out``, their timeline figures."""
     names, rows = run.display_names(), []
     for method, ms in methods.items():
         figs = [
@@ -95,6 +138,12 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
                   for k in ("staleness", "staleness_weighted")]  # fmt: skip
         cells += [f'<td class="num">{format_pm(stat[f"weight_{k}"], digits=1)}</td>'
                   for k in BUCKETS]  # fmt: skip
+        for label in T10:
+            cells += [f'<td class="num">{format_pm(stat[f"t10_{k}_{label}"], digits=1)}</td>'
+                      for k in ("fraction", "contribution")]  # fmt: skip
+            cells.append(
+                f'<td class="num">{format_pm(stat[f"t10_metric_{label}"], scale=1.0)}</td>'
+            )
         cells += [f'<td class="num">{format_pm(stat[f"delivery_{h}"], digits=1)}</td>'
                   for h in DELIVERY]  # fmt: skip
         cells += [f'<td class="num">{format_pm(stat[f"latency_{h}"], scale=1.0, digits=1)}</td>'
@@ -107,6 +156,8 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     head = [
         "method", "staleness (rounds)", "GEO-weighted staleness",
         *(f"GEO weight at staleness {k}{'+' if k == BUCKETS[-1] else ''} %" for k in BUCKETS),
+        *(h for label in T10 for h in (
+            f"updates % at {label}", f"GEO weight % at {label}", f"test AUC at {label}")),
         *(f"delivered % {_arrow(h)}" for h in DELIVERY),
         *(f"latency (s) {h.replace('_', ' ')}" for h in LATENCY),
         *(f"kB / tractor·round {_arrow(h)}" for h in BYTES),
@@ -114,12 +165,17 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     header = "".join(f"<th>{h}</th>" for h in head)
     intro = (
         "003 space-assisted hierarchy: staleness t − t' of the tractor updates the GEO "
-        "incorporated and the share of the GEO update at each staleness (Table 10), delivery "
+        "incorporated and the share of the GEO update at each staleness; Table 10 per "
+        "bucket 0-1 / 2-3 / 4+ rounds: share of the updates, share of the GEO update and the "
+        "test metric (AUC for Task B) of the regional models w̄_l that carried them, "
+        "weighted by their update counts (the paper does not define its AUC per bucket); "
+        "delivery "
         "ratio per hop, simulated latency per hop (terrestrial uplink, waiting for a LEO "
         "pass, waiting for a relay slot, GEO aggregation → driver, creation → incorporation; "
         "§3.1.4's decomposition) and bytes per sampled tractor and round per hop"
     )
+    figures = "" if out is None else "\n".join(timeline_figures(run, out))
     return (
         f"<h2>Hierarchy</h2>\n<p>{intro}.</p>\n<table><thead><tr>{header}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f"<tbody>{''.join(rows)}</tbody></table>\n{figures}"
     )

@@ -150,7 +150,7 @@ def _body(run: RunData, summary: RunSummary, out: Path) -> str:
         _paired(run, summary, names),
         communication_html(run, methods),
         uplink_html(run, methods),
-        hierarchy_html(run, methods),
+        hierarchy_html(run, methods, out),
         _privacy_html(run, out),
         paper,
         _figures_html(run, out),
