@@ -160,7 +160,11 @@ class DetectorParams(BaseModel):
 
     width: int = Field(32, ge=8, le=64, description="backbone first-stage channels (R-18: 64)")
     fpn_channels: int = Field(
-        64, ge=32, le=256, multiple_of=32, description="pyramid channels (head GroupNorm: head_groups)"
+        64,
+        ge=32,
+        le=256,
+        multiple_of=32,
+        description="pyramid channels (head GroupNorm: head_groups)",
     )
     norm_groups: int = Field(8, ge=1, le=32, description="GroupNorm groups of the backbone")
     head_convs: int = Field(2, ge=1, le=4, description="FCOS head tower depth (paper: 4)")
