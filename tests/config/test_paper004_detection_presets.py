@@ -58,9 +58,10 @@ def test_table7_families_and_table10_lambdas() -> None:
         for m in load_config("paper004-detection-table7").methods
         if m.attack
     }
-    assert len(t7) == 9
+    assert len(t7) == 12  # {FedAvg, FLAME, DUAL-SHIELD, DUAL-SHIELD + ADP} x 3 families
+    scaled = ["fedavg-scaling", "flame-scaling", "shield-scaling", "shield-adp-scaling"]
     assert {n: p.get("boost", 1.0) for n, p in t7.items() if "scaling" in n} == dict.fromkeys(
-        ["fedavg-scaling", "flame-scaling", "shield-scaling"], 8.0
+        scaled, 8.0
     )
     assert {p["target"] for n, p in t7.items() if "rare" in n} == {6}  # ground track field
     assert {p["target"] for n, p in t7.items() if "rare" not in n} == {0}
