@@ -28,7 +28,7 @@ from typing import Annotated
 import typer
 
 from geofl import __version__
-from geofl.cli import config, data, deploy, epsilon, ledger, predict, run
+from geofl.cli import config, data, deploy, epsilon, ledger, oda_scenes, predict, run
 from geofl.cli.common import error_line
 
 __all__ = ["app", "main"]
@@ -69,6 +69,7 @@ app.command("report")(run.report_cmd)
 app.command("presets")(run.presets_cmd)
 app.command("predict")(predict.predict_cmd)
 app.command("epsilon")(epsilon.epsilon_cmd)
+app.command("oda-scenes")(oda_scenes.oda_scenes_cmd)
 app.add_typer(ledger.ledger_app, name="ledger")
 app.add_typer(deploy.deploy_app, name="deploy")
 

@@ -72,3 +72,40 @@ def test_train_step_and_eval_with_targets(name: str) -> None:
     assert task.loss_sum(out, y) == pytest.approx(2 * float(task.loss(out, y)))
     with pytest.raises(ValueError, match="needs targets"):
         model.train()(x)
+
+
+def test_head_groups_keep_two_channels_per_group() -> None:
+    from geofl.models.detection.detectors import head_groups
+
+    # 64+ channels: the heads' published GN(32), unchanged; fewer: ≥ 2 channels per group.
+    assert [head_groups(c) for c in (32, 64, 96, 128, 256)] == [16, 32, 32, 32, 32]
+    assert [head_groups(c) for c in (2, 6, 48)] == [1, 3, 24]
+
+
+@pytest.mark.parametrize("name", ["fcos", "retinanet"])
+def test_single_image_eval_with_32_pyramid_channels(name: str) -> None:
+    """Regression: GN(32, 32) on the 1×1 P6/P7 maps of a 96 px image saw one value per
+    group and a 1-image evaluation batch crashed (PyTorch refuses a zero-variance group)."""
+    model = _build(name, 0).eval()
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
+    head = [m for m in norms if m.num_channels == 32 and m.num_groups != 4]  # not the FPN's
+    assert head and all(m.num_groups == 16 for m in head)
+    x = torch.randn(1, 3, 96, 96, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        levels = model.net.backbone(x)
+        out = model(x)
+    assert tuple(levels["p7"].shape[-2:]) == (1, 1)
+    assert len(out) == 1 and out[0]["boxes"].shape[-1] == 4
+
+
+def test_64_channel_heads_keep_gn32() -> None:
+    """The rule leaves ≥ 64-channel heads (every earlier preset) exactly as torchvision's."""
+    model = MODELS.build(
+        "fcos",
+        {"width": 8, "fpn_channels": 64},
+        in_channels=3,
+        num_classes=3,
+        generator=torch.Generator().manual_seed(0),
+    )
+    head = [m for m in model.net.head.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert head and all(m.num_groups == 32 and m.num_channels == 64 for m in head)

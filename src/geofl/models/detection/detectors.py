@@ -35,12 +35,52 @@ from geofl.models.base import MODELS
 from geofl.models.detection.backbone import GNResNetFPN
 from geofl.models.detection.tvops import ensure_torchvision_ops
 from geofl.models.mlp import GeneratorDropout
-from geofl.models.norm import make_norm
 from geofl.tasks.detection import DetectionOutput
 
-__all__ = ["DetectorParams", "FasterRCNNParams", "SamplingStream", "TorchvisionDetector"]
+__all__ = [
+    "DetectorParams",
+    "FasterRCNNParams",
+    "SamplingStream",
+    "TorchvisionDetector",
+    "head_groups",
+]
 
 _SEED_BOUND = 2**62
+#: GroupNorm groups of torchvision's FCOS/RetinaNet heads (Tian et al. 2019: GN(32)).
+HEAD_GROUPS = 32
+
+
+def head_groups(channels: int) -> int:
+    """GroupNorm groups for a detector head tower of ``channels`` channels.
+
+    The heads run on every pyramid level, and the top ones (P6/P7, strides 64/128) are 1×1
+    on small images, where a group of one channel holds a single value per sample: its
+    variance is 0 and PyTorch refuses it (a 1-image evaluation batch crashes). The rule:
+    the most groups ≤ 32 (the heads' published GN(32)) that divide ``channels`` and leave
+    each group ≥ 2 channels, i.e. ≥ 2 values per sample even on a 1×1 map. For ≥ 64
+    channels (every preset before this rule) it is 32, so those models are unchanged.
+
+    >>> head_groups(64), head_groups(32), head_groups(256)
+    (32, 16, 32)
+    """
+    g = min(HEAD_GROUPS, max(channels // 2, 1))
+    while channels % g:
+        g -= 1
+    return g
+
+
+def _regroup_head_norms(head: nn.Module, channels: int) -> None:
+    """Rebuild the GN(32) layers of a torchvision head with :func:`head_groups` groups.
+
+    Only layers whose group count differs are replaced; a fresh GroupNorm's affine
+    parameters (ones, zeros) equal the replaced ones' and draw no random numbers, so the
+    rest of the initialisation is untouched.
+    """
+    groups = head_groups(channels)
+    for parent in list(head.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, nn.GroupNorm) and child.num_groups != groups:
+                setattr(parent, name, nn.GroupNorm(groups, child.num_channels))
 
 
 class SamplingStream(GeneratorDropout):
@@ -120,7 +160,11 @@ class DetectorParams(BaseModel):
 
     width: int = Field(32, ge=8, le=64, description="backbone first-stage channels (R-18: 64)")
     fpn_channels: int = Field(
-        64, ge=32, le=256, multiple_of=32, description="pyramid channels (FCOS head: GN(32))"
+        64,
+        ge=32,
+        le=256,
+        multiple_of=32,
+        description="pyramid channels (head GroupNorm: head_groups)",
     )
     norm_groups: int = Field(8, ge=1, le=32, description="GroupNorm groups of the backbone")
     head_convs: int = Field(2, ge=1, le=4, description="FCOS head tower depth (paper: 4)")
@@ -201,6 +245,7 @@ def build_single_stage(
         if kind == "fcos":
             anchors = _pyramid_anchors(params.anchor_size, 5, (1.0,), 1)
             head = FCOSHead(params.fpn_channels, 1, num_classes, params.head_convs)
+            _regroup_head_norms(head, params.fpn_channels)
             net = FCOS(backbone, num_classes, anchor_generator=anchors, head=head, **common)
         else:
             anchors = _pyramid_anchors(params.anchor_size, 5, (0.5, 1.0, 2.0), 3)
@@ -208,7 +253,7 @@ def build_single_stage(
                 params.fpn_channels,
                 anchors.num_anchors_per_location()[0],
                 num_classes,
-                norm_layer=lambda c: make_norm("group", c, 32),
+                norm_layer=lambda c: nn.GroupNorm(head_groups(c), c),
             )
             net = RetinaNet(backbone, num_classes, anchor_generator=anchors, head=head, **common)
     _no_resize(net, in_channels)
