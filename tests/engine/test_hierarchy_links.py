@@ -117,6 +117,16 @@ def test_envelope_round_trip_and_tampered_or_replayed_space_hops_are_refused(
     assert links.take_rejections() == {"driver_leo": {"auth_failed": 1}}
 
 
+def test_the_downlink_is_sealed_end_to_end_for_the_driver() -> None:
+    links, params = _links(), _update()
+    assert links.downlink(3, params) and links.downlink(3, params)  # fresh counters
+    assert links.sealers[(2**32 - 2, 3)].counter == 2
+    tampered = _links(security={"tamper_prob": 1.0})
+    assert not tampered.downlink(3, params)
+    assert list(tampered.take_rejections()) == ["geo_driver"]
+    assert _links(security={"enabled": False, "tamper_prob": 1.0}).downlink(3, params)
+
+
 def test_a_run_with_every_space_hop_tampered_goes_on_without_them(tmp_path: Path) -> None:
     hier = {"mode": "sync", "links": {"security": {"tamper_prob": 1.0}}}
     run = make_run(config(tmp_path, agri_raw(hier, rounds=2, uplink=UPLINK)), tmp_path / "t")

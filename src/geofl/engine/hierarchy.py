@@ -19,9 +19,8 @@ at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.clock`) carr
 * GEO aggregation at the end of the round over the regional models received since the last
   one (Eq. 8 × Eq. 11, normalised Eq. 12; RobustAvg §2.2.5);
 * downlink GEO → LEO (next relay slot) → driver (next contact with a LEO that holds it) →
-  tractors; a tractor in an outage keeps its last model (§2.1.2(4)); the space hops of
-  the downlink carry the model as raw float32 in an envelope (counted in bytes; no
-  adversary is simulated on the downlink).
+  tractors; a tractor in an outage keeps its last model (§2.1.2(4)); the model goes down
+  as raw float32 sealed end to end for the driver (a refused one is not adopted).
 
 ``mode: sync`` is the synchronous reference: every tier in one round from the current model,
 staleness 0; the asynchronous mode with :class:`IdealContacts` reproduces it bit for bit.
@@ -219,11 +218,25 @@ class HierarchicalScheduler:
     def _adopt_all(self, version: int, params: torch.Tensor | None) -> None:
         """The synchronous reference's downlink: every tractor holds ``version`` now
         (personalized when the method personalizes and the GEO updated the model)."""
-        self.tractor_version[:] = version
-        self.cluster_version[:] = version
-        if self.personal is not None and params is not None:
-            for k in range(len(self.c.clients)):
-                self.personal.adopt(k, version, params)
+        if params is None:  # nothing new went down
+            self.tractor_version[:] = version
+            self.cluster_version[:] = version
+            return
+        for c, members in enumerate(self.topo.clusters.members):
+            if not self._downlink_opens(c, version):
+                continue  # refused: the cluster keeps its last model
+            self.cluster_version[c] = version
+            for k in members:
+                self.tractor_version[k] = version
+                if self.personal is not None:
+                    self.personal.adopt(k, version, params)
+
+    def _downlink_opens(self, cluster: int, version: int) -> bool:
+        """Whether ``version`` sealed by the GEO for ``cluster``'s driver opens there (the
+        LEO relays the envelope; refusals are logged and counted by the links)."""
+        driver = self.monitor.driver(cluster)
+        receiver = int(self.topo.clusters.driver[cluster]) if driver is None else driver
+        return self.links.downlink(receiver, self.versions[version])
 
     def _upload(self, got: _Collected, round_idx: int, start: float) -> None:
         """Each accepted update leaves for its driver; attempts and NQI losses counted per
@@ -410,9 +423,12 @@ class HierarchicalScheduler:
         """``ev.version`` reaches a driver and, over the ground, its members that are up
         and not in an outage; the others keep their last model (§2.1.2(4))."""
         stats = self._stats
-        stats.hop("leo_driver", sent=1, delivered=1, nbytes=self.down_bytes)
-        stats.latency("downlink", now - ev.version * self.cfg.round_s)
+        stats.hop("leo_driver", sent=1, nbytes=self.down_bytes)
         stats.event(now, "downlink", cluster=ev.cluster)
+        if not self._downlink_opens(ev.cluster, ev.version):
+            return  # refused: the driver keeps its last model
+        stats.hop("leo_driver", delivered=1)
+        stats.latency("downlink", now - ev.version * self.cfg.round_s)
         if ev.version <= self.cluster_version[ev.cluster]:
             return  # an older model overtaken by a newer one
         self.cluster_version[ev.cluster] = ev.version

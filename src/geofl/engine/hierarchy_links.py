@@ -12,6 +12,9 @@ satellite link, and their energy proxy (003 §2.2.8, Table 4, §3.1.4).
   The LEO decodes: its regional FedAvg runs over the decoded models w^{v_c} + û_c.
 * **LEO → GEO.** The regional model w̄_l as raw float32 (plus Δ̄_l with
   ``geo_delta: update``, which the GEO then aggregates); the GEO decodes it.
+* **GEO → driver.** The global model as raw float32, sealed end to end under the GEO →
+  driver key and relayed by a LEO (counted on ``geo_leo`` and ``leo_driver``); a refused
+  one leaves the driver and its tractors with their last model.
 * **Envelopes** (§2.2.8). Every payload is sealed with :class:`~geofl.security.envelope.Sealer`
   under the hop-specific key K_{i→x}^{(e)} of Eq. 6 (sender = the driver's tractor id or
   ``LEO_ID0 + l``, receiver = ``LEO_ID0 + l`` or ``GEO_ID``; long-term secrets
@@ -55,6 +58,8 @@ LEO_ID0 = 2**31
 #: Node id of the GEO (``2**32 − 1`` is the terrestrial server's).
 GEO_ID = 2**32 - 2
 _EMPTY = torch.zeros(0)
+#: The bookkeeping of a payload that is not an aggregate (the global model going down).
+_NO_META = TierModel(_EMPTY, _EMPTY, 0, 0, 0, (), frozenset(), (), 0, 0, (), 0.0, (), (), ())
 
 
 def driver_compresses(links: SpaceLinkParams, uplink: UplinkConfig | None) -> bool:
@@ -115,12 +120,14 @@ class SpaceLinks:
 
     def _opener(self, receiver: int) -> Opener:
         """The receiver's opener, provisioned with its possible senders' secrets (a LEO:
-        every tractor, which may be elected driver; the GEO: every LEO)."""
+        every tractor, which may be elected driver; the GEO: every LEO; a driver: the GEO)."""
         if receiver not in self.openers:
-            senders = (
-                range(LEO_ID0, LEO_ID0 + self.n_leo) if receiver == GEO_ID
-                else range(self.n_tractors)
-            )  # fmt: skip
+            if receiver == GEO_ID:
+                senders: range | list[int] = range(LEO_ID0, LEO_ID0 + self.n_leo)
+            elif receiver >= LEO_ID0:
+                senders = range(self.n_tractors)
+            else:
+                senders = [GEO_ID]
             sec = self.cfg.security
             self.openers[receiver] = Opener(
                 receiver, {s: sim_secret(self.seed, s) for s in senders}, self._epoch(),
@@ -249,6 +256,26 @@ class SpaceLinks:
             self._refuse(p, f"payload: {err}")
             return None
         return replace(p.meta, model=values[0], delta=values[-1] if self.send_delta else _EMPTY)
+
+    # -- GEO → driver -----------------------------------------------------------------------
+    def downlink(self, driver: int, params: torch.Tensor) -> bool:
+        """Whether the global model ``params`` (``[D]``), sealed by the GEO for ``driver``
+        as raw float32 and relayed by a LEO, opens and decodes there (§2.2.8: the envelope
+        is end to end, GEO → driver, so the relaying LEO needs no key of its own). Without
+        envelopes: always."""
+        if not self.cfg.security.enabled:
+            return True
+        wire = self._sealer(GEO_ID, driver).seal(encode_raw(params)[0], self._round)
+        p = SpacePacket("geo_driver", GEO_ID, driver, (wire,), _NO_META, -1, len(wire), 0.0, 0.0)
+        payloads = self._open(p)
+        if payloads is None:
+            return False
+        try:
+            decode_raw(payloads[0], self.dim)
+        except PayloadError as err:
+            self._refuse(p, f"payload: {err}")
+            return False
+        return True
 
     # -- records and checkpoints -----------------------------------------------------------
     def take_rejections(self) -> dict[str, dict[str, int]]:
