@@ -101,6 +101,8 @@ def test_interrupted_and_resumed_equals_uninterrupted_and_is_deterministic(
         ({"personalization": {"alpha": 0.8, "beta": 0.3}}, "alpha + beta"),
         ({"leo": {"tle_file": "/nonexistent.tle"}}, "tle_file"),
         ({"leo": {"n": 2, "planes": 4}}, "planes"),
+        ({"links": {"driver_leo_mbps": 0.0}}, "hierarchy.links.driver_leo_mbps"),
+        ({"links": {"frame_bytes": 0}}, "hierarchy.links.frame_bytes"),
     ],
 )
 def test_bad_hierarchy_config_is_refused_naming_the_field(

@@ -217,7 +217,8 @@ class HierarchicalScheduler:
 
     def _adopt_all(self, version: int, params: torch.Tensor | None) -> None:
         """The synchronous reference's downlink: every tractor holds ``version`` now
-        (personalized when the method personalizes and the GEO updated the model)."""
+        (personalized when the method personalizes and the GEO updated the model) — per
+        cluster whose driver opens the sealed model (all of them without an adversary)."""
         if params is None:  # nothing new went down
             self.tractor_version[:] = version
             self.cluster_version[:] = version
@@ -234,9 +235,13 @@ class HierarchicalScheduler:
     def _downlink_opens(self, cluster: int, version: int) -> bool:
         """Whether ``version`` sealed by the GEO for ``cluster``'s driver opens there (the
         LEO relays the envelope; refusals are logged and counted by the links)."""
+        return self.links.downlink(self._driver_id(cluster), self.versions[version])
+
+    def _driver_id(self, cluster: int) -> int:
+        """The node id of ``cluster``'s driver (its tractor; the initial one while every
+        member is down)."""
         driver = self.monitor.driver(cluster)
-        receiver = int(self.topo.clusters.driver[cluster]) if driver is None else driver
-        return self.links.downlink(receiver, self.versions[version])
+        return int(self.topo.clusters.driver[cluster]) if driver is None else driver
 
     def _upload(self, got: _Collected, round_idx: int, start: float) -> None:
         """Each accepted update leaves for its driver; attempts and NQI losses counted per
@@ -329,8 +334,7 @@ class HierarchicalScheduler:
         """The driver's encoded, sealed upload to LEO ``sat`` (relative to the global version
         the cluster holds), counted on the driver → LEO hop."""
         version = int(self.cluster_version[cluster])
-        driver = self.monitor.driver(cluster)
-        sender = int(self.topo.clusters.driver[cluster]) if driver is None else driver
+        sender = self._driver_id(cluster)
         p = self.links.driver_send(cluster, sender, model, self.versions[version], version, sat,
                                    now)  # fmt: skip
         self._stats.hop("driver_leo", sent=1, nbytes=p.nbytes, airtime_s=p.airtime_s,
@@ -504,4 +508,5 @@ class HierarchicalScheduler:
         self.geo_inbox = list(state["geo_inbox"])
         if self.personal is not None and state.get("personal") is not None:
             self.personal.load_state_dict(state["personal"])
-        self.links.load_state_dict(state["links"])
+        if "links" in state:
+            self.links.load_state_dict(state["links"])
