@@ -161,3 +161,25 @@ def test_space_hop_bytes_and_energy_in_the_round_record(tmp_path: Path) -> None:
     assert e["leo_geo"] == pytest.approx(5.0 * 8 * h["bytes_by_hop"]["leo_geo"] / 1e6)
     assert e["tractor_driver"] > 0.0  # the ground uplink's own proxy, next to them
     assert h["bytes_by_hop"]["geo_leo"] == n_l * (8 + 4 * dim + 40)
+
+
+def test_replayed_space_hop_envelopes_are_refused_and_change_nothing(tmp_path: Path) -> None:
+    """The adversary replays each sender's previous envelope before every transmission:
+    every replay is refused (none accepted) and the model is the clean run's, bit for bit."""
+    out = []
+    for name, adversary in (("clean", {}), ("replay", {"replay_prob": 1.0})):
+        hier = {"mode": "sync", "links": {"security": adversary}}
+        run = make_run(config(tmp_path, agri_raw(hier, rounds=2, uplink=UPLINK), name),
+                       tmp_path / name)  # fmt: skip
+        params, refused = run.init_params, {}
+        for r in (1, 2):
+            res = run.scheduler.round(params, r)
+            run.comps.store.commit()
+            params = res.params
+            assert res.record.hierarchy is not None
+            refused = res.record.hierarchy["envelope_rejections"]
+        out.append((params, refused, run.scheduler.links.replays_accepted))  # type: ignore[union-attr]
+    (clean, none, _), (replayed, refused, accepted) = out
+    assert torch.equal(clean, replayed) and none == {} and accepted == 0
+    # round 2: every hop that already carried an envelope in round 1 sees one replay
+    assert refused and all(set(r) == {"replayed"} for r in refused.values())

@@ -162,9 +162,9 @@ class SpaceLinks:
         sec, wires = self.cfg.security, list(p.wires)
         if not (sec.tamper_prob or sec.replay_prob):
             return wires
-        head = parse_header(wires[0])
-        ctr = -1 if isinstance(head, str) else head.counter
-        rng = numpy_generator(self.seed, "space", p.hop, p.sender, p.receiver, self._epoch(), ctr)
+        head = parse_header(wires[0])  # the transmission's (epoch, counter) key its draws
+        epoch, ctr = (-1, -1) if isinstance(head, str) else (head.epoch, head.counter)
+        rng = numpy_generator(self.seed, "space", p.hop, p.sender, p.receiver, epoch, ctr)
         old = self.last_wire.get((p.sender, p.receiver))
         if sec.replay_prob and rng.random() < sec.replay_prob and old is not None:
             replay = opener.open(old)
