@@ -174,15 +174,15 @@ class DataConfig(_OmitUnset):
         names = [s.name for s in self.sites]
         for i, name in enumerate(names):
             if name in names[:i]:
-                raise ConfigError(f"data.sites.{i}.name", f"{name!r} names two sites")
+                raise ConfigError(f"sites.{i}.name", f"{name!r} names two sites")
         if self.params:  # (data.dataset keeps its default in dumps; it is ignored)
-            raise ConfigError(
-                "data.params",
+            raise ConfigError(  # paths below are relative to data (the loader prefixes it)
+                "params",
                 "with data.sites each site names its own data; move them into "
                 "data.sites.<i>.params",
             )
         if self.cache != "memory":
-            raise ConfigError("data.cache", "site-local data (data.sites) needs cache: memory")
+            raise ConfigError("cache", "site-local data (data.sites) needs cache: memory")
         return self
 
 

@@ -46,14 +46,13 @@ from geofl.deploy.setup import DeploySetup, fingerprint
 from geofl.deploy.site import Site
 from geofl.deploy.wire import NORM_MEAN, NORM_STD, decode_norm
 from geofl.engine.components import PreparedData
-from geofl.engine.experiment import task_info
 from geofl.engine.site_eval import LocalSiteEvaluator, SiteEvalStats, SiteHeldOut
 from geofl.engine.sites import (
     BandStats,
     DataSchema,
     band_stats,
     check_schemas,
-    check_task_fit,
+    check_site_data,
     client_offsets,
     combine_band_stats,
     empty_dataset,
@@ -62,7 +61,7 @@ from geofl.engine.sites import (
     site_partition,
     split_site,
 )
-from geofl.errors import ConfigError, DeployError
+from geofl.errors import DeployError
 
 __all__ = [
     "EVALUATE",
@@ -139,12 +138,7 @@ class LocalSite:
         self.index, entry = _site_entry(cfg, name)
         self.name = name
         ds = load_site(cfg, self.index, _site_spec(entry, data_file))
-        try:
-            task_info(cfg, ds)
-            check_task_fit(cfg, ds.targets, ds.num_classes, name)
-        except ConfigError as err:
-            prefix = "" if err.message.startswith("site ") else f"site {name}: "
-            raise ConfigError(err.path, prefix + err.message) from None
+        check_site_data(cfg, ds, name)
         self.schema = DataSchema.of(ds)
         self.split = split_site(cfg, self.index, ds, setup.seed)
         standardize = cfg.data.normalize == "standardize"

@@ -47,9 +47,15 @@ from geofl.data.cache import check_cache_dir, default_cache_dir
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import make_split
 from geofl.data.targets import label_codes
-from geofl.engine.components import PreparedData, build_task
+from geofl.engine.components import (
+    PreparedData,
+    build_task,
+    check_model_inputs,
+    check_release_inputs,
+)
 from geofl.engine.site_eval import SiteHeldOut
 from geofl.errors import ConfigError, GeoflError
+from geofl.records import TaskInfo
 from geofl.rng import derive_seed, numpy_generator
 
 __all__ = [
@@ -60,6 +66,8 @@ __all__ = [
     "SitesPlan",
     "band_stats",
     "check_schemas",
+    "check_site_data",
+    "client_offsets",
     "combine_band_stats",
     "empty_dataset",
     "load_site",
@@ -196,13 +204,20 @@ def empty_dataset(schema: DataSchema, name: str = "sites") -> ArrayDataset:
     )
 
 
-def check_task_fit(cfg: ExperimentConfig, train_targets: Any, num_classes: int, name: str) -> None:
-    """Refuse a task that fits statistics on site ``name``'s train split.
+def check_site_data(cfg: ExperimentConfig, ds: ArrayDataset, name: str) -> TaskInfo:
+    """Check site ``name``'s data against the model and task (as
+    :func:`~geofl.engine.experiment.task_info` does for a shared dataset) and refuse a
+    task that fits statistics on the train split; what the reports need of the task.
 
     Raises:
-        ConfigError: naming ``task.params``.
+        ConfigError: naming ``model.name``, ``task.name`` or ``task.params``, and the site.
     """
-    task = build_task(cfg, num_classes, train_targets)
+    try:
+        check_model_inputs(cfg, ds)
+        check_release_inputs(cfg, ds)
+        task = build_task(cfg, ds.num_classes, ds.targets)
+    except ConfigError as err:
+        raise ConfigError(err.path, f"site {name}: {err.message}") from None
     if task.fitted_state() or cfg.task.params.get("pos_weight") == "auto":
         raise ConfigError(
             "task.params",
@@ -210,6 +225,7 @@ def check_task_fit(cfg: ExperimentConfig, train_targets: Any, num_classes: int, 
             "with data.sites every site would fit on its own; set fixed values (e.g. "
             "pos_weight: none or a number, no target standardisation)",
         )
+    return TaskInfo(task.name, task.primary_metric, task.direction)
 
 
 @dataclass(frozen=True)
@@ -351,19 +367,12 @@ class SitesPlan:
     """
 
     def __init__(self, cfg: ExperimentConfig) -> None:
-        from geofl.engine.experiment import task_info
-
         self.cfg = cfg
         sites = cfg.data.sites or []
         self.datasets = [load_site(cfg, i) for i in range(len(sites))]
-        check_schemas([s.name for s in sites], [DataSchema.of(d) for d in self.datasets])
         for site, ds in zip(sites, self.datasets, strict=True):
-            try:
-                self.task = task_info(cfg, ds)
-                check_task_fit(cfg, ds.targets, ds.num_classes, site.name)
-            except ConfigError as err:
-                prefix = "" if err.message.startswith("site ") else f"site {site.name}: "
-                raise ConfigError(err.path, prefix + err.message) from None
+            self.task = check_site_data(cfg, ds, site.name)
+        check_schemas([s.name for s in sites], [DataSchema.of(d) for d in self.datasets])
 
     def prepare(self, seed: int) -> SitePlan:
         """Every site's split of ``seed``, normalised with the combined statistics."""
