@@ -61,6 +61,7 @@ def _sites_raw() -> dict[str, Any]:
             {"name": "south", "dataset": "synthetic", "params": {**gen, "seed": 2}},
         ]
     }
+    raw["eval"] = {"every": 2}  # federated evaluation after round 2 (a process per message)
     return raw
 
 

@@ -98,6 +98,8 @@ def test_superlink_killed_after_round_1_resumes_to_the_simulators_model(tmp_path
         output = lb.run({**rc, "resume": True}, timeout=600)
     assert (run_dir / "final.json").exists(), output[-3000:]
     assert not (out / ERROR_FILE).exists()
+    link = (tmp_path / "flwr" / "superlink.log").read_text(errors="replace")
+    assert link.count("[ControlServicer.RegisterNode] Created node_id") == 4  # 2 keys x 2 starts
     a, b = _rounds(sim_dir / "rounds.jsonl"), _rounds(run_dir / "rounds.jsonl")
     assert [r["round"] for r in b] == [1, 2, 3]
     assert [r["model_sha256"] for r in a] == [r["model_sha256"] for r in b]
