@@ -20,7 +20,8 @@ site saves its clients' steps (default ``~/.geofl/site-state``;
 :mod:`geofl.deploy.sitestate`).
 
 With site-local data (``data.sites``, :mod:`geofl.deploy.sitedata`) a node names ``site``
-(its entry's name; it hosts that entry's clients, so ``clients`` is not given) and
+(its entry's name; it hosts that entry's clients — a ``clients`` value is ignored, so one
+node config can serve both data modes) and
 optionally ``data`` — a YAML file ``{dataset: …, params: …}`` with its own data, replacing
 the entry's definition. Its sites answer a third message type, ``evaluate``.
 """

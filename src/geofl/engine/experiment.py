@@ -237,7 +237,7 @@ def _run_sites(
     :mod:`geofl.engine.sites`): each site's data split at the site, normalised with the
     combined band statistics, evaluated federatedly. Every site's data, the first seed's
     splits and partitions are checked before anything is written."""
-    from geofl.engine.sites import SitesPlan
+    from geofl.engine.sites import SitesPlan, sites_partition_json
 
     sites = SitesPlan(cfg)
     first = sites.prepare(cfg.seeds[0])
@@ -256,7 +256,7 @@ def _run_sites(
                     if resume and (sdir / "final.json").exists():
                         continue
                     part = sites.partition(method, plan, seed)
-                    write_json_atomic(sdir / "partition.json", _sites_partition_json(cfg, part))
+                    write_json_atomic(sdir / "partition.json", sites_partition_json(cfg, part))
                     run = FederatedRun(cfg, method, seed, plan.data, part, sdir, subscribers)
                     run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
         except BaseException:
@@ -270,17 +270,6 @@ def _run_sites(
         if isinstance(sub, ExperimentObserver):
             sub.on_experiment_end(out_dir)
     return out_dir
-
-
-def _sites_partition_json(cfg: ExperimentConfig, part: Partition) -> dict[str, Any]:
-    """``partition.json`` of a site-local run: clients per site, their sizes and label
-    histograms."""
-    sites = cfg.data.sites or []
-    return {
-        "sites": [{"name": s.name, "clients": s.clients} for s in sites],
-        "histograms": part.histograms,
-        "sizes": part.sizes,
-    }
 
 
 def _write_seed_header(

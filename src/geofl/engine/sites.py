@@ -74,6 +74,7 @@ __all__ = [
     "normalised",
     "site_partition",
     "site_seed",
+    "sites_partition_json",
     "split_site",
 ]
 
@@ -403,6 +404,18 @@ class SitesPlan:
             indices += [np.asarray(ix, dtype=np.int64) + offset for ix in p.indices]
             offset += len(s.train)
         return Partition(tuple(indices), np.concatenate([p.histograms for p in parts]))
+
+
+def sites_partition_json(cfg: ExperimentConfig, part: Partition) -> dict[str, Any]:
+    """``partition.json`` of a simulated site-local run: the sites with their client
+    counts, every client's train size and label histogram (the simulator sees all; a
+    deployment's server writes no partition.json)."""
+    sites = cfg.data.sites or []
+    return {
+        "sites": [{"name": s.name, "clients": s.clients} for s in sites],
+        "histograms": part.histograms,
+        "sizes": part.sizes,
+    }
 
 
 def _join(parts: Sequence[ArrayDataset]) -> ArrayDataset:
