@@ -193,3 +193,17 @@ def test_site_local_configs_refuse_what_needs_a_central_dataset(tmp_path: Path) 
     a, b = raw["data"]["sites"]
     with pytest.raises(ConfigError, match=r"^data.sites.1.name: 'north' names two sites"):
         _load(tmp_path, sites_raw(a, {**b, "name": "north"}))
+
+
+def test_data_describe_prints_one_line_per_site(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from geofl.cli.describe import describe
+
+    out = io.StringIO()
+    describe(_load(tmp_path, sites_raw()), 3, Console(file=out, width=400), None)
+    lines = out.getvalue().splitlines()
+    assert [ln.split(" (")[0] for ln in lines] == ["site north", "site south"]
+    assert "its split train/val/test = " in lines[0] and "1 client(s)" in lines[1]
