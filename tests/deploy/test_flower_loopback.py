@@ -50,6 +50,21 @@ def _raw(**model: Any) -> dict[str, Any]:
     }
 
 
+def _sites_raw() -> dict[str, Any]:
+    """:func:`_raw` with site-local data: two sites, each its own synthetic data (another
+    generator seed), split at the site; no dataset on the server."""
+    raw = _raw()
+    gen = {"num_samples": 80, "size": 16}
+    raw["data"] = {
+        "sites": [
+            {"name": "north", "dataset": "synthetic", "params": {**gen, "seed": 1}},
+            {"name": "south", "dataset": "synthetic", "params": {**gen, "seed": 2}},
+        ]
+    }
+    raw["eval"] = {"every": 2}  # federated evaluation after round 2 (a process per message)
+    return raw
+
+
 def _write(path: Path, raw: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     return path
@@ -73,14 +88,30 @@ def _rounds(path: Path) -> list[dict[str, Any]]:
 
 
 def test_two_supernodes_match_the_simulator(tmp_path: Path) -> None:
+    """Both data modes on one SuperLink and two SuperNodes (each node config names its
+    client for the shared dataset and its site for site-local data): the shared dataset
+    partitioned over clients, then each site's own data (the server loads none, sites send
+    band statistics and evaluation statistics)."""
     config = _write(tmp_path / "exp.yaml", _raw())
+    local = _write(tmp_path / "sites.yaml", _sites_raw())
     sim = run_experiment(load_config(config), tmp_path / "sim")
-    sites = [{"clients": "0"}, {"clients": "1"}]
+    sim_local = run_experiment(load_config(local), tmp_path / "sim-sites")
+    sites = [{"clients": "0", "site": "north"}, {"clients": "1", "site": "south"}]
     with Loopback(tmp_path / "flwr", sites, tls=True) as lb:  # TLS with generated certs
         output = lb.run(_run_config(config, tmp_path / "dep"), timeout=600)
+        output_local = lb.run(_run_config(local, tmp_path / "dep-sites"), timeout=600)
     assert "https://127.0.0.1" in (tmp_path / "flwr" / "superlink.log").read_text()
+    _assert_same_run(sim, tmp_path / "dep", output)
+    _assert_same_run(sim_local, tmp_path / "dep-sites", output_local)
+    rec = json.loads((seed_dir(tmp_path / "dep-sites", "dpsgd", SEED) / "rounds.jsonl")
+                     .read_text().splitlines()[-1])  # fmt: skip
+    assert rec["test"]["n"] > 0 and rec["participants"] == [0, 1]  # evaluated at the sites
+
+
+def _assert_same_run(sim: Path, dep: Path, output: str) -> None:
+    """The deployment in ``dep`` equals the simulation in ``sim`` bit for bit."""
     sim_dir = seed_dir(sim, "dpsgd", SEED)
-    dep_dir = seed_dir(tmp_path / "dep", "dpsgd", SEED)
+    dep_dir = seed_dir(dep, "dpsgd", SEED)
     assert (dep_dir / "final.json").exists(), output[-3000:]
     a, b = _rounds(sim_dir / "rounds.jsonl"), _rounds(dep_dir / "rounds.jsonl")
     assert [r["model_sha256"] for r in a] == [r["model_sha256"] for r in b]

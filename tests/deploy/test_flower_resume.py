@@ -1,4 +1,6 @@
-"""A deployment resumed after its SuperLink died (Flower 1.42 on loopback, TLS): a 3-round
+"""A deployment resumed after its SuperLink died (Flower 1.42 on loopback, TLS and SuperNode
+authentication: ``--enable-supernode-auth``, each site's public key registered with
+``flwr supernode register``, again on the restarted SuperLink, which keeps no state): a 3-round
 run of a stateful config (SCAFFOLD's c_k and DP-SGD's adaptive clip statistic in client
 state, privacy ledgers) loses its SuperLink — with the ServerApp — right after round 1's
 checkpoint, and its SuperNodes too; everything restarts, and ``flwr run`` with
@@ -75,10 +77,11 @@ def test_superlink_killed_after_round_1_resumes_to_the_simulators_model(tmp_path
     out = tmp_path / "dep"
     run_dir = seed_dir(out, METHOD, SEED)
     rc = _run_config(config, out, **{"round-timeout": 200.0})
-    with Loopback(tmp_path / "flwr", [{"clients": "0"}, {"clients": "1"}], tls=True) as lb:
+    with Loopback(tmp_path / "flwr", [{"clients": "0"}, {"clients": "1"}], auth=True) as lb:
         _crash_after_round_1(lb, rc, run_dir)
         assert load_checkpoint(run_dir / "checkpoint.pt")["round"] == 1
-        # everything restarts; site 1 first without its state directory: refused
+        # everything restarts (the new SuperLink admits the registered keys only); site 1
+        # first without its state directory: refused
         lb.start_superlink()
         lb.start_supernode(0, lb.sites[0])
         lb.start_supernode(1, {**lb.sites[1], "state-dir": str(tmp_path / "empty")})
@@ -95,6 +98,8 @@ def test_superlink_killed_after_round_1_resumes_to_the_simulators_model(tmp_path
         output = lb.run({**rc, "resume": True}, timeout=600)
     assert (run_dir / "final.json").exists(), output[-3000:]
     assert not (out / ERROR_FILE).exists()
+    link = (tmp_path / "flwr" / "superlink.log").read_text(errors="replace")
+    assert link.count("[ControlServicer.RegisterNode] Created node_id") == 4  # 2 keys x 2 starts
     a, b = _rounds(sim_dir / "rounds.jsonl"), _rounds(run_dir / "rounds.jsonl")
     assert [r["round"] for r in b] == [1, 2, 3]
     assert [r["model_sha256"] for r in a] == [r["model_sha256"] for r in b]

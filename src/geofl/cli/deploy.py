@@ -8,7 +8,9 @@
 * ``geofl deploy loopback CONFIG --out DIR`` — start a SuperLink and one SuperNode per site
   on this machine, run (method, seed) of CONFIG on them and stop them again (a rehearsal
   of a multi-site deployment; README "Many cores, many sites"); ``--resume`` continues a
-  run directory from its checkpoint (the sites' state lies under ``DIR/flower``).
+  run directory from its checkpoint (the sites' state lies under ``DIR/flower``). With
+  site-local data (``data.sites``) it starts one SuperNode per site (``--sites`` is
+  ignored), each loading its own entry's data.
 """
 
 from __future__ import annotations
@@ -73,7 +75,10 @@ def key_cmd(
 def loopback_cmd(
     config: Annotated[Path, typer.Argument(help="Experiment YAML.")],
     out: Annotated[Path, typer.Option(help="Run directory the server writes.")],
-    sites: Annotated[int, typer.Option(min=1, help="SuperNodes; clients split evenly.")] = 2,
+    sites: Annotated[
+        int,
+        typer.Option(min=1, help="SuperNodes; clients split evenly (data.sites: one per site)."),
+    ] = 2,
     method: Annotated[str, typer.Option(help="Method to run (default: the only one).")] = "",
     seed: Annotated[int, typer.Option(help="Seed (-1: the config's first).")] = -1,
     round_timeout: Annotated[float, typer.Option(help="Seconds a round waits.")] = 300.0,
@@ -90,10 +95,16 @@ def loopback_cmd(
     from geofl.errors import GeoflError
 
     try:
-        k = load_config(config).federation.num_clients
-        if sites > k:
+        cfg = load_config(config)
+        k = cfg.federation.num_clients
+        if cfg.data.sites is not None:  # site-local data: one SuperNode per site
+            nodes = [{"site": s.name} for s in cfg.data.sites]
+            sites = len(nodes)
+        elif sites > k:
             raise fail(f"--sites: {sites} sites for {k} clients; at most one site per client")
-        nodes = [{"clients": ",".join(str(c) for c in range(i, k, sites))} for i in range(sites)]
+        else:
+            nodes = [{"clients": ",".join(str(c) for c in range(i, k, sites))}
+                     for i in range(sites)]  # fmt: skip
         rc: dict[str, object] = {
             "config": str(config.resolve()),
             "out": str(out.resolve()),

@@ -36,6 +36,9 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
         plot: Folder for one heatmap per method, or None; named as in the HTML report
             (``partition-<index>-<method>.png``, :func:`partition_figure_name`).
     """
+    if cfg.data.sites is not None:
+        _describe_sites(cfg, seed, console)
+        return
     ds = load_dataset(cfg)
     split = make_split(ds.label_codes(), cfg.data.split, seed, ds.metadata)
     shape = tuple(ds.inputs.shape[1:])
@@ -58,6 +61,22 @@ def describe(cfg: ExperimentConfig, seed: int, console: Console, plot: Path | No
         if plot is not None:
             path = plot / partition_figure_name(i, method.name)
             _plot_partition(console, method, ds, part, path, seed)
+
+
+def _describe_sites(cfg: ExperimentConfig, seed: int, console: Console) -> None:
+    """One line per site of site-local data (``data.sites``): its samples and its own
+    split (the data of every site must be reachable from here)."""
+    from geofl.engine.sites import load_site, split_site
+
+    for i, site in enumerate(cfg.data.sites or []):
+        ds = load_site(cfg, i)
+        s = split_site(cfg, i, ds, seed)
+        console.print(
+            f"[bold]site {site.name}[/] ({ds.name}): {len(ds)} samples, bands "
+            f"{list(ds.bands)}, {ds.num_classes} {_TARGET_NOUN[ds.target_kind]}; its split "
+            f"train/val/test = {len(s.train)}/{len(s.val)}/{len(s.test)} (seed {seed}), "
+            f"{site.clients} client(s)"
+        )
 
 
 #: What ``classes`` name, per target kind.

@@ -339,7 +339,10 @@ def validate_config(cfg: ExperimentConfig) -> None:
     exp = cfg.model_dump(mode="json")
     per_round = clients_per_round(cfg)
     top = CheckContext(path="", experiment=exp, clients_per_round=per_round)
-    _check(plugins.DATASETS, cfg.data.dataset, cfg.data.params, "data.params", "data.dataset")
+    if cfg.data.sites is None:
+        _check(plugins.DATASETS, cfg.data.dataset, cfg.data.params, "data.params", "data.dataset")
+    else:
+        _check_sites(cfg)
     _check(plugins.MODELS, cfg.model.name, cfg.model.params, "model.params", "model.name")
     _component(plugins.TASKS, cfg.task, replace(top, path="task"))
     _component(plugins.SAMPLERS, cfg.federation.sampling, replace(top, path="federation.sampling"))
@@ -395,6 +398,38 @@ def _check_eval_metrics(cfg: ExperimentConfig) -> None:
                 f"task {cfg.task.name} reports no metric {printable(metric)!r}; "
                 f"choose one of: {', '.join(declared)}",
             )
+
+
+def _check_sites(cfg: ExperimentConfig) -> None:
+    """Site-local data (``data.sites``): every site's dataset definition that is given,
+    clients numbered site by site, and only what runs without a server-side dataset.
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    from geofl import plugins
+
+    sites = cfg.data.sites or []
+    for i, site in enumerate(sites):
+        if site.dataset is not None:
+            path = f"data.sites.{i}"
+            _check(plugins.DATASETS, site.dataset, site.params, f"{path}.params", f"{path}.dataset")
+    hosted = sum(s.clients for s in sites)
+    if hosted != cfg.federation.num_clients:
+        raise ConfigError(
+            "federation.num_clients",
+            f"{cfg.federation.num_clients}, but data.sites host {hosted} clients "
+            "(Σ data.sites.<i>.clients); make them equal",
+        )
+    central = "needs a dataset the server holds; not available with data.sites"
+    if cfg.eval.group_by is not None:
+        raise ConfigError("eval.group_by", central)
+    if cfg.analyses:
+        raise ConfigError("analyses", central)
+    for i, m in enumerate(cfg.methods):
+        for key in ("attack", "uplink", "hierarchy"):
+            if getattr(m, key) is not None:
+                raise ConfigError(f"methods.{i}.{key}", central)
 
 
 def _check_sample_count(cfg: ExperimentConfig) -> None:

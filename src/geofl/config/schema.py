@@ -44,6 +44,7 @@ __all__ = [
     "ModelConfig",
     "PaperValue",
     "PrivacyConfig",
+    "SiteDataConfig",
     "SplitConfig",
     "TargetConfig",
     "TrackingConfig",
@@ -116,8 +117,34 @@ class SplitConfig(_Strict):
         return self
 
 
-class DataConfig(_Strict):
-    """Which dataset, which bands, how it is split and normalised."""
+class SiteDataConfig(_Strict):
+    """One site's own data (``data.sites``): a dataset definition only that site loads.
+
+    The site splits it into train/val/test by ``data.split`` with its own generator
+    (seed, site name) and trains ``clients`` clients on its train split (partitioned by the
+    method's partitioner when more than one). In a deployment the server never sees
+    ``dataset``/``params``: they are the site's, may differ between the server's copy of
+    the config and the site's (paths), and may be given at the site only (node config
+    ``data``); the simulator needs them all.
+    """
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    dataset: str | None = Field(
+        None, description="dataset registry key; absent: named at the site (node config data)"
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="dataset parameters")
+    clients: int = Field(1, ge=1, le=MAX_COUNT, description="clients this site hosts")
+
+
+class DataConfig(_OmitUnset):
+    """Which dataset, which bands, how it is split and normalised.
+
+    With ``sites`` every site names its own data instead of ``dataset``/``params``
+    (:mod:`geofl.engine.sites`): each splits its own data, normalisation uses the per-band
+    statistics the sites combine, and evaluation is federated over the sites' splits.
+    """
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("sites",)
 
     dataset: str = Field("synthetic", description="dataset registry key")
     params: dict[str, Any] = Field(default_factory=dict, description="dataset parameters")
@@ -132,6 +159,31 @@ class DataConfig(_Strict):
         description="memory: decode cache loaded into RAM; mmap: an on-disk array store read "
         "per mini-batch (larger-than-memory data, same metrics)",
     )
+    sites: list[SiteDataConfig] | None = Field(
+        None,
+        min_length=1,
+        description="site-local data: each site's own dataset, split at the site; clients "
+        "are numbered site by site in this order; absent: one dataset partitioned over "
+        "clients",
+    )
+
+    @model_validator(mode="after")
+    def _sites_replace_dataset(self) -> DataConfig:
+        if self.sites is None:
+            return self
+        names = [s.name for s in self.sites]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ConfigError(f"sites.{i}.name", f"{name!r} names two sites")
+        if self.params:  # (data.dataset keeps its default in dumps; it is ignored)
+            raise ConfigError(  # paths below are relative to data (the loader prefixes it)
+                "params",
+                "with data.sites each site names its own data; move them into "
+                "data.sites.<i>.params",
+            )
+        if self.cache != "memory":
+            raise ConfigError("cache", "site-local data (data.sites) needs cache: memory")
+        return self
 
 
 class ModelConfig(_Strict):

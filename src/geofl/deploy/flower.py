@@ -18,6 +18,12 @@ the experiment YAML (data paths may differ per site; every result-relevant secti
 match the server's, which the config fingerprint checks), and ``state-dir`` — where the
 site saves its clients' steps (default ``~/.geofl/site-state``;
 :mod:`geofl.deploy.sitestate`).
+
+With site-local data (``data.sites``, :mod:`geofl.deploy.sitedata`) a node names ``site``
+(its entry's name; it hosts that entry's clients — a ``clients`` value is ignored, so one
+node config can serve both data modes) and
+optionally ``data`` — a YAML file ``{dataset: …, params: …}`` with its own data, replacing
+the entry's definition. Its sites answer a third message type, ``evaluate``.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ from flwr.serverapp import Grid, ServerApp
 from geofl.deploy.server import run_server
 from geofl.deploy.setup import fingerprint_mismatch, load_setup
 from geofl.deploy.site import Site, parse_clients
+from geofl.deploy.sitedata import LocalSite, decode_eval_request, encode_eval_reply
 from geofl.deploy.wire import decode_request
-from geofl.errors import GeoflError
+from geofl.errors import DeployError, GeoflError
 
 __all__ = ["ERROR_FILE", "client_app", "server_app"]
 
@@ -47,9 +54,9 @@ log = logging.getLogger("geofl")
 server_app = ServerApp()
 client_app = ClientApp()
 
-#: Sites built in this process, by (config, method, seed, clients): a long-lived ClientApp
-#: process builds its data and program once.
-_SITES: dict[tuple[str, str, int, str, str], Site] = {}
+#: Sites built in this process, by (config, method, seed, clients or site, state dir, data):
+#: a long-lived ClientApp process builds its data and program once.
+_SITES: dict[tuple[str, ...], Site | LocalSite] = {}
 
 
 def _run_setting(context: Context) -> tuple[str, str | None, int | None]:
@@ -86,16 +93,28 @@ def server_main(grid: Grid, context: Context) -> None:
     print(f"geofl deploy finished: {json.dumps(final.get('final'))}", flush=True)
 
 
-def _site(context: Context) -> Site:
+def _site(context: Context) -> Site | LocalSite:
+    """This node's site: a :class:`Site` over the shared dataset's clients, or with
+    site-local data a :class:`LocalSite` over its own data."""
     config, method, seed = _run_setting(context)
-    config = str(context.node_config.get("config", config))
-    clients = str(context.node_config.get("clients", ""))
-    state_dir = str(context.node_config.get("state-dir", ""))
-    key = (config, method or "", -1 if seed is None else seed, clients, state_dir)
+    node = context.node_config
+    config = str(node.get("config", config))
+    clients, name = str(node.get("clients", "")), str(node.get("site", ""))
+    state_dir, data = str(node.get("state-dir", "")), str(node.get("data", ""))
+    key = (config, method or "", str(seed), clients, name, state_dir, data)
     if key not in _SITES:
         setup = load_setup(config, method, seed)
-        hosted = parse_clients(clients, setup.cfg.federation.num_clients)
-        _SITES[key] = Site(setup, hosted, Path(state_dir) if state_dir else None)
+        where = Path(state_dir) if state_dir else None
+        if setup.cfg.data.sites is not None:
+            if not name:
+                raise DeployError(
+                    "node config site=<name> is required: the config has site-local data "
+                    f"(data.sites: {[s.name for s in setup.cfg.data.sites]})"
+                )
+            _SITES[key] = LocalSite(setup, name, data, where)
+        else:
+            hosted = parse_clients(clients, setup.cfg.federation.num_clients)
+            _SITES[key] = Site(setup, hosted, where)
     return _SITES[key]
 
 
@@ -116,14 +135,18 @@ def site_query(msg: Message, context: Context) -> Message:
         checkpoint = int(query.get("resume_round", 0))  # type: ignore[arg-type]
         if checkpoint:
             plan = json.loads(str(query["resume_plan"]))
-            site.check_resume(
+            trainer = site.resume_site() if isinstance(site, LocalSite) else site
+            trainer.check_resume(
                 {int(k): (int(a), int(m)) for k, (a, m) in plan.items()},
                 checkpoint,
                 context.run_id,
             )
     except GeoflError as err:
         return _error(msg, str(err))
-    info: dict[str, Any] = {"clients": json.dumps(sorted(site.clients)), "dim": site.dim}
+    if isinstance(site, LocalSite):
+        info: dict[str, Any] = site.describe()
+    else:
+        info = {"clients": json.dumps(sorted(site.clients)), "dim": site.dim}
     return Message(RecordDict({"site": ConfigRecord(info)}), reply_to=msg)
 
 
@@ -136,7 +159,25 @@ def site_train(msg: Message, context: Context) -> Message:
         differ = fingerprint_mismatch(json.loads(req.fingerprint), site.fingerprint)
         if differ:
             return _error(msg, _mismatch(differ))
-        return Message(site.train(req, context.state, context.run_id), reply_to=msg)
+        trainer = site.site(req.norm) if isinstance(site, LocalSite) else site
+        return Message(trainer.train(req, context.state, context.run_id), reply_to=msg)
+    except GeoflError as err:
+        return _error(msg, str(err))
+
+
+@client_app.evaluate()
+def site_evaluate(msg: Message, context: Context) -> Message:
+    """The global model's statistics on this site's own val and test split (site-local
+    data, :mod:`geofl.deploy.sitedata`)."""
+    try:
+        site = _site(context)
+        params, fp, norm = decode_eval_request(msg.content)
+        differ = fingerprint_mismatch(json.loads(fp), site.fingerprint)
+        if differ:
+            return _error(msg, _mismatch(differ))
+        if not isinstance(site, LocalSite):
+            raise DeployError("evaluate: this site hosts no site-local data (data.sites)")
+        return Message(encode_eval_reply(*site.evaluate(params, norm)), reply_to=msg)
     except GeoflError as err:
         return _error(msg, str(err))
 

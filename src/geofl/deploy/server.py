@@ -36,6 +36,7 @@ from flwr.serverapp import Grid
 from geofl.client.state import ClientStateStore
 from geofl.config.load import dump_config
 from geofl.deploy.setup import DeploySetup, fingerprint
+from geofl.deploy.sitedata import FlowerSiteEvaluator, site_federation
 from geofl.deploy.wire import decode_reply, encode_request
 from geofl.engine.checkpoint import load_checkpoint
 from geofl.engine.run import FederatedRun
@@ -93,8 +94,11 @@ def discover_sites(
     num_clients: int,
     timeout: float,
     plan: ResumePlan | None = None,
+    infos: dict[int, ConfigRecord] | None = None,
 ) -> dict[int, int]:
-    """Wait for ``expected`` SuperNodes, ask each which clients it hosts; client → node.
+    """Wait for ``expected`` SuperNodes, ask each which clients it hosts; client → node
+    (``infos``, when given, receives every answering node's reply: with site-local data
+    its site name, data schema and band statistics).
 
     A node that does not answer within ``timeout`` (one the SuperLink still lists after it
     died) is passed over with a warning, as long as the others host every client.
@@ -134,6 +138,8 @@ def discover_sites(
         info = rep.content.config_records["site"]
         if "error" in info:
             raise DeployError(f"site node {node}: {info['error']!s}")
+        if infos is not None:
+            infos[node] = info
         for k in json.loads(str(info["clients"])):
             if k in hosts:
                 raise DeployError(f"client {k} is hosted by two sites (nodes {hosts[k]}, {node})")
@@ -159,6 +165,7 @@ class FlowerRunner:
         fp: The server config's fingerprint.
         round_timeout: Seconds a round waits for replies.
         plan: The checkpoint the run resumes from (None: a fresh run).
+        norm: The global band mean/std sent with every request (site-local data).
     """
 
     def __init__(
@@ -168,8 +175,10 @@ class FlowerRunner:
         fp: Mapping[str, str],
         round_timeout: float,
         plan: ResumePlan | None = None,
+        norm: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         self.grid, self.hosts, self.timeout = grid, dict(hosts), round_timeout
+        self.norm = norm
         self.fp = json.dumps(dict(fp))
         self.resume_round = 0 if plan is None else plan.checkpoint
         self._admitted: dict[int, int] = {} if plan is None else dict(plan.admitted)
@@ -183,6 +192,7 @@ class FlowerRunner:
             content = encode_request(
                 global_params, d, self.fp, self._admitted.get(d.client_id, 0),
                 resume_round=self.resume_round, ledger_events=len(job.state.dp_events),
+                norm=self.norm,
             )  # fmt: skip
             msgs.append(
                 Message(
@@ -242,7 +252,10 @@ def run_server(
     """Run (method, seed) of ``setup`` over the connected sites into ``out``; ``final.json``.
 
     The run directory has the simulator's layout (``methods/<method>/seed-<seed>/``);
-    ``resume`` continues from its checkpoint (a fresh run when there is none).
+    ``resume`` continues from its checkpoint (a fresh run when there is none). With
+    site-local data (``data.sites``) the server holds no data: the sites' discovery replies
+    give the data schema and the global band statistics (:func:`site_federation`), and
+    evaluation is federated over the sites (:class:`FlowerSiteEvaluator`).
     """
     cfg, method, seed = setup.cfg, setup.method, setup.seed
     fp = fingerprint(cfg, method, seed)
@@ -251,8 +264,17 @@ def run_server(
     if plan is not None and plan.checkpoint:
         log.info("resuming %s seed=%d after round %d", method.name, seed, plan.checkpoint)
     k = cfg.federation.num_clients
-    hosts = discover_sites(grid, sites, fp, k, connect_timeout, plan)
-    runner = FlowerRunner(grid, hosts, fp, round_timeout, plan)
+    infos: dict[int, ConfigRecord] = {}
+    hosts = discover_sites(grid, sites, fp, k, connect_timeout, plan, infos)
+    data, partition, norm, evaluator = setup.data, setup.partition, None, None
+    if cfg.data.sites is not None:
+        fed = site_federation(cfg, infos)
+        data, partition, norm = fed.data, fed.partition, fed.norm
+        names = [s.name for s in cfg.data.sites]
+        evaluator = FlowerSiteEvaluator(grid, names, fed.nodes, json.dumps(fp), norm, round_timeout)
+    if data is None or partition is None:
+        raise DeployError("the server's setup has no data; load it with load_setup")
+    runner = FlowerRunner(grid, hosts, fp, round_timeout, plan, norm)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
     subs: list[Any] = [runner]
@@ -261,7 +283,7 @@ def run_server(
 
         resolved = cfg.model_dump(mode="json")
         subs.append(plugins.SUBSCRIBERS.build("governance", cfg.governance, experiment=resolved))
-    run = FederatedRun(cfg, method, seed, setup.data, setup.partition, run_dir, subs, runner)
+    run = FederatedRun(cfg, method, seed, data, partition, run_dir, subs, runner, evaluator)
     # Client state lives on the sites: the server keeps only each client's public ledger.
     run.comps = replace(run.comps, store=ClientStateStore(cfg.federation.num_clients, {}))
     run.scheduler.c = run.comps

@@ -8,7 +8,9 @@ clients it hosts; the server uses the split's validation and test parts for eval
 
 The config's :func:`fingerprint` — one hash per section that changes a result — travels
 with every request, so a site whose config differs (another model, task, method, …) is
-refused with the sections named instead of training something else.
+refused with the sections named instead of training something else. With site-local
+data (``data.sites``) a site's dataset definition is its own: only the sites' names and
+client counts enter the fingerprint.
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ FINGERPRINT_SECTIONS = ("data", "task", "model", "train", "federation", "privacy
 
 @dataclass(frozen=True)
 class DeploySetup:
-    """One (method, seed) of an experiment, with its prepared data and partition."""
+    """One (method, seed) of an experiment, with its prepared data and partition (None
+    with site-local data, ``data.sites``: each site prepares its own,
+    :mod:`geofl.deploy.sitedata`)."""
 
     cfg: ExperimentConfig
     method: MethodConfig
     seed: int
-    data: PreparedData
-    partition: Partition
+    data: PreparedData | None
+    partition: Partition | None
 
 
 def pick_method(cfg: ExperimentConfig, name: str | None) -> MethodConfig:
@@ -70,7 +74,8 @@ def pick_method(cfg: ExperimentConfig, name: str | None) -> MethodConfig:
 
 
 def load_setup(config: str | Path, method: str | None, seed: int | None) -> DeploySetup:
-    """Load ``config`` and build the split and partition of (``method``, ``seed``).
+    """Load ``config`` and build the split and partition of (``method``, ``seed``) (with
+    site-local data, ``data.sites``, the config only).
 
     Raises:
         DeployError: when the config file is missing.
@@ -86,6 +91,8 @@ def load_setup(config: str | Path, method: str | None, seed: int | None) -> Depl
     cfg = load_config(path)
     m = pick_method(cfg, method)
     s = cfg.seeds[0] if seed is None else int(seed)
+    if cfg.data.sites is not None:  # site-local data: nothing to load here
+        return DeploySetup(cfg, m, s, None, None)
     ds = load_dataset(cfg)
     task_info(cfg, ds)
     split = make_split(split_labels(ds), cfg.data.split, s, ds.metadata)
@@ -98,6 +105,9 @@ def fingerprint(cfg: ExperimentConfig, method: MethodConfig, seed: int) -> dict[
     """A short hash of every result-relevant config section (and the seed)."""
     dump = cfg.model_dump(mode="json")
     dump["data"] = {k: v for k, v in dump["data"].items() if k not in ("cache", "cache_dir")}
+    if dump["data"].get("sites") is not None:  # each site's definition (paths) is its own
+        dump["data"]["sites"] = [{"name": s["name"], "clients": s["clients"]}
+                                 for s in dump["data"]["sites"]]  # fmt: skip
     dump["federation"] = {k: v for k, v in dump["federation"].items() if k != "workers"}
     dump["method"] = method.model_dump(mode="json")
     out = {}

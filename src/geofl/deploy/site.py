@@ -72,10 +72,14 @@ class Site:
     def __init__(
         self, setup: DeploySetup, clients: Sequence[int], state_dir: Path | None = None
     ) -> None:
-        parts = build_program(setup.cfg, setup.method, setup.seed, setup.data)
-        everyone = client_datasets(setup.data, setup.partition, parts.task)
+        data, partition = setup.data, setup.partition
+        if data is None or partition is None:
+            raise DeployError("a site needs its data (site-local data: geofl.deploy.sitedata)")
+        parts = build_program(setup.cfg, setup.method, setup.seed, data)
+        everyone = client_datasets(data, partition, parts.task)
         self.seed = setup.seed
         self.program: ClientProgram = parts.program
+        self.workspace, self.task, self.held_out = parts.workspace, parts.task, data.sites
         self.dim = parts.workspace.spec.numel
         self.clients: dict[int, ClientData] = {k: everyone[k] for k in clients}
         self.specs = self.program.state_specs(self.dim)

@@ -10,7 +10,9 @@ Server → site (one message per trained client, type ``train``):
   site keeps the tensors it staged then and forgets those of any later step, whose upload
   was refused or lost; :mod:`geofl.deploy.sitestate`), ``resume_round`` (the round of the
   checkpoint the server resumed from, 0: a fresh run) and ``ledger_events`` (how many
-  events the client's privacy ledger has on the server).
+  events the client's privacy ledger has on the server); with site-local data ``model``
+  also holds ``norm.mean``/``norm.std``, the global band statistics
+  (:mod:`geofl.deploy.sitedata`, which also defines the ``evaluate`` message).
 
 Site → server (the reply):
 
@@ -45,6 +47,7 @@ from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 __all__ = [
     "TrainRequest",
+    "decode_norm",
     "decode_reply",
     "decode_request",
     "encode_declined",
@@ -53,6 +56,7 @@ __all__ = [
 ]
 
 PARAMS, PAYLOAD, UPLOAD, EXTRA = "params", "payload.", "upload.", "extra."
+NORM_MEAN, NORM_STD = "norm.mean", "norm.std"
 
 
 def _array(t: torch.Tensor | np.ndarray) -> Array:
@@ -75,6 +79,8 @@ class TrainRequest:
         admitted_round: Round of the client's last admitted upload (0: none).
         resume_round: Round of the checkpoint the server resumed from (0: none).
         ledger_events: Events in the client's privacy ledger on the server.
+        norm: With site-local data, the global ``(mean, std)`` the site standardises its
+            data with (:mod:`geofl.deploy.sitedata`); None: none sent.
     """
 
     params: torch.Tensor
@@ -83,6 +89,7 @@ class TrainRequest:
     admitted_round: int = 0
     resume_round: int = 0
     ledger_events: int = 0
+    norm: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def encode_request(
@@ -93,9 +100,12 @@ def encode_request(
     *,
     resume_round: int = 0,
     ledger_events: int = 0,
+    norm: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> RecordDict:
     """The ``train`` message content for client ``d.client_id``."""
     arrays = {PARAMS: _array(params)}
+    if norm is not None:
+        arrays.update({NORM_MEAN: _array(norm[0]), NORM_STD: _array(norm[1])})
     arrays.update({PAYLOAD + k: _array(v) for k, v in d.payload.items()})
     config: dict[str, Any] = {
         "round": d.round,
@@ -125,7 +135,15 @@ def decode_request(content: RecordDict) -> TrainRequest:
         int(config["admitted_round"]),  # type: ignore[arg-type]
         int(config["resume_round"]),  # type: ignore[arg-type]
         int(config["ledger_events"]),  # type: ignore[arg-type]
+        decode_norm(arrays),
     )
+
+
+def decode_norm(arrays: ArrayRecord) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The ``(mean, std)`` a message carries (None: none)."""
+    if NORM_MEAN not in arrays:
+        return None
+    return _tensor(arrays[NORM_MEAN]), _tensor(arrays[NORM_STD])
 
 
 def encode_reply(res: ClientResult) -> RecordDict:

@@ -30,6 +30,7 @@ from geofl.config.load import clients_per_round
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
+from geofl.engine.site_eval import SiteHeldOut
 from geofl.engine.threat import build_attack
 from geofl.engine.uplink import Uplink
 from geofl.engine.uplink_build import build_uplink
@@ -72,6 +73,10 @@ class PreparedData:
         mean: ``[1, C, 1, 1]`` float32 per-band mean subtracted from every split, or None
             when the inputs were not normalised (``data.normalize: none``).
         std: ``[1, C, 1, 1]`` float32 per-band std every split was divided by, or None.
+        sites: With site-local data (``data.sites``), every site's own held-out splits in
+            site order: evaluation is federated over them
+            (:mod:`geofl.engine.site_eval`) and ``val``/``test`` are only their
+            concatenation; empty: ``val``/``test`` are the central held-out splits.
     """
 
     train: ArrayDataset
@@ -79,6 +84,7 @@ class PreparedData:
     test: ArrayDataset
     mean: torch.Tensor | None = None
     std: torch.Tensor | None = None
+    sites: tuple[SiteHeldOut, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from geofl.data.base import Inputs
-from geofl.tasks.base import SplitMetrics, Task
+from geofl.tasks.base import MetricAccumulator, SplitMetrics, Task
 
-__all__ = ["evaluate"]
+__all__ = ["accumulate", "evaluate"]
 
 
 def evaluate(
@@ -34,6 +34,18 @@ def evaluate(
         task: The learning task.
         batch_size: Evaluation batch size.
     """
+    return accumulate(model, inputs, targets, task, batch_size).compute()
+
+
+def accumulate(
+    model: nn.Module,
+    inputs: Inputs,
+    targets: Any,
+    task: Task,
+    batch_size: int = 1024,
+) -> MetricAccumulator:
+    """The task's accumulator after every batch of :func:`evaluate` (not yet computed):
+    what a site of a federated evaluation reports from (:mod:`geofl.engine.site_eval`)."""
     was_training = model.training
     model.eval()
     acc = task.accumulator()
@@ -46,4 +58,4 @@ def evaluate(
             output = model(x, y) if task.model_takes_targets else model(x)
             acc.update(output, y, None if acc.owns_loss else task.loss_sum(output, y))
     model.train(was_training)
-    return acc.compute()
+    return acc

@@ -179,6 +179,9 @@ def run_experiment(
     out_dir = Path(out_dir)
     resolved = cfg.model_dump(mode="json")
     _check_out_dir(out_dir, resolved, resume)
+    if cfg.data.sites is not None:
+        return _run_sites(cfg, out_dir, resolved, resume, subscribers, stop, rebuild_log,
+                          provenance)  # fmt: skip
     full = _build_dataset(cfg)
     ds, dataset_bands = full.select_bands(cfg.data.bands), full.bands
     del full
@@ -211,6 +214,55 @@ def run_experiment(
             raise
         for analysis in cfg.analyses:
             plugins.ANALYSES.build(analysis.name, analysis.params)(out_dir)
+    from geofl.report import write_summary
+
+    write_summary(out_dir)
+    for sub in subscribers:
+        if isinstance(sub, ExperimentObserver):
+            sub.on_experiment_end(out_dir)
+    return out_dir
+
+
+def _run_sites(
+    cfg: ExperimentConfig,
+    out_dir: Path,
+    resolved: dict[str, Any],
+    resume: bool,
+    subscribers: Sequence[Subscriber],
+    stop: StopRequest | None,
+    rebuild_log: bool,
+    provenance: Provenance | None,
+) -> Path:
+    """:func:`run_experiment` of a site-local federation (``data.sites``,
+    :mod:`geofl.engine.sites`): each site's data split at the site, normalised with the
+    combined band statistics, evaluated federatedly. Every site's data, the first seed's
+    splits and partitions are checked before anything is written."""
+    from geofl.engine.sites import SitesPlan, sites_partition_json
+
+    sites = SitesPlan(cfg)
+    first = sites.prepare(cfg.seeds[0])
+    for m in cfg.methods:
+        sizes = [len(ix) for ix in sites.partition(m, first, cfg.seeds[0]).indices]
+        check_first_round_budget(cfg, m, sizes)
+    subscribers = [*subscribers, *_config_subscribers(cfg, resolved, out_dir)]
+    created = not out_dir.exists()
+    with lock_run_dir(out_dir):
+        try:
+            _write_header(cfg, out_dir, sites.task, provenance or Provenance())
+            for seed in cfg.seeds:
+                plan = first if seed == cfg.seeds[0] else sites.prepare(seed)
+                for method in cfg.methods:
+                    sdir = seed_dir(out_dir, method.name, seed)
+                    if resume and (sdir / "final.json").exists():
+                        continue
+                    part = sites.partition(method, plan, seed)
+                    write_json_atomic(sdir / "partition.json", sites_partition_json(cfg, part))
+                    run = FederatedRun(cfg, method, seed, plan.data, part, sdir, subscribers)
+                    run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
+        except BaseException:
+            if created and not any((out_dir / "methods").glob("*/*/checkpoint.pt")):
+                shutil.rmtree(out_dir, ignore_errors=True)
+            raise
     from geofl.report import write_summary
 
     write_summary(out_dir)

@@ -31,6 +31,7 @@ from geofl.engine.final import divergence, privacy_summary
 from geofl.engine.groups import check_group_key, with_group_metrics
 from geofl.engine.hierarchy_build import build_scheduler, restore_scheduler, scheduler_state
 from geofl.engine.scheduler import ClientRunner
+from geofl.engine.site_eval import LocalSiteEvaluator, SiteEvaluator, merge_site_stats
 from geofl.engine.stop import StopRequest
 from geofl.engine.workers import ClientWorkers
 from geofl.errors import RunStoppedError
@@ -66,6 +67,8 @@ class FederatedRun:
             may bar clients from rounds).
         runner: Where client steps run (e.g. Flower sites, :mod:`geofl.deploy`); None:
             ``federation.workers`` worker processes, or this process when that is 1.
+        site_evaluator: Where a federated evaluation runs (a deployment's sites); None:
+            over ``data.sites`` in this process when there are any, else central.
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class FederatedRun:
         out_dir: Path,
         subscribers: Sequence[Subscriber] = (),
         runner: ClientRunner | None = None,
+        site_evaluator: SiteEvaluator | None = None,
     ) -> None:
         self.cfg, self.method, self.seed, self.data = cfg, method, seed, data
         self.out_dir = Path(out_dir)
@@ -105,6 +109,9 @@ class FederatedRun:
             None if ev.target is None else watch(task, ev.target.metric, "eval.target.metric")
         )
         self._lines: list[str] = []  # JSON lines of this run's round records so far
+        if site_evaluator is None and data.sites:
+            site_evaluator = LocalSiteEvaluator(self.workspace, data.sites, task, ev.batch_size)
+        self._site_eval = site_evaluator
         self._runner = runner
         self.scheduler = build_scheduler(
             cfg,
@@ -149,7 +156,14 @@ class FederatedRun:
         return out.params, out.record
 
     def evaluate(self, params: torch.Tensor) -> dict[str, SplitMetrics]:
-        """Val and test metrics of ``params``."""
+        """Val and test metrics of ``params`` (federated over the sites' own splits with
+        site-local data, :mod:`geofl.engine.site_eval`)."""
+        if self._site_eval is not None:
+            per_site = self._site_eval(params)
+            return {
+                "val": merge_site_stats([v for v, _ in per_site]),
+                "test": merge_site_stats([t for _, t in per_site]),
+            }
         self.workspace.load(params)
         bs = self.cfg.eval.batch_size
         model = self.workspace.module
