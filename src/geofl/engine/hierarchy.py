@@ -10,7 +10,9 @@ at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.clock`) carr
   NQI gate; what is not delivered stays buffered on the tractor), else at once;
 * driver FedAvg ``driver_deadline_s`` into the round over what arrived (drivers' health,
   failures and re-election with the buffer handed over: §2.1.6);
-* driver → LEO in the next usable contact slot (buffered on the ground until then);
+* driver → LEO in the next usable contact slot of the cluster's current driver (buffered on
+  the ground until then; after a re-election, in the new driver's passes:
+  :mod:`geofl.engine.hierarchy_drivers`);
 * LEO → GEO at the LEO's next relay slot, where the LEO aggregates its buffer (redundancy
   filter + regional FedAvg, Alg. 3 l. 2–5; buffered on board until then);
 * GEO aggregation at the end of the round over the regional models received since the last
@@ -47,7 +49,8 @@ from geofl.engine.clock import (
     TractorUpdate,
 )
 from geofl.engine.components import RunComponents
-from geofl.engine.hierarchy_contacts import Contacts, IdealContacts, downlink_slots
+from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
+from geofl.engine.hierarchy_drivers import DriverStations
 from geofl.engine.hierarchy_personal import Personalization
 from geofl.engine.hierarchy_record import HierarchyStats
 from geofl.engine.hierarchy_round import Topology, build_record
@@ -71,7 +74,8 @@ class HierarchicalScheduler:
         comps: The run's components (client step, store, uplink, sampler).
         cfg: ``method.hierarchy``.
         topology: Clusters, drivers' ρ, farms and context bins of the tractors.
-        contacts: Contact windows (cluster c is station c) and relay slots.
+        contacts: Contact windows (a cluster's station is its current driver tractor) and
+            relay slots.
         seed: Experiment seed.
         allowed: The permission gate ``allowed(client, round)``.
         probe: ``(name, fn)``: ``fn(params)`` is the test-split value of metric ``name``
@@ -107,6 +111,9 @@ class HierarchicalScheduler:
         self.monitor: DriverMonitor[TractorUpdate] = DriverMonitor(
             topology.clusters, topology.rho, seed=seed, p_fail=cfg.p_driver_fail
         )
+        self.stations = DriverStations(
+            contacts, self.monitor, self.queue, round_s=cfg.round_s, model_bytes=self.model_bytes
+        )
         self.attempts = np.zeros(n_c, dtype=np.int64)
         self.nqi_lost = np.zeros(n_c, dtype=np.int64)
         n_leo = contacts.n_leo
@@ -127,12 +134,15 @@ class HierarchicalScheduler:
         t0_wall = time.perf_counter()
         self._stats = stats = HierarchyStats()
         self.versions.setdefault(round_idx - 1, global_params.clone())
-        for f in self.monitor.health_check(round_idx):
+        start, end = (round_idx - 1) * self.cfg.round_s, round_idx * self.cfg.round_s
+        before = self.monitor.drivers
+        failovers = self.monitor.health_check(round_idx)
+        for f in failovers:
             stats.failovers.append(
                 {"cluster": f.cluster, "failed": f.failed, "driver": f.driver,
                  "handed_over": f.handed_over}
             )  # fmt: skip
-        start, end = (round_idx - 1) * self.cfg.round_s, round_idx * self.cfg.round_s
+        self.stations.follow(before, failovers, round_idx, start, stats)
         if self.cfg.mode == "async":
             self._advance(start, inclusive=True)  # downlinks arriving at the boundary
         cohort = self.sync.cohort(round_idx)
@@ -169,7 +179,7 @@ class HierarchicalScheduler:
         if sync:
             self._adopt_all(round_idx, params if geo is not None else None)
         elif geo is not None:
-            self._schedule_downlink(round_idx, end)
+            self.stations.schedule_downlink(round_idx, end, self._stats)
         self._prune()
         regional_metric = None
         if self.probe is not None and geo is not None:
@@ -280,18 +290,14 @@ class HierarchicalScheduler:
         if model is None:
             return
         self._stats.hop("driver_leo", sent=1, nbytes=self.model_bytes)
-        contact = self.contacts.next_contact(cluster, self._slot(now))
-        if contact is None:
-            self._stats.stranded += 1
-            log.info("cluster %d: no LEO contact left in the plan; model stays buffered", cluster)
-            return
-        slot, sat = contact
-        self.queue.push(max(now, slot * self.contacts.slot_s), LeoArrival(sat, model))
+        self.stations.send_up(now, cluster, model, self._stats)
 
     def _leo(self, now: float, ev: LeoArrival) -> None:
         self.leo_buffer[ev.sat].append((now, ev.model))
         self._stats.hop("driver_leo", delivered=1)
-        self._stats.event(now, "uplink", leo=ev.sat, cluster=ev.model.clusters[0])
+        self._stats.event(
+            now, "uplink", leo=ev.sat, cluster=ev.model.clusters[0], station=ev.station
+        )
         self._stats.latency("pass_wait", now - ev.model.created_s)
         if self.relay_pending[ev.sat]:
             return
@@ -339,23 +345,13 @@ class HierarchicalScheduler:
         ]
 
     # ---------------------------------------------------------------- downlink
-    def _schedule_downlink(self, version: int, now: float) -> None:
-        """GEO → every LEO at its next relay slot → each driver at its first contact with
-        a LEO that already holds ``version`` (:func:`downlink_slots`)."""
-        n_leo, slot_s = self.contacts.n_leo, self.contacts.slot_s
-        slots, relayed = downlink_slots(self.contacts, self.topo.clusters.num_clusters, now)
-        self._stats.hop("geo_leo", sent=n_leo, delivered=relayed, nbytes=self.model_bytes * n_leo)
-        for c, s in enumerate(slots):
-            if s is not None:
-                self.queue.push(max(now, s * slot_s), Downlink(c, version))
-
     def _downlink(self, now: float, ev: Downlink) -> None:
         """``ev.version`` reaches a driver and, over the ground, its members that are up
         and not in an outage; the others keep their last model (§2.1.2(4))."""
         stats = self._stats
         stats.hop("leo_driver", sent=1, delivered=1, nbytes=self.model_bytes)
         stats.latency("downlink", now - ev.version * self.cfg.round_s)
-        stats.event(now, "downlink", cluster=ev.cluster)
+        stats.event(now, "downlink", leo=ev.sat, cluster=ev.cluster, station=ev.station)
         if ev.version <= self.cluster_version[ev.cluster]:
             return  # an older model overtaken by a newer one
         self.cluster_version[ev.cluster] = ev.version
@@ -409,6 +405,7 @@ class HierarchicalScheduler:
             "relay_pending": self.relay_pending.copy(),
             "geo_inbox": list(self.geo_inbox),
             "personal": None if self.personal is None else self.personal.state_dict(),
+            "stations": self.stations.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -423,5 +420,7 @@ class HierarchicalScheduler:
         self.leo_buffer = [list(b) for b in state["leo_buffer"]]
         self.relay_pending = np.asarray(state["relay_pending"]).copy()
         self.geo_inbox = list(state["geo_inbox"])
+        if "stations" in state:
+            self.stations.load_state_dict(state["stations"])
         if self.personal is not None and state.get("personal") is not None:
             self.personal.load_state_dict(state["personal"])
