@@ -77,8 +77,8 @@ def build_scheduler(
     if hier.mode == "sync" or hier.leo.contacts == "ideal":
         contacts: Contacts = IdealContacts(hier.leo.slot_s, hier.leo.n)
     else:
-        plans = leo_contacts(hier, np.stack([fleet.lat, fleet.lon], 1), rounds=cfg.federation.rounds,
-                             seed=seed)  # fmt: skip
+        locations = np.stack([fleet.lat, fleet.lon], 1)  # station i = tractor i
+        plans = leo_contacts(hier, locations, rounds=cfg.federation.rounds, seed=seed)
         plans.prepare(clusters.driver)  # the initial drivers' plans, before the first round
         contacts = DriverContacts(plans)
     probe = _test_probe(cfg, comps, data) if hier.staleness_metric else None

@@ -107,8 +107,10 @@ class DriverStations:
         failed = {f.cluster for f in failovers}
         which = set(changed)
         moved = self.queue.take(
-            lambda e: (isinstance(e, LeoArrival) and e.model.clusters[0] in which)
-            or (isinstance(e, Downlink) and e.cluster in which)
+            lambda e: (
+                (isinstance(e, LeoArrival) and e.model.clusters[0] in which)
+                or (isinstance(e, Downlink) and e.cluster in which)
+            )
         )
         downs = dict.fromkeys(changed, 0)
         for _, ev in moved:
