@@ -38,8 +38,8 @@ import numpy as np
 
 from _common import footer, header, interleaved_medians, print_table
 from geofl.network.contacts import CHUNK_ELEMENTS, ContactPlan, contact_plan, ephemeris
-from geofl.network.stations import StationContacts
 from geofl.network.orbits import walker_constellation
+from geofl.network.stations import StationContacts
 from geofl.rng import numpy_generator
 
 START = datetime(2026, 3, 20, 0, 0, tzinfo=UTC)

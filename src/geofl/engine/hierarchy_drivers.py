@@ -16,6 +16,7 @@ Every move is recorded (:attr:`HierarchyStats.driver_changes`).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from geofl.engine.clock import Downlink, EventQueue, LeoArrival, TierModel, TractorUpdate
@@ -29,6 +30,8 @@ from geofl.engine.hierarchy_record import HierarchyStats
 from geofl.hierarchy.clusters import DriverMonitor, Failover
 
 __all__ = ["DriverStations"]
+
+log = logging.getLogger("geofl")
 
 
 class DriverStations:
@@ -64,6 +67,7 @@ class DriverStations:
         contact = self.contacts.next_contact(cluster, station, self._slot(now))
         if contact is None:
             stats.stranded += 1
+            log.info("cluster %d: no LEO contact left in driver %d's plan", cluster, station)
             return
         slot, sat = contact
         at = max(now, slot * self.contacts.slot_s)
