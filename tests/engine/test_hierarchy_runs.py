@@ -108,6 +108,8 @@ def test_interrupted_and_resumed_equals_uninterrupted_and_is_deterministic(
         ({"personalization": {"alpha": 0.8, "beta": 0.3}}, "alpha + beta"),
         ({"leo": {"tle_file": "/nonexistent.tle"}}, "tle_file"),
         ({"leo": {"n": 2, "planes": 4}}, "planes"),
+        ({"links": {"driver_leo_mbps": 0.0}}, "hierarchy.links.driver_leo_mbps"),
+        ({"links": {"frame_bytes": 0}}, "hierarchy.links.frame_bytes"),
     ],
 )
 def test_bad_hierarchy_config_is_refused_naming_the_field(
@@ -184,6 +186,9 @@ def test_driver_failures_re_elect_and_lose_no_buffered_update(tmp_path: Path) ->
     pending = sum(sch.monitor.pending(c) for c in range(sch.topo.clusters.num_clusters))  # type: ignore[union-attr]
     assert down > 0 and all(f["driver"] != f["failed"] for f in failovers)
     assert sum(f["handed_over"] for f in failovers) > 0  # buffers moved to the new drivers
+    # the driver's error-feedback residual stays with the cluster, as the buffer does
+    assert any(f["residual_handed_over"] for f in failovers)
+    assert all(f["cluster"] in sch.links.residual for f in failovers if f["residual_handed_over"])  # type: ignore[union-attr]
     assert arrived == incorporated + pending  # every update that reached a driver is kept
 
 

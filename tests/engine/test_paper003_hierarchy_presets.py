@@ -51,6 +51,9 @@ def test_table5_rows_and_the_sweep_and_ablations() -> None:
     assert t14["no-fairness"].hierarchy is not None and not t14["no-fairness"].hierarchy.fairness
     assert all(t14[k].hierarchy is not None for k in ("full", "no-nqi", "no-compression"))
     assert t14["no-compression"].uplink is not None and not t14["no-compression"].uplink.compress
+    no_comp = t14["no-compression"].hierarchy
+    assert no_comp is not None and no_comp.links.compress is False  # off at the driver too
+    assert t14["full"].hierarchy is not None and t14["full"].hierarchy.links.compress is None
 
 
 @pytest.mark.slow

@@ -25,6 +25,8 @@ def test_hierarchy_figures_by_hand() -> None:
         "sent": {"tractor_driver": 4, "driver_leo": 2}, "delivered": {"tractor_driver": 3,
         "driver_leo": 1}, "bytes_by_hop": {"tractor_driver": 4000, "driver_leo": 800},
         "latency_s": {"pass_wait": 10.0}, "latency_n": {"pass_wait": 1},
+        "energy_by_hop": {"tractor_driver": 0.6, "driver_leo": 0.0064},
+        "envelope_rejections": {"driver_leo": {"auth_failed": 1}},
     }  # fmt: skip
     b = {
         "staleness": [3, 5], "geo_weight": [0.5, 0.5],
@@ -55,6 +57,11 @@ def test_hierarchy_figures_by_hand() -> None:
     assert math.isnan(f["latency_relay_wait"])
     assert f["bytes_tractor_driver"] == pytest.approx(8000 / 12)
     assert f["bytes_driver_leo"] == pytest.approx(800 / 12)
+    # energy per sampled tractor and round: 0.6 J and 800 B · 8 / 1 Mbps · 2 W over 12 slots
+    assert f["energy_tractor_driver"] == pytest.approx(0.05)
+    assert f["energy_driver_leo"] == pytest.approx(0.0064 / 12)
+    assert f["energy_leo_geo"] == 0.0
+    assert f["energy_uplink"] == pytest.approx(0.6064 / 12) and f["refused"] == 1.0
     assert hierarchy_figures([_rec(1, None)]) is None
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from geofl.network.contacts import classify
 from geofl.network.orbits import parse_tles
+from geofl.network.spacelink import SpaceLinkParams
 
 __all__ = ["HierarchyConfig", "LeoConfig", "PersonalizationConfig"]
 
@@ -124,6 +125,10 @@ class HierarchyConfig(BaseModel):
     )
     train_s: float = Field(0.0, ge=0.0, description="simulated local-training time (s)")
     leo: LeoConfig = Field(default_factory=LeoConfig)
+    links: SpaceLinkParams = Field(
+        default_factory=SpaceLinkParams,
+        description="the space hops: driver codec, envelopes, rates and powers (§2.2.8)",
+    )
     personalization: PersonalizationConfig | None = Field(
         None, description="on-tractor personalization (§2.2.6); None: tractors adopt ŵ"
     )

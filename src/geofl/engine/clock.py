@@ -28,6 +28,7 @@ __all__ = [
     "EventQueue",
     "LeoArrival",
     "Relay",
+    "SpacePacket",
     "TierModel",
     "TractorArrival",
     "TractorUpdate",
@@ -126,12 +127,43 @@ class DriverDeadline:
 
 
 @dataclass(frozen=True)
+class SpacePacket:
+    """One space-hop transmission as it left its sender (:mod:`geofl.engine.hierarchy_links`).
+
+    Attributes:
+        hop: ``driver_leo`` or ``leo_geo``.
+        sender: Node id of the sender (a driver's tractor id, or a LEO's).
+        receiver: Node id of the receiver (a LEO's or the GEO's).
+        wires: The sealed frames (the bare frames when envelopes are off).
+        meta: The aggregate's bookkeeping, with empty ``model`` and ``delta``.
+        base_version: The global version a driver's update is relative to (−1: none).
+        nbytes: Bytes on the wire (frames, tags, envelope headers and tags).
+        airtime_s: 8 · nbytes / rate.
+        energy: P_tx · airtime_s (the energy proxy).
+        frames: The frames before sealing (a re-elected driver re-seals them for its own
+            pass: :meth:`~geofl.engine.hierarchy_links.SpaceLinks.reseal`).
+    """
+
+    hop: str
+    sender: int
+    receiver: int
+    wires: tuple[bytes, ...]
+    meta: TierModel
+    base_version: int
+    nbytes: int
+    airtime_s: float
+    energy: float
+    frames: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True)
 class LeoArrival:
-    """A driver's cluster model reaches LEO ``sat`` in a pass over ``station`` (the tractor
-    driving the cluster when the pass was scheduled; −1: not a located station)."""
+    """A driver's sealed, encoded cluster model reaches LEO ``sat`` in a pass over
+    ``station`` (the tractor driving the cluster when the pass was scheduled; −1: not a
+    located station)."""
 
     sat: int
-    model: TierModel
+    packet: SpacePacket
     station: int = -1
     kind: EventKind = EventKind.LEO_ARRIVAL
 

@@ -11,14 +11,18 @@ at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.clock`) carr
 * driver FedAvg ``driver_deadline_s`` into the round over what arrived (drivers' health,
   failures and re-election with the buffer handed over: §2.1.6);
 * driver → LEO in the next usable contact slot of the cluster's current driver (buffered on
-  the ground until then; after a re-election, in the new driver's passes:
-  :mod:`geofl.engine.hierarchy_drivers`);
-* LEO → GEO at the LEO's next relay slot, where the LEO aggregates its buffer (redundancy
-  filter + regional FedAvg, Alg. 3 l. 2–5; buffered on board until then);
+  the ground until then; after a re-election, re-sealed for the new driver's passes:
+  :mod:`geofl.engine.hierarchy_drivers`): the driver's update relative to the global
+  version it holds, top-k + 4-bit with error feedback, in staleness-tagged frames, sealed
+  (:mod:`geofl.engine.hierarchy_links`);
+* LEO → GEO at the LEO's next relay slot, where the LEO opens and decodes its buffer and
+  aggregates it (redundancy filter + regional FedAvg, Alg. 3 l. 2–5; buffered on board
+  until then) and sends the regional model sealed;
 * GEO aggregation at the end of the round over the regional models received since the last
   one (Eq. 8 × Eq. 11, normalised Eq. 12; RobustAvg §2.2.5);
 * downlink GEO → LEO (next relay slot) → driver (next contact with a LEO that holds it) →
-  tractors; a tractor in an outage keeps its last model (§2.1.2(4)).
+  tractors; a tractor in an outage keeps its last model (§2.1.2(4)); the model goes down
+  as raw float32 sealed end to end for the driver (a refused one is not adopted).
 
 ``mode: sync`` is the synchronous reference: every tier in one round from the current model,
 staleness 0; the asynchronous mode with :class:`IdealContacts` reproduces it bit for bit.
@@ -44,6 +48,7 @@ from geofl.engine.clock import (
     EventQueue,
     LeoArrival,
     Relay,
+    SpacePacket,
     TierModel,
     TractorArrival,
     TractorUpdate,
@@ -51,6 +56,7 @@ from geofl.engine.clock import (
 from geofl.engine.components import RunComponents
 from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
 from geofl.engine.hierarchy_drivers import DriverStations
+from geofl.engine.hierarchy_links import SpaceLinks, driver_compresses
 from geofl.engine.hierarchy_personal import Personalization
 from geofl.engine.hierarchy_record import HierarchyStats
 from geofl.engine.hierarchy_round import Topology, build_record
@@ -58,7 +64,9 @@ from geofl.engine.hierarchy_tiers import driver_fedavg, geo_aggregate, leo_regio
 from geofl.engine.scheduler import ClientRunner, RoundOutcome, SyncScheduler, _Collected
 from geofl.engine.uplink import TransmitStatus
 from geofl.hierarchy.clusters import DriverMonitor
+from geofl.network.payload import encode_raw
 from geofl.network.rural import sample_link_states
+from geofl.security.envelope import OVERHEAD_BYTES
 
 __all__ = ["HierarchicalScheduler"]
 
@@ -103,7 +111,17 @@ class HierarchicalScheduler:
         self.runner: ClientRunner | None = None
         self.previous_aggregate: torch.Tensor | None = None
         n_t, n_c = len(comps.clients), topology.clusters.num_clusters
-        self.model_bytes = comps.workspace.spec.numel * 4
+        dim = comps.workspace.spec.numel
+        self.model_bytes = dim * 4  # driver → tractor (the ground downlink)
+        sealed = cfg.links.security.enabled
+        # GEO → LEO → driver: raw float32 in an envelope
+        self.down_bytes = len(encode_raw(torch.zeros(dim))[0]) + (OVERHEAD_BYTES if sealed else 0)
+        uplink_cfg = None if comps.uplink is None else comps.uplink.cfg
+        self.links = SpaceLinks(
+            cfg.links, compress=driver_compresses(cfg.links, uplink_cfg),
+            dim=dim, n_tractors=n_t, n_leo=contacts.n_leo, seed=seed,
+            send_delta=cfg.geo_delta == "update",
+        )  # fmt: skip
         self.queue = EventQueue()
         self.versions: dict[int, torch.Tensor] = {}
         self.tractor_version = np.zeros(n_t, dtype=np.int64)
@@ -112,8 +130,9 @@ class HierarchicalScheduler:
             topology.clusters, topology.rho, seed=seed, p_fail=cfg.p_driver_fail
         )
         self.stations = DriverStations(
-            contacts, self.monitor, self.queue, round_s=cfg.round_s, model_bytes=self.model_bytes
-        )
+            contacts, self.monitor, self.queue, self.links, round_s=cfg.round_s,
+            down_bytes=self.down_bytes,
+        )  # fmt: skip
         self.attempts = np.zeros(n_c, dtype=np.int64)
         self.nqi_lost = np.zeros(n_c, dtype=np.int64)
         n_leo = contacts.n_leo
@@ -134,13 +153,15 @@ class HierarchicalScheduler:
         t0_wall = time.perf_counter()
         self._stats = stats = HierarchyStats()
         self.versions.setdefault(round_idx - 1, global_params.clone())
+        self.links.begin_round(round_idx)
         start, end = (round_idx - 1) * self.cfg.round_s, round_idx * self.cfg.round_s
         before = self.monitor.drivers
         failovers = self.monitor.health_check(round_idx)
         for f in failovers:
             stats.failovers.append(
                 {"cluster": f.cluster, "failed": f.failed, "driver": f.driver,
-                 "handed_over": f.handed_over}
+                 "handed_over": f.handed_over,
+                 "residual_handed_over": f.cluster in self.links.residual}
             )  # fmt: skip
         self.stations.follow(before, failovers, round_idx, start, stats)
         if self.cfg.mode == "async":
@@ -181,6 +202,7 @@ class HierarchicalScheduler:
         elif geo is not None:
             self.stations.schedule_downlink(round_idx, end, self._stats)
         self._prune()
+        stats.rejections = self.links.take_rejections()
         regional_metric = None
         if self.probe is not None and geo is not None:
             stats.metric = self.probe[0]
@@ -206,12 +228,31 @@ class HierarchicalScheduler:
 
     def _adopt_all(self, version: int, params: torch.Tensor | None) -> None:
         """The synchronous reference's downlink: every tractor holds ``version`` now
-        (personalized when the method personalizes and the GEO updated the model)."""
-        self.tractor_version[:] = version
-        self.cluster_version[:] = version
-        if self.personal is not None and params is not None:
-            for k in range(len(self.c.clients)):
-                self.personal.adopt(k, version, params)
+        (personalized when the method personalizes and the GEO updated the model) — per
+        cluster whose driver opens the sealed model (all of them without an adversary)."""
+        if params is None:  # nothing new went down
+            self.tractor_version[:] = version
+            self.cluster_version[:] = version
+            return
+        for c, members in enumerate(self.topo.clusters.members):
+            if not self._downlink_opens(c, version):
+                continue  # refused: the cluster keeps its last model
+            self.cluster_version[c] = version
+            for k in members:
+                self.tractor_version[k] = version
+                if self.personal is not None:
+                    self.personal.adopt(k, version, params)
+
+    def _downlink_opens(self, cluster: int, version: int) -> bool:
+        """Whether ``version`` sealed by the GEO for ``cluster``'s driver opens there (the
+        LEO relays the envelope; refusals are logged and counted by the links)."""
+        return self.links.downlink(self._driver_id(cluster), self.versions[version])
+
+    def _driver_id(self, cluster: int) -> int:
+        """The node id of ``cluster``'s driver (its tractor; the initial one while every
+        member is down)."""
+        driver = self.monitor.driver(cluster)
+        return int(self.topo.clusters.driver[cluster]) if driver is None else driver
 
     def _upload(self, got: _Collected, round_idx: int, start: float) -> None:
         """Each accepted update leaves for its driver; attempts and NQI losses counted per
@@ -221,6 +262,7 @@ class HierarchicalScheduler:
         tx_of = {tx.client: tx for tx in got.transmissions}
         stats = self._stats
         for tx in got.transmissions:
+            stats.hop("tractor_driver", airtime_s=tx.airtime_s, energy=tx.energy)
             if tx.status is not TransmitStatus.HELD:
                 self.attempts[cluster_of[tx.client]] += 1
                 self.nqi_lost[cluster_of[tx.client]] += tx.status in _NQI_LOST
@@ -289,16 +331,36 @@ class HierarchicalScheduler:
         model = self._cluster_model(now, cluster)
         if model is None:
             return
-        self._stats.hop("driver_leo", sent=1, nbytes=self.model_bytes)
-        self.stations.send_up(now, cluster, model, self._stats)
+        contact = self.stations.contact(now, cluster)
+        if contact is None:
+            self._stats.hop("driver_leo", sent=1)
+            self._stats.stranded += 1
+            log.info("cluster %d: no LEO contact left in the plan; model stays buffered", cluster)
+            return
+        station, slot, sat = contact
+        packet = self._send_driver(now, cluster, model, sat)
+        self.stations.push_up(now, slot, sat, packet, station)
+
+    def _send_driver(self, now: float, cluster: int, model: TierModel, sat: int) -> SpacePacket:
+        """The driver's encoded, sealed upload to LEO ``sat`` (relative to the global version
+        the cluster holds), counted on the driver → LEO hop."""
+        version = int(self.cluster_version[cluster])
+        sender = self._driver_id(cluster)
+        p = self.links.driver_send(cluster, sender, model, self.versions[version], version, sat,
+                                   now)  # fmt: skip
+        self._stats.hop("driver_leo", sent=1, nbytes=p.nbytes, airtime_s=p.airtime_s,
+                        energy=p.energy)  # fmt: skip
+        return p
 
     def _leo(self, now: float, ev: LeoArrival) -> None:
-        self.leo_buffer[ev.sat].append((now, ev.model))
+        p = ev.packet
+        model = self.links.leo_receive(p, self.versions[p.base_version])
+        if model is None:  # refused (logged and counted by the links)
+            return
+        self.leo_buffer[ev.sat].append((now, model))
         self._stats.hop("driver_leo", delivered=1)
-        self._stats.event(
-            now, "uplink", leo=ev.sat, cluster=ev.model.clusters[0], station=ev.station
-        )
-        self._stats.latency("pass_wait", now - ev.model.created_s)
+        self._stats.event(now, "uplink", leo=ev.sat, cluster=model.clusters[0], station=ev.station)
+        self._stats.latency("pass_wait", now - model.created_s)
         if self.relay_pending[ev.sat]:
             return
         slot = self.contacts.next_relay(ev.sat, self._slot(now))
@@ -316,9 +378,19 @@ class HierarchicalScheduler:
         regional = leo_regional(
             [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now
         )
-        self._stats.hop("leo_geo", sent=1, delivered=1, nbytes=self.model_bytes)
         self._stats.event(now, "relay", leo=sat)
-        self.geo_inbox.append((sat, regional))
+        received = self._forward(sat, regional)
+        if received is not None:
+            self.geo_inbox.append((sat, received))
+
+    def _forward(self, sat: int, regional: TierModel) -> TierModel | None:
+        """LEO ``sat`` → GEO: the sealed regional model as the GEO decodes it (None when
+        refused), counted on the LEO → GEO hop."""
+        p = self.links.leo_send(sat, regional)
+        received = self.links.geo_receive(p)
+        self._stats.hop("leo_geo", sent=1, delivered=int(received is not None), nbytes=p.nbytes,
+                        airtime_s=p.airtime_s, energy=p.energy)  # fmt: skip
+        return received
 
     def _sync_tiers(self, now: float) -> list[tuple[int, TierModel]]:
         """The synchronous reference: every arrival, every driver, then the LEOs (cluster
@@ -330,28 +402,38 @@ class HierarchicalScheduler:
         by_leo: dict[int, list[TierModel]] = {}
         for c in range(self.topo.clusters.num_clusters):
             m = self._cluster_model(now, c)
-            if m is not None:
-                by_leo.setdefault(ideal.leo_of(c), []).append(m)
-                self._stats.hop("driver_leo", sent=1, delivered=1, nbytes=self.model_bytes)
-        stats, n_t, nb = self._stats, len(self.c.clients), self.model_bytes
-        stats.hop("leo_geo", sent=len(by_leo), delivered=len(by_leo), nbytes=nb * len(by_leo))
-        stats.hop("geo_leo", sent=len(by_leo), delivered=len(by_leo), nbytes=nb * len(by_leo))
-        n_c = self.topo.clusters.num_clusters
-        stats.hop("leo_driver", sent=n_c, delivered=n_c, nbytes=nb * n_c)
-        stats.hop("driver_tractor", sent=n_t, delivered=n_t, nbytes=nb * n_t)
+            if m is None:
+                continue
+            sat = ideal.leo_of(c)
+            p = self._send_driver(now, c, m, sat)
+            got = self.links.leo_receive(p, self.versions[p.base_version])
+            if got is not None:
+                by_leo.setdefault(sat, []).append(got)
+                self._stats.hop("driver_leo", delivered=1)
+        stats, n_t, nd = self._stats, len(self.c.clients), self.down_bytes
         thr = self.cfg.redundancy_threshold
-        return [
-            (sat, leo_regional(ms, threshold=thr, now_s=now)) for sat, ms in sorted(by_leo.items())
-        ]
+        out = []
+        for sat, ms in sorted(by_leo.items()):
+            received = self._forward(sat, leo_regional(ms, threshold=thr, now_s=now))
+            if received is not None:
+                out.append((sat, received))
+        stats.hop("geo_leo", sent=len(by_leo), delivered=len(by_leo), nbytes=nd * len(by_leo))
+        n_c = self.topo.clusters.num_clusters
+        stats.hop("leo_driver", sent=n_c, delivered=n_c, nbytes=nd * n_c)
+        stats.hop("driver_tractor", sent=n_t, delivered=n_t, nbytes=self.model_bytes * n_t)
+        return out
 
     # ---------------------------------------------------------------- downlink
     def _downlink(self, now: float, ev: Downlink) -> None:
         """``ev.version`` reaches a driver and, over the ground, its members that are up
         and not in an outage; the others keep their last model (§2.1.2(4))."""
         stats = self._stats
-        stats.hop("leo_driver", sent=1, delivered=1, nbytes=self.model_bytes)
-        stats.latency("downlink", now - ev.version * self.cfg.round_s)
+        stats.hop("leo_driver", sent=1, nbytes=self.down_bytes)
         stats.event(now, "downlink", leo=ev.sat, cluster=ev.cluster, station=ev.station)
+        if not self._downlink_opens(ev.cluster, ev.version):
+            return  # refused: the driver keeps its last model
+        stats.hop("leo_driver", delivered=1)
+        stats.latency("downlink", now - ev.version * self.cfg.round_s)
         if ev.version <= self.cluster_version[ev.cluster]:
             return  # an older model overtaken by a newer one
         self.cluster_version[ev.cluster] = ev.version
@@ -384,7 +466,12 @@ class HierarchicalScheduler:
     def _prune(self) -> None:
         """Forget model versions no tractor holds and no downlink in flight carries."""
         live = set(self.tractor_version.tolist()) | {max(self.versions)}
-        live |= {e.version for _, e in self.queue.pending() if isinstance(e, Downlink)}
+        live |= set(self.cluster_version.tolist())  # drivers encode relative to these
+        for _, e in self.queue.pending():
+            if isinstance(e, Downlink):
+                live.add(e.version)
+            elif isinstance(e, LeoArrival):  # in flight, relative to its base version
+                live.add(e.packet.base_version)
         for v in [v for v in self.versions if v not in live]:
             del self.versions[v]
         if self.personal is not None:
@@ -406,6 +493,7 @@ class HierarchicalScheduler:
             "geo_inbox": list(self.geo_inbox),
             "personal": None if self.personal is None else self.personal.state_dict(),
             "stations": self.stations.state_dict(),
+            "links": self.links.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -424,3 +512,5 @@ class HierarchicalScheduler:
             self.stations.load_state_dict(state["stations"])
         if self.personal is not None and state.get("personal") is not None:
             self.personal.load_state_dict(state["personal"])
+        if "links" in state:
+            self.links.load_state_dict(state["links"])

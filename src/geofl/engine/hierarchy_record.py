@@ -52,7 +52,11 @@ class HierarchyStats:
             effective RobustAvg weight, clusters and tractors it covers.
         sent: Transmissions started per hop.
         delivered: Transmissions completed per hop (a late arrival counts in its round).
-        bytes: Bytes per hop.
+        bytes: Bytes per hop, as encoded and sealed (frames, tags, envelopes).
+        airtime_s: Transmission seconds per uplink hop (tractor → driver: the ground
+            uplink's; driver → LEO, LEO → GEO: 8 · bytes / rate).
+        energy: Energy proxy Σ P_tx · t per uplink hop (§3.1.4).
+        rejections: Refused space-hop envelopes or payloads per hop and reason.
         latency_s: Per hop, the simulated seconds of each completed transmission
             (terrestrial uplink; waiting for a pass; waiting for a relay slot; the downlink
             from GEO aggregation to a driver); ``end_to_end`` is creation → incorporation.
@@ -81,6 +85,9 @@ class HierarchyStats:
     sent: Counter[str] = field(default_factory=Counter)
     delivered: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
+    airtime_s: dict[str, float] = field(default_factory=dict)
+    energy: dict[str, float] = field(default_factory=dict)
+    rejections: dict[str, dict[str, int]] = field(default_factory=dict)
     latency_s: dict[str, list[float]] = field(default_factory=dict)
     failovers: list[dict[str, Any]] = field(default_factory=list)
     driver_changes: list[dict[str, Any]] = field(default_factory=list)
@@ -89,11 +96,17 @@ class HierarchyStats:
     stranded: int = 0
     events: list[tuple[float, str, int, int, int]] = field(default_factory=list)
 
-    def hop(self, name: str, *, sent: int = 0, delivered: int = 0, nbytes: int = 0) -> None:
-        """Count transmissions on hop ``name``."""
+    def hop(
+        self, name: str, *, sent: int = 0, delivered: int = 0, nbytes: int = 0,
+        airtime_s: float = 0.0, energy: float = 0.0,
+    ) -> None:  # fmt: skip
+        """Count transmissions on hop ``name`` (bytes, airtime and energy of those sent)."""
         self.sent[name] += sent
         self.delivered[name] += delivered
         self.bytes[name] += nbytes
+        if airtime_s or energy:
+            self.airtime_s[name] = self.airtime_s.get(name, 0.0) + airtime_s
+            self.energy[name] = self.energy.get(name, 0.0) + energy
 
     def latency(self, name: str, seconds: float) -> None:
         """One completed transmission's simulated latency on ``name``."""
@@ -123,6 +136,9 @@ class HierarchyStats:
             "sent": {h: self.sent[h] for h in HOPS if self.sent[h]},
             "delivered": {h: self.delivered[h] for h in HOPS if self.delivered[h]},
             "bytes_by_hop": {h: self.bytes[h] for h in HOPS if self.bytes[h]},
+            "airtime_s_by_hop": {h: self.airtime_s[h] for h in HOPS if h in self.airtime_s},
+            "energy_by_hop": {h: self.energy[h] for h in HOPS if h in self.energy},
+            "envelope_rejections": dict(self.rejections),
             "latency_s": {k: _mean(v) for k, v in sorted(self.latency_s.items())},
             "latency_n": {k: len(v) for k, v in sorted(self.latency_s.items())},
             "failovers": list(self.failovers),

@@ -55,6 +55,7 @@ __all__ = [
     "Transmission",
     "TransmitStatus",
     "Uplink",
+    "sim_secret",
 ]
 
 log = logging.getLogger("geofl")
@@ -124,7 +125,9 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _secret(seed: int, client: int) -> bytes:
+def sim_secret(seed: int, client: int) -> bytes:
+    """Node ``client``'s simulated long-term secret K_i = BLAKE2b(seed, id) (provisioning
+    for the simulation, not security)."""
     return hashlib.blake2b(f"geofl-sim-secret/{seed}/{client}".encode(), digest_size=32).digest()
 
 
@@ -153,7 +156,7 @@ class Uplink:
         self.profiles = np.asarray(profiles, dtype=np.int64)
         self.ranges = ranges_for(self.profiles, cfg.nqi.normalisation)
         self.tractors = [_Tractor() for _ in range(num_clients)]
-        self.secrets = {k: _secret(seed, k) for k in range(num_clients)}
+        self.secrets = {k: sim_secret(seed, k) for k in range(num_clients)}
         self.sealers: dict[tuple[int, int], Sealer] = {}
         self.openers: dict[int, Opener] = {}
         self.last_wire: dict[tuple[int, int], bytes] = {}

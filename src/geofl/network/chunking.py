@@ -9,6 +9,15 @@ is quantised on its own (b-bit per chunk, 8 by default) and carries a 40-byte he
 LEO/GEO aggregation reads (§2.2, Eq. 8). Frames are independently decodable, so the
 scheduler may spread them over transmission windows and the receiver can tell exactly
 which parameter ranges are missing when some do not arrive (:func:`reassemble`).
+
+Tagged frames (the driver → LEO hop, 003 Table 4 "chunking + staleness tag write" at the
+driver) cut an already encoded payload — e.g. the top-k 4-bit one — into byte ranges of at
+most ``frame_bytes``, each with a 32-byte header::
+
+    <BBHIIIIId> id=5, 0, 0, round, index, count, offset, total, timestamp
+
+A sparse payload is not decodable in parts, so :func:`join_tagged` needs every frame; the
+tags (the update's round t' and creation time) ride in every frame.
 """
 
 from __future__ import annotations
@@ -20,13 +29,25 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from geofl.network.payload import CHUNK_ID, PayloadError, quantised_body, read_body
+from geofl.network.payload import CHUNK_ID, TAGGED_ID, PayloadError, quantised_body, read_body
 
-__all__ = ["FRAME_HEADER_BYTES", "Reassembly", "encode_frames", "reassemble"]
+__all__ = [
+    "FRAME_HEADER_BYTES",
+    "TAG_HEADER_BYTES",
+    "Reassembly",
+    "Tagged",
+    "encode_frames",
+    "join_tagged",
+    "reassemble",
+    "tag_frames",
+]
 
 _FRAME = struct.Struct("<BBHIIIIIIId")
 #: Bytes of a frame header.
 FRAME_HEADER_BYTES = _FRAME.size
+_TAG = struct.Struct("<BBHIIIIId")
+#: Bytes of a tagged frame's header.
+TAG_HEADER_BYTES = _TAG.size
 
 
 @dataclass(frozen=True)
@@ -137,3 +158,77 @@ def reassemble(frames: Sequence[bytes], dim: int) -> Reassembly:
     if not missing and not covered.all():
         raise PayloadError("all frames arrived but they do not cover D")
     return Reassembly(torch.from_numpy(out), missing, count, rnd, timestamp)
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """A payload rebuilt from its tagged frames, with its staleness tags.
+
+    Attributes:
+        payload: The bytes that were framed.
+        round: Staleness tag: the round the content was produced from (t').
+        timestamp: Staleness tag: the sender's clock when it encoded the content (s).
+    """
+
+    payload: bytes
+    round: int
+    timestamp: float
+
+
+def tag_frames(
+    payload: bytes, *, round_idx: int, timestamp: float, frame_bytes: int = 65536
+) -> list[bytes]:
+    """``payload`` cut into ⌈len / frame_bytes⌉ frames (at least one), each with the tags.
+
+    Args:
+        payload: Encoded bytes (any pipeline's payload).
+        round_idx: Staleness tag (u32).
+        timestamp: Staleness tag (seconds, finite).
+        frame_bytes: Payload bytes per frame.
+    """
+    if frame_bytes < 1:
+        raise ValueError(f"frame_bytes: {frame_bytes}; use at least 1 byte per frame")
+    total = len(payload)
+    count = max(1, -(-total // frame_bytes))
+    return [
+        _TAG.pack(TAGGED_ID, 0, 0, round_idx, i, count, i * frame_bytes, total, timestamp)
+        + payload[i * frame_bytes : (i + 1) * frame_bytes]
+        for i in range(count)
+    ]
+
+
+def join_tagged(frames: Sequence[bytes]) -> Tagged:
+    """Inverse of :func:`tag_frames` (frames in any order; every one must be there).
+
+    Raises:
+        PayloadError: A malformed header, frames of different payloads, a duplicate, a
+            gap, or a missing frame.
+    """
+    if not frames:
+        raise PayloadError("no tagged frame arrived")
+    parts: dict[int, tuple[int, bytes]] = {}
+    tags: set[tuple[int, int, int, float]] = set()
+    for frame in frames:
+        if len(frame) < _TAG.size:
+            raise PayloadError(f"tagged frame of {len(frame)} B is shorter than its header")
+        pid, r1, r2, rnd, idx, count, offset, total, ts = _TAG.unpack_from(frame)
+        body = frame[_TAG.size :]
+        if pid != TAGGED_ID or r1 or r2 or not np.isfinite(ts) or idx >= count:
+            raise PayloadError(f"tagged frame header (id {pid}, frame {idx}/{count}) is malformed")
+        if idx in parts or offset + len(body) > total:
+            raise PayloadError(f"tagged frame {idx} arrived twice or runs past {total} B")
+        parts[idx] = (offset, body)
+        tags.add((rnd, count, total, ts))
+    if len(tags) != 1:
+        raise PayloadError("tagged frames of different payloads (round, count or size differ)")
+    rnd, count, total, ts = tags.pop()
+    if len(parts) != count:
+        raise PayloadError(f"{count - len(parts)} of {count} tagged frames missing")
+    ordered = [parts[i] for i in range(count)]
+    starts = np.cumsum([0] + [len(b) for _, b in ordered[:-1]])
+    if any(off != int(s) for (off, _), s in zip(ordered, starts, strict=True)):
+        raise PayloadError("tagged frames overlap or leave a gap")
+    payload = b"".join(b for _, b in ordered)
+    if len(payload) != total:
+        raise PayloadError(f"tagged frames hold {len(payload)} B, the header says {total} B")
+    return Tagged(payload, rnd, ts)

@@ -20,7 +20,8 @@ Raw (no compression: FedAvg's dense float32 upload, the baseline over the same l
 
     <BBHI> id=4, 0, 0, D ‖ D float32
 
-Chunked frames (pipeline b) are in :mod:`geofl.network.chunking`.
+Chunked frames (pipeline b) and staleness-tagged frames of any payload (id 5, the
+driver → LEO hop) are in :mod:`geofl.network.chunking`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ __all__ = [
     "DENSE_ID",
     "RAW_ID",
     "SPARSE_ID",
+    "TAGGED_ID",
     "PayloadError",
     "decode_dense",
     "decode_payload",
@@ -62,7 +64,7 @@ __all__ = [
     "encode_sparse",
 ]
 
-SPARSE_ID, CHUNK_ID, DENSE_ID, RAW_ID = 1, 2, 3, 4
+SPARSE_ID, CHUNK_ID, DENSE_ID, RAW_ID, TAGGED_ID = 1, 2, 3, 4, 5
 _SPARSE = struct.Struct("<BBBBIIII")
 _DENSE = struct.Struct("<BBHII")
 _RAW = struct.Struct("<BBHI")

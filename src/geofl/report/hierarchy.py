@@ -1,9 +1,12 @@
 """The report's hierarchy table (003 §3.1.4, Table 10): per method with ``method.hierarchy``,
 the staleness of the updates the GEO incorporated (mean, GEO-weighted mean, share of the GEO
 weight per staleness bucket), delivery ratio per hop, latency per hop (terrestrial uplink,
-waiting for a LEO pass, waiting for a relay slot, downlink, creation → incorporation) and
-bytes per tractor and round per hop — mean ± std over finished seeds; ``""`` when no method
-has a hierarchy."""
+waiting for a LEO pass, waiting for a relay slot, downlink, creation → incorporation),
+bytes per tractor and round per hop (encoded and sealed), the energy proxy Σ P_tx·t per
+tractor and round of the uplink hops (tractor → driver: the ground uplink's; driver → LEO,
+LEO → GEO: P_tx · 8·bytes / rate with the configured satellite link rates and powers) and
+refused space-hop envelopes — mean ± std over finished seeds; ``""`` when no method has a
+hierarchy."""
 
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ LATENCY = ("terrestrial", "pass_wait", "relay_wait", "downlink", "end_to_end")
 #: Table 10's buckets as labelled in the records.
 T10 = tuple(f"{lo}+" if hi is None else f"{lo}-{hi}" for lo, hi in STALENESS_BUCKETS)
 BYTES = ("tractor_driver", "driver_leo", "leo_geo", "geo_leo", "leo_driver", "driver_tractor")
+#: Uplink hops with an energy proxy (003 §3.1.4, Table 7: tractor → driver + driver → LEO).
+ENERGY = ("tractor_driver", "driver_leo", "leo_geo")
 
 
 def _weighted_latency(blocks: Sequence[Mapping[str, Any]], hop: str) -> float:
@@ -65,10 +70,14 @@ def hierarchy_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
     sent: Counter[str] = Counter()
     delivered: Counter[str] = Counter()
     nbytes: Counter[str] = Counter()
+    energy: Counter[str] = Counter()
+    refused = 0
     for b in blocks:
         sent.update(b.get("sent", {}))
         delivered.update(b.get("delivered", {}))
         nbytes.update(b.get("bytes_by_hop", {}))
+        energy.update(b.get("energy_by_hop", {}))
+        refused += sum(sum(r.values()) for r in (b.get("envelope_rejections") or {}).values())
     metric = [
         math.nan if v is None else float(v)
         for b in blocks
@@ -85,6 +94,10 @@ def hierarchy_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
     slots = sum(len(r.cohort) for r in rounds) or 1
     for hop in BYTES:
         out[f"bytes_{hop}"] = nbytes[hop] / slots
+    for hop in ENERGY:
+        out[f"energy_{hop}"] = energy[hop] / slots
+    out["energy_uplink"] = sum(energy[hop] for hop in ENERGY) / slots
+    out["refused"] = float(refused)
     return out
 
 
@@ -150,6 +163,9 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary], out: Path | 
                   for h in LATENCY]  # fmt: skip
         cells += [f'<td class="num">{format_pm(stat[f"bytes_{h}"], scale=1e-3, digits=1)}</td>'
                   for h in BYTES]  # fmt: skip
+        cells += [f'<td class="num">{format_pm(stat[k], scale=1.0, digits=4)}</td>'
+                  for k in (*(f"energy_{h}" for h in ENERGY), "energy_uplink")]  # fmt: skip
+        cells.append(f'<td class="num">{format_pm(stat["refused"], scale=1.0, digits=0)}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     if not rows:
         return ""
@@ -161,6 +177,8 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary], out: Path | 
         *(f"delivered % {_arrow(h)}" for h in DELIVERY),
         *(f"latency (s) {h.replace('_', ' ')}" for h in LATENCY),
         *(f"kB / tractor·round {_arrow(h)}" for h in BYTES),
+        *(f"energy (J / tractor·round) {_arrow(h)}" for h in ENERGY),
+        "energy (J / tractor·round) uplink total", "space-hop envelopes refused",
     ]  # fmt: skip
     header = "".join(f"<th>{h}</th>" for h in head)
     intro = (
@@ -172,7 +190,10 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary], out: Path | 
         "delivery "
         "ratio per hop, simulated latency per hop (terrestrial uplink, waiting for a LEO "
         "pass, waiting for a relay slot, GEO aggregation → driver, creation → incorporation; "
-        "§3.1.4's decomposition) and bytes per sampled tractor and round per hop"
+        "§3.1.4's decomposition), encoded and sealed bytes per sampled tractor and round per "
+        "hop, and the energy proxy Σ P_tx·t of the uplink hops per sampled tractor and round "
+        "(the satellite hops' rates and powers are configuration, hierarchy.links: the paper "
+        "gives none)"
     )
     figures = "" if out is None else "\n".join(timeline_figures(run, out))
     return (
