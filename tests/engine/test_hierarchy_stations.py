@@ -1,8 +1,8 @@
 """Contact stations follow the drivers (003 §2.3.2, §2.1.6): when a driver fails and a
 far-away member is elected, the cluster's passes from then on are the new driver's — those
 a contact plan computed directly for its location gives — and what the cluster was waiting
-for (a driver model on the ground, a global model on board) moves to the new driver's
-passes at the re-election.
+for (a driver model on the ground, encoded and sealed; a global model on board) moves to the
+new driver's passes at the re-election, the upload re-sealed under the new driver's key.
 
 Scenario: 12 tractors, cluster 0 = tractors 0–5 driven by tractor 0 at (45° N, 93° W),
 cluster 1 = tractors 6–11 driven by tractor 6 at (52° N, 5° E); tractor 1, next in ρ, sits
@@ -104,6 +104,9 @@ def test_the_re_elected_driver_transmits_in_its_own_passes(failed: Any) -> None:
     ups = [(e[0], e[2], e[4]) for blk in blocks for e in blk["events"]
            if e[1] == "uplink" and e[3] == 0]  # fmt: skip
     assert ups == [(1950.0, 5, 1), (4800.0, 4, 1), (4800.0, 4, 1)]
+    # the handed-over upload, sealed by tractor 0 for LEO 3, was re-sealed by tractor 1 for
+    # LEO 5 and opened there (an uplink event is recorded only for an accepted envelope)
+    assert all(not blk["envelope_rejections"] for blk in blocks)
     assert blocks[1]["driver_changes"] == [
         {"round": 2, "at_s": 1800.0, "cluster": 0, "old": 0, "new": 1, "cause": "failover",
          "uplinks_moved": 1, "downlinks_moved": 1}
