@@ -77,8 +77,10 @@ def _records(run: Path) -> list[dict[str, Any]]:
 def test_interrupted_and_resumed_equals_uninterrupted_and_is_deterministic(
     tmp_path: Path,
 ) -> None:
-    # Orbit contacts with outages: models wait for passes across round boundaries.
-    hier = {"round_s": 1800.0, "driver_deadline_s": 300.0, "kappa": 0.5}
+    # Orbit contacts with outages: models wait for passes across round boundaries; drivers
+    # fail, and re-elected drivers' contact plans are computed at their election (a resumed
+    # run recomputes them: the plans are not in the checkpoint).
+    hier = {"round_s": 1800.0, "driver_deadline_s": 300.0, "kappa": 0.5, "p_driver_fail": 0.3}
     raw = agri_raw(hier, rounds=5, uplink={"network": {"p_fail": 0.2}})
     whole = run_experiment(config(tmp_path, raw, "a"), tmp_path / "whole")
     again = run_experiment(config(tmp_path, raw, "b"), tmp_path / "again")
@@ -90,6 +92,11 @@ def test_interrupted_and_resumed_equals_uninterrupted_and_is_deterministic(
     assert recs == _records(again) == _records(cut)
     stale = [s for r in recs for s in r["hierarchy"]["staleness"]]
     assert max(stale) >= 1  # the resumed part really carried late updates
+    late = [r["hierarchy"] for r in recs if r["round"] > 2]
+    changes = [c for r in recs for c in r["hierarchy"]["driver_changes"]]
+    elected = {(c["cluster"], c["new"]) for c in changes if c["cause"] == "failover"}
+    assert any(h["driver_changes"] for h in late)  # re-elections after the resume
+    assert any((e[3], e[4]) in elected for h in late for e in h["events"] if e[1] == "uplink")
 
 
 @pytest.mark.parametrize(

@@ -34,15 +34,15 @@ from geofl.hierarchy.clusters import Clusters
 
 @dataclass(frozen=True)
 class TableContacts:
-    """Contacts from explicit slot tables (station → slots; one LEO)."""
+    """Contacts from explicit slot tables (cluster → slots, whoever drives it; one LEO)."""
 
     slot_s: float
     contacts: dict[int, tuple[int, ...]]
     relays: tuple[int, ...]
     n_leo: int = 1
 
-    def next_contact(self, station: int, slot: int) -> tuple[int, int] | None:
-        later = [s for s in self.contacts[station] if s >= slot]
+    def next_contact(self, cluster: int, station: int, slot: int) -> tuple[int, int] | None:
+        later = [s for s in self.contacts[cluster] if s >= slot]
         return (later[0], 0) if later else None
 
     def next_relay(self, sat: int, slot: int) -> int | None:

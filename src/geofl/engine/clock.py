@@ -13,7 +13,7 @@ checkpoint pops the same sequence after a resume.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -140,6 +140,8 @@ class SpacePacket:
         nbytes: Bytes on the wire (frames, tags, envelope headers and tags).
         airtime_s: 8 · nbytes / rate.
         energy: P_tx · airtime_s (the energy proxy).
+        frames: The frames before sealing (a re-elected driver re-seals them for its own
+            pass: :meth:`~geofl.engine.hierarchy_links.SpaceLinks.reseal`).
     """
 
     hop: str
@@ -151,14 +153,18 @@ class SpacePacket:
     nbytes: int
     airtime_s: float
     energy: float
+    frames: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
 class LeoArrival:
-    """A driver's sealed, encoded cluster model reaches LEO ``sat``."""
+    """A driver's sealed, encoded cluster model reaches LEO ``sat`` in a pass over
+    ``station`` (the tractor driving the cluster when the pass was scheduled; −1: not a
+    located station)."""
 
     sat: int
     packet: SpacePacket
+    station: int = -1
     kind: EventKind = EventKind.LEO_ARRIVAL
 
 
@@ -172,10 +178,13 @@ class Relay:
 
 @dataclass(frozen=True)
 class Downlink:
-    """Global model ``version`` reaches the driver of ``cluster`` (and its tractors)."""
+    """Global model ``version`` reaches the driver of ``cluster`` (and its tractors) from
+    LEO ``sat`` in a pass over ``station`` (the driving tractor; −1: not recorded)."""
 
     cluster: int
     version: int
+    station: int = -1
+    sat: int = -1
     kind: EventKind = EventKind.DOWNLINK
 
 
@@ -213,6 +222,16 @@ class EventQueue:
     def pending(self) -> list[tuple[float, Event]]:
         """Every scheduled event in pop order (a copy; for records and tests)."""
         return [(t, e) for t, _, _, e in sorted(self._heap)]
+
+    def take(self, which: Callable[[Event], bool]) -> list[tuple[float, Event]]:
+        """Remove the scheduled events for which ``which`` holds; returns them in pop order
+        (to reschedule them: a driver's pending transmissions after a re-election)."""
+        out = sorted(item for item in self._heap if which(item[3]))
+        if out:
+            taken = {item[2] for item in out}
+            self._heap = [item for item in self._heap if item[2] not in taken]
+            heapq.heapify(self._heap)
+        return [(t, e) for t, _, _, e in out]
 
     def state_dict(self) -> dict[str, Any]:
         """The heap and the sequence counter (for a checkpoint)."""

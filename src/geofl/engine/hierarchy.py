@@ -10,9 +10,11 @@ at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.clock`) carr
   NQI gate; what is not delivered stays buffered on the tractor), else at once;
 * driver FedAvg ``driver_deadline_s`` into the round over what arrived (drivers' health,
   failures and re-election with the buffer handed over: §2.1.6);
-* driver → LEO in the next usable contact slot (buffered on the ground until then): the
-  driver's update relative to the global version it holds, top-k + 4-bit with error
-  feedback, in staleness-tagged frames, sealed (:mod:`geofl.engine.hierarchy_links`);
+* driver → LEO in the next usable contact slot of the cluster's current driver (buffered on
+  the ground until then; after a re-election, re-sealed for the new driver's passes:
+  :mod:`geofl.engine.hierarchy_drivers`): the driver's update relative to the global
+  version it holds, top-k + 4-bit with error feedback, in staleness-tagged frames, sealed
+  (:mod:`geofl.engine.hierarchy_links`);
 * LEO → GEO at the LEO's next relay slot, where the LEO opens and decodes its buffer and
   aggregates it (redundancy filter + regional FedAvg, Alg. 3 l. 2–5; buffered on board
   until then) and sends the regional model sealed;
@@ -52,7 +54,8 @@ from geofl.engine.clock import (
     TractorUpdate,
 )
 from geofl.engine.components import RunComponents
-from geofl.engine.hierarchy_contacts import Contacts, IdealContacts, downlink_slots
+from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
+from geofl.engine.hierarchy_drivers import DriverStations
 from geofl.engine.hierarchy_links import SpaceLinks, driver_compresses
 from geofl.engine.hierarchy_personal import Personalization
 from geofl.engine.hierarchy_record import HierarchyStats
@@ -79,7 +82,8 @@ class HierarchicalScheduler:
         comps: The run's components (client step, store, uplink, sampler).
         cfg: ``method.hierarchy``.
         topology: Clusters, drivers' ρ, farms and context bins of the tractors.
-        contacts: Contact windows (cluster c is station c) and relay slots.
+        contacts: Contact windows (a cluster's station is its current driver tractor) and
+            relay slots.
         seed: Experiment seed.
         allowed: The permission gate ``allowed(client, round)``.
         probe: ``(name, fn)``: ``fn(params)`` is the test-split value of metric ``name``
@@ -125,6 +129,10 @@ class HierarchicalScheduler:
         self.monitor: DriverMonitor[TractorUpdate] = DriverMonitor(
             topology.clusters, topology.rho, seed=seed, p_fail=cfg.p_driver_fail
         )
+        self.stations = DriverStations(
+            contacts, self.monitor, self.queue, self.links, round_s=cfg.round_s,
+            down_bytes=self.down_bytes,
+        )  # fmt: skip
         self.attempts = np.zeros(n_c, dtype=np.int64)
         self.nqi_lost = np.zeros(n_c, dtype=np.int64)
         n_leo = contacts.n_leo
@@ -146,13 +154,16 @@ class HierarchicalScheduler:
         self._stats = stats = HierarchyStats()
         self.versions.setdefault(round_idx - 1, global_params.clone())
         self.links.begin_round(round_idx)
-        for f in self.monitor.health_check(round_idx):
+        start, end = (round_idx - 1) * self.cfg.round_s, round_idx * self.cfg.round_s
+        before = self.monitor.drivers
+        failovers = self.monitor.health_check(round_idx)
+        for f in failovers:
             stats.failovers.append(
                 {"cluster": f.cluster, "failed": f.failed, "driver": f.driver,
                  "handed_over": f.handed_over,
                  "residual_handed_over": f.cluster in self.links.residual}
             )  # fmt: skip
-        start, end = (round_idx - 1) * self.cfg.round_s, round_idx * self.cfg.round_s
+        self.stations.follow(before, failovers, round_idx, start, stats)
         if self.cfg.mode == "async":
             self._advance(start, inclusive=True)  # downlinks arriving at the boundary
         cohort = self.sync.cohort(round_idx)
@@ -189,7 +200,7 @@ class HierarchicalScheduler:
         if sync:
             self._adopt_all(round_idx, params if geo is not None else None)
         elif geo is not None:
-            self._schedule_downlink(round_idx, end)
+            self.stations.schedule_downlink(round_idx, end, self._stats)
         self._prune()
         stats.rejections = self.links.take_rejections()
         regional_metric = None
@@ -320,15 +331,15 @@ class HierarchicalScheduler:
         model = self._cluster_model(now, cluster)
         if model is None:
             return
-        contact = self.contacts.next_contact(cluster, self._slot(now))
+        contact = self.stations.contact(now, cluster)
         if contact is None:
             self._stats.hop("driver_leo", sent=1)
             self._stats.stranded += 1
             log.info("cluster %d: no LEO contact left in the plan; model stays buffered", cluster)
             return
-        slot, sat = contact
+        station, slot, sat = contact
         packet = self._send_driver(now, cluster, model, sat)
-        self.queue.push(max(now, slot * self.contacts.slot_s), LeoArrival(sat, packet))
+        self.stations.push_up(now, slot, sat, packet, station)
 
     def _send_driver(self, now: float, cluster: int, model: TierModel, sat: int) -> SpacePacket:
         """The driver's encoded, sealed upload to LEO ``sat`` (relative to the global version
@@ -348,7 +359,7 @@ class HierarchicalScheduler:
             return
         self.leo_buffer[ev.sat].append((now, model))
         self._stats.hop("driver_leo", delivered=1)
-        self._stats.event(now, "uplink", leo=ev.sat, cluster=model.clusters[0])
+        self._stats.event(now, "uplink", leo=ev.sat, cluster=model.clusters[0], station=ev.station)
         self._stats.latency("pass_wait", now - model.created_s)
         if self.relay_pending[ev.sat]:
             return
@@ -413,22 +424,12 @@ class HierarchicalScheduler:
         return out
 
     # ---------------------------------------------------------------- downlink
-    def _schedule_downlink(self, version: int, now: float) -> None:
-        """GEO → every LEO at its next relay slot → each driver at its first contact with
-        a LEO that already holds ``version`` (:func:`downlink_slots`)."""
-        n_leo, slot_s = self.contacts.n_leo, self.contacts.slot_s
-        slots, relayed = downlink_slots(self.contacts, self.topo.clusters.num_clusters, now)
-        self._stats.hop("geo_leo", sent=n_leo, delivered=relayed, nbytes=self.down_bytes * n_leo)
-        for c, s in enumerate(slots):
-            if s is not None:
-                self.queue.push(max(now, s * slot_s), Downlink(c, version))
-
     def _downlink(self, now: float, ev: Downlink) -> None:
         """``ev.version`` reaches a driver and, over the ground, its members that are up
         and not in an outage; the others keep their last model (§2.1.2(4))."""
         stats = self._stats
         stats.hop("leo_driver", sent=1, nbytes=self.down_bytes)
-        stats.event(now, "downlink", cluster=ev.cluster)
+        stats.event(now, "downlink", leo=ev.sat, cluster=ev.cluster, station=ev.station)
         if not self._downlink_opens(ev.cluster, ev.version):
             return  # refused: the driver keeps its last model
         stats.hop("leo_driver", delivered=1)
@@ -491,6 +492,7 @@ class HierarchicalScheduler:
             "relay_pending": self.relay_pending.copy(),
             "geo_inbox": list(self.geo_inbox),
             "personal": None if self.personal is None else self.personal.state_dict(),
+            "stations": self.stations.state_dict(),
             "links": self.links.state_dict(),
         }
 
@@ -506,6 +508,8 @@ class HierarchicalScheduler:
         self.leo_buffer = [list(b) for b in state["leo_buffer"]]
         self.relay_pending = np.asarray(state["relay_pending"]).copy()
         self.geo_inbox = list(state["geo_inbox"])
+        if "stations" in state:
+            self.stations.load_state_dict(state["stations"])
         if self.personal is not None and state.get("personal") is not None:
             self.personal.load_state_dict(state["personal"])
         if "links" in state:

@@ -1,6 +1,7 @@
 """Build a run's scheduler: the synchronous loop, or the 003 hierarchy when the method has a
 ``hierarchy`` section (its fleet from the data's farm/tractor context, Alg. 2's clusters, the
-contact plan of the clusters' drivers); and carry the scheduler's state in checkpoints."""
+contact plans of the tractors that drive them — the initial drivers' at once, a re-elected
+driver's at its election); and carry the scheduler's state in checkpoints."""
 
 from __future__ import annotations
 
@@ -17,14 +18,15 @@ from geofl.data.partition import Partition
 from geofl.engine.components import PreparedData, RunComponents
 from geofl.engine.evaluate import evaluate
 from geofl.engine.hierarchy import HierarchicalScheduler
-from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
+from geofl.engine.hierarchy_contacts import Contacts, DriverContacts, IdealContacts
 from geofl.engine.hierarchy_round import Topology
 from geofl.engine.scheduler import ClientRunner, SyncScheduler
 from geofl.errors import ConfigError, HierarchyError, OrbitError
 from geofl.hierarchy.clusters import capability_score, form_clusters
 from geofl.hierarchy.fleet import REGION_CENTRES, Fleet, fleet_from_context
-from geofl.network.contacts import contact_plan
+from geofl.network.contacts import ephemeris
 from geofl.network.orbits import Tle, parse_tles, walker_constellation
+from geofl.network.stations import StationContacts
 
 __all__ = [
     "build_scheduler",
@@ -75,8 +77,10 @@ def build_scheduler(
     if hier.mode == "sync" or hier.leo.contacts == "ideal":
         contacts: Contacts = IdealContacts(hier.leo.slot_s, hier.leo.n)
     else:
-        stations = np.stack([fleet.lat[list(clusters.driver)], fleet.lon[list(clusters.driver)]], 1)
-        contacts = leo_contacts(hier, stations, rounds=cfg.federation.rounds, seed=seed)
+        locations = np.stack([fleet.lat, fleet.lon], 1)  # station i = tractor i
+        plans = leo_contacts(hier, locations, rounds=cfg.federation.rounds, seed=seed)
+        plans.prepare(clusters.driver)  # the initial drivers' plans, before the first round
+        contacts = DriverContacts(plans)
     probe = _test_probe(cfg, comps, data) if hier.staleness_metric else None
     return HierarchicalScheduler(
         comps, hier, topo, contacts, seed=seed, allowed=allowed, probe=probe
@@ -154,18 +158,23 @@ def fleet_of_run(data: PreparedData, partition: Partition, *, seed: int) -> Flee
         ) from err
 
 
-def leo_contacts(cfg: HierarchyConfig, stations: np.ndarray, *, rounds: int, seed: int) -> Contacts:
-    """The contact plan of ``stations`` (``[G, 2]`` lat, lon) over the run's simulated time
-    plus one round (downlinks of the last model), from the configured TLEs.
+def leo_contacts(
+    cfg: HierarchyConfig, locations: np.ndarray, *, rounds: int, seed: int
+) -> StationContacts:
+    """Contact plans of the tractors at ``locations`` (``[T, 2]`` lat, lon; station i =
+    tractor i, the pass-drop key) over the run's simulated time plus one round (downlinks
+    of the last model), from the configured TLEs: the satellites are propagated once here,
+    a tractor's plan is computed when it is first asked for (:class:`StationContacts`).
 
     Raises:
         ConfigError: naming ``hierarchy.leo.tle_file`` on a malformed TLE.
     """
     leo = cfg.leo
     n_slots = math.ceil((rounds + 1) * cfg.round_s / leo.slot_s)
-    return contact_plan(
-        _tles(leo), stations, start=leo.epoch, n_slots=n_slots, slot_s=leo.slot_s,
-        elevation_mask_deg=leo.elevation_mask_deg, p_leo_fail=leo.p_leo_fail, seed=seed,
+    eph = ephemeris(_tles(leo), start=leo.epoch, n_slots=n_slots, slot_s=leo.slot_s)
+    return StationContacts(
+        eph, locations, elevation_mask_deg=leo.elevation_mask_deg, p_leo_fail=leo.p_leo_fail,
+        seed=seed,
     )  # fmt: skip
 
 

@@ -153,7 +153,13 @@ class SpaceLinks:
         airtime, energy = hop_energy(nbytes, rate, watts)
         bare = replace(meta, model=_EMPTY, delta=_EMPTY)
         return SpacePacket(hop, sender, receiver, tuple(wires), bare, base_version, nbytes,
-                           airtime, energy)  # fmt: skip
+                           airtime, energy, tuple(frames))  # fmt: skip
+
+    def reseal(self, p: SpacePacket, driver: int, sat: int) -> SpacePacket:
+        """A pending driver upload ``p`` as the re-elected ``driver`` sends it in its own
+        pass to LEO ``sat``: the same encoded frames, sealed under its own link key (the
+        encoding and the residual are the cluster's, handed over with its buffer)."""
+        return self._packet(p.hop, list(p.frames), driver, LEO_ID0 + sat, p.meta, p.base_version)
 
     def _attacked(self, p: SpacePacket, opener: Opener) -> list[bytes]:
         """The wires as they reach the receiver after the simulated adversary: one bit of

@@ -61,14 +61,20 @@ class HierarchyStats:
             (terrestrial uplink; waiting for a pass; waiting for a relay slot; the downlink
             from GEO aggregation to a driver); ``end_to_end`` is creation → incorporation.
         failovers: Driver failures and re-elections (§2.1.6).
+        driver_changes: Every change of a cluster's driver at a health check (a failover,
+            or a member back in a cluster that had none): round, ``at_s``, cluster, ``old``
+            → ``new`` driver (None: no driver), cause, and the uploads and downlinks that
+            moved to the new driver's passes (:mod:`geofl.engine.hierarchy_drivers`).
         down: Tractors down this round (failed drivers).
         missed_downlink: Tractors that missed a global model (outage or down) and kept
             their last one (§2.1.2(4)).
         stranded: Driver models with no LEO contact left in the plan.
-        events: The round's timeline, ``(t_s, kind, leo, cluster)`` with kind ``uplink``
-            (a driver model reached LEO ``leo`` in a pass), ``relay`` (LEO ``leo`` relayed
-            its regional model to the GEO), ``geo`` (GEO aggregation) or ``downlink`` (the
-            global model reached cluster ``cluster``'s driver); −1 where not applicable.
+        events: The round's timeline, ``(t_s, kind, leo, cluster, station)`` with kind
+            ``uplink`` (a driver model reached LEO ``leo`` in a pass over ``station``, the
+            tractor driving ``cluster``), ``relay`` (LEO ``leo`` relayed its regional model
+            to the GEO), ``geo`` (GEO aggregation) or ``downlink`` (the global model reached
+            cluster ``cluster``'s driver ``station`` from LEO ``leo``); −1 where not
+            applicable.
     """
 
     staleness: list[int] = field(default_factory=list)
@@ -84,10 +90,11 @@ class HierarchyStats:
     rejections: dict[str, dict[str, int]] = field(default_factory=dict)
     latency_s: dict[str, list[float]] = field(default_factory=dict)
     failovers: list[dict[str, Any]] = field(default_factory=list)
+    driver_changes: list[dict[str, Any]] = field(default_factory=list)
     down: int = 0
     missed_downlink: int = 0
     stranded: int = 0
-    events: list[tuple[float, str, int, int]] = field(default_factory=list)
+    events: list[tuple[float, str, int, int, int]] = field(default_factory=list)
 
     def hop(
         self, name: str, *, sent: int = 0, delivered: int = 0, nbytes: int = 0,
@@ -105,9 +112,11 @@ class HierarchyStats:
         """One completed transmission's simulated latency on ``name``."""
         self.latency_s.setdefault(name, []).append(float(seconds))
 
-    def event(self, t_s: float, kind: str, *, leo: int = -1, cluster: int = -1) -> None:
+    def event(
+        self, t_s: float, kind: str, *, leo: int = -1, cluster: int = -1, station: int = -1
+    ) -> None:
         """One timeline event (:attr:`events`)."""
-        self.events.append((float(t_s), kind, int(leo), int(cluster)))
+        self.events.append((float(t_s), kind, int(leo), int(cluster), int(station)))
 
     def to_json(self) -> dict[str, Any]:
         """The ``hierarchy`` block of the round record."""
@@ -133,6 +142,7 @@ class HierarchyStats:
             "latency_s": {k: _mean(v) for k, v in sorted(self.latency_s.items())},
             "latency_n": {k: len(v) for k, v in sorted(self.latency_s.items())},
             "failovers": list(self.failovers),
+            "driver_changes": list(self.driver_changes),
             "down": self.down,
             "missed_downlink": self.missed_downlink,
             "stranded": self.stranded,

@@ -31,7 +31,8 @@ class Topology:
     """The fleet as the hierarchy sees it (client id = tractor id = row).
 
     Attributes:
-        clusters: Alg. 2's clusters and initial drivers; cluster c is contact station c.
+        clusters: Alg. 2's clusters and initial drivers (a cluster transmits from the
+            tractor driving it).
         rho: ``[T]`` capability scores ρ_i (re-election, §2.1.6).
         farm: ``[T]`` farm of every tractor (UniqueFarmCount, Eq. 11).
         context_bin: ``[T]`` crop × soil × climate bin of every tractor (H_l).

@@ -115,7 +115,7 @@ def timeline_figures(run: RunData, out: Path, *, hours: float = 8.0) -> list[str
                 (float(t), str(kind), int(leo), int(cluster))
                 for rec in r.rounds
                 if rec.hierarchy is not None
-                for t, kind, leo, cluster in rec.hierarchy.get("events", [])
+                for t, kind, leo, cluster, *_ in rec.hierarchy.get("events", [])
             ]
             if not any(e[1] == "uplink" for e in events):
                 continue
