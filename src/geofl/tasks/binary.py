@@ -188,7 +188,7 @@ def bce_sums(
     log_sig = log_sig_t.numpy()
     with np.errstate(all="ignore"):  # inf / NaN as torch gives them, without warnings
         if pos_weight is not None:
-            weight = (pos_weight - 1).numpy() * y
+            weight = (pos_weight.numpy() - 1) * y
             weight += 1
             log_sig *= weight
         loss = 1 - y
@@ -224,7 +224,7 @@ class BinaryAccumulator:
         self._store = BatchStore(owns_loss=True)
         self._loss = 0.0
         self._logits: list[torch.Tensor] = []
-        self._truth: list[torch.Tensor] = []
+        self._truth: list[np.ndarray] = []
 
     def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float | None) -> None:
         """Add a batch: ``[B, 1]``/``[B]`` logits, ``[B]`` labels (the loss is ignored)."""
@@ -237,7 +237,7 @@ class BinaryAccumulator:
         logits = _logit(outputs)
         self._loss = bce_sums(logits, targets, sizes, self.pos_weight, self._loss)
         self._logits.append(logits)
-        self._truth.append(targets != 0)
+        self._truth.append(targets.numpy() != 0)
 
     def compute(self) -> SplitMetrics:
         """ROC-AUC, F1, precision, recall, accuracy and mean loss of the split."""
@@ -248,18 +248,18 @@ class BinaryAccumulator:
         if self._store.sizes:
             self._reduce()
         if len(self._logits) > 1:
-            self._logits, self._truth = [torch.cat(self._logits)], [torch.cat(self._truth)]
+            self._logits, self._truth = [torch.cat(self._logits)], [np.concatenate(self._truth)]
         logits, truth = self._logits[0], self._truth[0]
         # torch's sigmoid (its bits); the comparison in numpy, with the threshold a Python
         # float on both sides (cast to the logits' dtype, as torch's comparison casts it)
         pred_np = torch.sigmoid(logits).numpy() >= self.threshold
-        truth_np, logits_np = truth.numpy(), logits.numpy()
+        truth_np, logits_np = truth, logits.numpy()
         n, n_pos = int(truth_np.size), int(np.count_nonzero(truth_np))
         tp = int(np.count_nonzero(truth_np & pred_np))
         fp, fn = int(np.count_nonzero(pred_np)) - tp, n_pos - tp
         auc = roc_auc_float32(logits_np, truth_np)
         values = {
-            "roc_auc": float(roc_auc(logits, truth)) if auc is None else auc,
+            "roc_auc": float(roc_auc(logits, torch.from_numpy(truth))) if auc is None else auc,
             # f1_from_counts' float64 arithmetic on three Python ints (same bits, no tensors)
             "f1": 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else nan,
             "precision": tp / (tp + fp) if tp + fp else nan,

@@ -310,13 +310,16 @@ class RegressionAccumulator:
             per_output = torch.tensor(rows, dtype=torch.float64)
         else:
             per_output = torch.from_numpy(_finish_vector(sums, constant, task, n))
-        # torch's square root (its vectorised float64 sqrt is not always IEEE's correctly
-        # rounded one, which numpy's and Python's are) and mean of each [T] row (its
-        # summation order): what the metrics have always been
-        torch.sqrt(per_output[0], out=per_output[0])
-        means = per_output.mean(dim=1).tolist()
-        values = {"rmse": means[0], "mae": means[1], "r2": means[2], "loss": loss_sum / n}
+        # torch's square root (its float64 sqrt is not always IEEE's correctly rounded one,
+        # which numpy's and Python's are) and mean of each [T] row (its summation order):
+        # what the metrics have always been. The mean of one value is that value.
+        per_output[0].sqrt_()
         rmse, mae, r2 = per_output.tolist()
+        if task.num_outputs > 1:
+            means = per_output.mean(dim=1).tolist()
+        else:
+            means = [rmse[0], mae[0], r2[0]]
+        values = {"rmse": means[0], "mae": means[1], "r2": means[2], "loss": loss_sum / n}
         notes: tuple[str, ...] = ()
         if n < 2:
             notes = ("fewer than 2 samples in this split: R² undefined (NaN)",)
