@@ -307,7 +307,7 @@ class RegressionAccumulator:
         task = self.task
         if task.num_outputs <= SCALAR_OUTPUTS:
             rows = _finish_scalar(sums.tolist(), constant.tolist(), task, n)
-            per_output = torch.tensor(rows, dtype=torch.float64)
+            per_output = torch.from_numpy(np.array(rows))  # cheaper than torch.tensor(rows)
         else:
             per_output = torch.from_numpy(_finish_vector(sums, constant, task, n))
         # torch's square root (its float64 sqrt is not always IEEE's correctly rounded one,
