@@ -13,8 +13,9 @@ uniformly over outputs as scikit-learn's ``multioutput="uniform_average"``: ``rm
 (primary, lower is better; mean over outputs of √MSE_t, ``root_mean_squared_error``),
 ``mae``, ``r2`` (``r2_score``, constant-target convention in
 :func:`geofl.tasks.scoring.r2_from_sums`) and ``loss`` (the standardised MSE the
-network is trained on). The accumulator keeps the split's outputs and targets and
-computes everything once per split (:class:`RegressionAccumulator`).
+network is trained on). The accumulator keeps the batches' outputs and targets and reduces
+them together once per split, or every :data:`~geofl.tasks.common.FLUSH_ENTRIES` output
+entries on a large one (:class:`RegressionAccumulator`).
 
 Label summary: label-skew partitioners and consistency weighting need discrete classes.
 Output ``bin_output`` is cut into ``bins`` quantile bins whose edges are numpy's default
@@ -218,8 +219,8 @@ class RegressionAccumulator:
     :func:`~geofl.tasks.common.block_sums`) — and the accumulator owns the loss
     (``owns_loss``): the batch's :meth:`RegressionTask.loss_sum`, from the same float32
     sum per block. Every metric and the loss are those of per-batch accumulation to the
-    bit (``tests/tasks/test_regression.py``), at a fixed cost of ~30 small operations per
-    split instead of ~25 per batch.
+    bit (``tests/tasks/test_regression.py``), at a fixed cost of ~50 library calls per
+    split instead of ~25 torch operations per batch (``benchmarks/README.md``).
 
     Args:
         task: The regression task (μ, σ, the standardised loss).
