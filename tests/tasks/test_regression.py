@@ -14,6 +14,7 @@ from geofl.errors import ConfigError
 from geofl.rng import torch_generator
 from geofl.tasks import TASKS, common, regression
 from geofl.tasks.regression import RegressionTask
+from geofl.tasks.scoring import mse_mae_r2, mse_mae_r2_scalar
 
 
 def _build(targets: torch.Tensor, **params: object) -> RegressionTask:
@@ -225,8 +226,8 @@ def test_scalar_and_vector_final_arithmetic_agree_to_the_bit(seed: int) -> None:
         sums[:, 3] = [1e308, 1e308, 1e308, 1.0]  # overflow to inf
         sums[1, 4] = np.nan
         constant = rng.random(t) < 0.3
-        scalar = regression._finish_scalar(sums.tolist(), constant.tolist(), task, n)
-        vector = regression._finish_vector(sums, constant, task, n)
+        scalar = mse_mae_r2_scalar(sums.tolist(), constant.tolist(), task._var_sigma, n)
+        vector = mse_mae_r2(sums, constant, task._var_np, task._sigma_np, n)
         assert np.asarray(scalar).view(np.int64).tolist() == vector.view(np.int64).tolist()
 
 

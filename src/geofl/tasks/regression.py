@@ -29,7 +29,6 @@ draws over) and :meth:`RegressionTask.label_summary` counts them, so the summary
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -46,7 +45,7 @@ from geofl.tasks.common import (
     require_tensor,
     runs,
 )
-from geofl.tasks.scoring import r2_from_sums, shifted_sum_of_squares
+from geofl.tasks.scoring import mse_mae_r2, mse_mae_r2_scalar
 
 __all__ = [
     "RegressionAccumulator",
@@ -307,10 +306,11 @@ class RegressionAccumulator:
         constant = low == high
         task = self.task
         if task.num_outputs <= SCALAR_OUTPUTS:
-            rows = _finish_scalar(sums.tolist(), constant.tolist(), task, n)
+            rows = mse_mae_r2_scalar(sums.tolist(), constant.tolist(), task._var_sigma, n)
             per_output = torch.from_numpy(np.array(rows))  # cheaper than torch.tensor(rows)
         else:
-            per_output = torch.from_numpy(_finish_vector(sums, constant, task, n))
+            errors = mse_mae_r2(sums, constant, task._var_np, task._sigma_np, n)
+            per_output = torch.from_numpy(errors)
         # torch's square root (its float64 sqrt is not always IEEE's correctly rounded one,
         # which numpy's and Python's are) and mean of each [T] row (its summation order):
         # what the metrics have always been. The mean of one value is that value.
@@ -334,54 +334,10 @@ class RegressionAccumulator:
 
 
 #: Up to this many outputs a split's final arithmetic runs on Python floats
-#: (:func:`_finish_scalar`, ~1 µs per output), above it on numpy vectors
-#: (:func:`_finish_vector`, ~20 calls whatever T): the same IEEE operations either way.
+#: (:func:`~geofl.tasks.scoring.mse_mae_r2_scalar`, ~1 µs per output), above it on numpy
+#: vectors (:func:`~geofl.tasks.scoring.mse_mae_r2`, ~20 calls whatever T): the same IEEE
+#: operations either way.
 SCALAR_OUTPUTS = 8
-
-
-def _finish_vector(
-    sums: np.ndarray, constant: np.ndarray, task: RegressionTask, n: int
-) -> np.ndarray:
-    """``[3, T]`` float64 MSE, MAE and R² in target units from the ``[4, T]`` standardised
-    sums (Σd, Σd², Σe², Σ|e|) and which outputs are constant (see
-    :class:`RegressionAccumulator`)."""
-    sum_d, sum_d2, sum_e2, sum_abs = sums
-    var = task._var_np
-    out = np.empty((3, sums.shape[1]))
-    with np.errstate(all="ignore"):  # inf / NaN as torch gives them, without warnings
-        ss_res = var * sum_e2
-        ss_tot = var * shifted_sum_of_squares(sum_d, sum_d2, n, constant)
-        np.divide(ss_res, n, out=out[0])
-        np.divide(task._sigma_np * sum_abs, n, out=out[1])
-        out[2] = r2_from_sums(ss_res, ss_tot, n)
-    return out
-
-
-def _finish_scalar(
-    sums: list[list[float]], constant: list[bool], task: RegressionTask, n: int
-) -> list[list[float]]:
-    """:func:`_finish_vector` output by output on Python floats (the same operations in
-    the same order, so the same bits; for a few outputs it avoids ~20 numpy calls)."""
-    tiny = _TINY
-    rows: list[list[float]] = [[], [], []]
-    for t, (var, sigma) in enumerate(task._var_sigma):
-        sum_d, sum_d2, sum_e2, sum_abs = sums[0][t], sums[1][t], sums[2][t], sums[3][t]
-        ss_res = var * sum_e2
-        # shifted_sum_of_squares, then r2_from_sums
-        ss_tot = var * (0.0 if constant[t] else max(sum_d2 - sum_d * sum_d / n, 0.0))
-        if n < 2:
-            r2 = math.nan
-        elif ss_tot > 0:
-            r2 = 1 - ss_res / max(ss_tot, tiny)
-        else:
-            r2 = 1.0 if ss_res == 0 else 0.0
-        rows[0].append(ss_res / n)
-        rows[1].append(sigma * sum_abs / n)
-        rows[2].append(r2)
-    return rows
-
-
-_TINY = float(np.finfo(np.float64).tiny)
 
 
 def _block_sums(terms: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
