@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 from tests.tasks.helpers import assert_same_metrics
 
 from geofl.errors import ConfigError, RegistryError
-from geofl.tasks import TASKS
+from geofl.tasks import TASKS, common
 from geofl.tasks.binary import BinaryTask, build_binary
 
 TRAIN = torch.tensor([0, 0, 1, 0])
@@ -112,18 +113,26 @@ def test_builder_and_registry_checks() -> None:
     assert {"binary", "multilabel", "regression"} <= set(TASKS)
 
 
+@pytest.mark.parametrize("flush", [None, 300])
 @pytest.mark.parametrize("threads", [1, 4])
 @pytest.mark.parametrize("pos_weight", ["none", 2.7, 0.3])
 @pytest.mark.parametrize(
     "sizes", [[256, 256, 100], [64, 1, 63, 4096], [7], [33] * 9 + [5], [4096] * 9 + [999]]
 )
 def test_accumulator_owns_the_loss_equal_to_per_batch_loss_sum(
-    sizes: list[int], pos_weight: object, threads: int
+    sizes: list[int],
+    pos_weight: object,
+    threads: int,
+    flush: int | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The split's loss is the in-order sum of each batch's ``loss_sum`` (torch's
-    ``binary_cross_entropy_with_logits``), to the bit, although ``bce_sums`` runs only
-    log σ and the sum per block (odd sizes: vector kernels' scalar tails; saturated and
-    zero logits); a loss given to ``update`` is ignored."""
+    ``binary_cross_entropy_with_logits``), to the bit, although ``bce_sums`` runs log σ
+    once over the split and sums once per run of equal batches (odd sizes: vector
+    kernels' tails; saturated, zero and NaN logits; with ``flush``, pending batches
+    reduced every 300 logits); a loss given to ``update`` is ignored."""
+    if flush is not None:
+        monkeypatch.setattr(common, "FLUSH_ENTRIES", flush)
     gen = torch.Generator().manual_seed(sum(sizes))
     task = _build(pos_weight=pos_weight)
     batches = [
@@ -133,6 +142,7 @@ def test_accumulator_owns_the_loss_equal_to_per_batch_loss_sum(
     batches[0][0][::3] = 0.0
     batches[0][0][1::5] = 110.0
     batches[-1][0][::4] = -95.0
+    batches[-1][0][1] = math.nan
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # a split above torch's grain size runs on several threads
     try:
@@ -145,4 +155,5 @@ def test_accumulator_owns_the_loss_equal_to_per_batch_loss_sum(
         got = acc.compute()["loss"]
     finally:
         torch.set_num_threads(before)
-    assert got == want / sum(sizes)
+    # the same float, NaN included (its sign and payload: torch's NaN)
+    assert struct.pack("<d", got) == struct.pack("<d", want / sum(sizes))

@@ -12,8 +12,9 @@ from tests.tasks.helpers import assert_same_metrics
 
 from geofl.errors import ConfigError
 from geofl.rng import torch_generator
-from geofl.tasks import TASKS
+from geofl.tasks import TASKS, common, regression
 from geofl.tasks.regression import RegressionTask
+from geofl.tasks.scoring import mse_mae_r2, mse_mae_r2_scalar
 
 
 def _build(targets: torch.Tensor, **params: object) -> RegressionTask:
@@ -172,12 +173,18 @@ def _per_batch_reference(
     return sums, low, high, loss
 
 
+@pytest.mark.parametrize("flush", [None, 5000])
 @pytest.mark.parametrize("threads", [1, 4])
 @pytest.mark.parametrize("seed", range(4))
-def test_accumulator_equals_per_batch_accumulation_to_the_bit(seed: int, threads: int) -> None:
+def test_accumulator_equals_per_batch_accumulation_to_the_bit(
+    seed: int, threads: int, flush: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The split-wide vectorised pass gives the running per-batch sums and the summed
     ``loss_sum`` exactly (ragged batches, blocks large enough to be reduced by
-    several threads), and owns the loss: a loss given to ``update`` is ignored."""
+    several threads; with ``flush``, pending batches reduced every 5,000 entries), and
+    owns the loss: a loss given to ``update`` is ignored."""
+    if flush is not None:
+        monkeypatch.setattr(common, "FLUSH_ENTRIES", flush)
     gen = torch_generator(seed, "test_regression_blocks")
     t = 1 + seed % 3
     task = _build(300.0 + 25.0 * torch.randn(500, t, generator=gen))
@@ -193,11 +200,51 @@ def test_accumulator_equals_per_batch_accumulation_to_the_bit(seed: int, threads
         assert acc.owns_loss
         for out, y in batches:
             acc.update(out, y, 1e9)
-        got = acc._sums()
+        got = acc._sums_now()
         want = _per_batch_reference(task, batches)
     finally:
         torch.set_num_threads(before)
     for a, b in zip(got[:3], want[:3], strict=True):
-        assert torch.equal(a, b)
+        assert np.array_equal(a, b.numpy())
     assert got[3] == want[3]
     assert acc.compute()["loss"] == want[3] / sum(sizes)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_scalar_and_vector_final_arithmetic_agree_to_the_bit(seed: int) -> None:
+    """A split's last step runs on Python floats for up to ``SCALAR_OUTPUTS`` outputs and
+    on numpy vectors above: the same operations, so the same bits (constant outputs,
+    perfect predictions, one sample, overflowing and NaN sums included)."""
+    rng = np.random.default_rng(seed)
+    t = 12
+    task = _build(torch.from_numpy(rng.normal(size=(50, t)) * rng.uniform(0.01, 100, t)))
+    for n in (1, 2, int(rng.integers(3, 10_000))):
+        sums = np.abs(rng.normal(size=(4, t))) * 10.0 ** rng.integers(-3, 6, size=(4, t))
+        sums[0] *= rng.choice([-1.0, 1.0], t)
+        sums[:, 1] = [0.5, 0.25, 0.0, 0.3]  # perfect predictions
+        sums[2, 2] = 0.0
+        sums[:, 3] = [1e308, 1e308, 1e308, 1.0]  # overflow to inf
+        sums[1, 4] = np.nan
+        constant = rng.random(t) < 0.3
+        scalar = mse_mae_r2_scalar(sums.tolist(), constant.tolist(), task._var_sigma, n)
+        vector = mse_mae_r2(sums, constant, task._var_np, task._sigma_np, n)
+        assert np.asarray(scalar).view(np.int64).tolist() == vector.view(np.int64).tolist()
+
+
+def test_many_outputs_match_sklearn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """12 outputs take the vector path; forcing the scalar one changes no bit."""
+    rng = np.random.default_rng(7)
+    train, y = rng.normal(size=(100, 12)) * 5 + 40, rng.normal(size=(300, 12)) * 5 + 41
+    task = _build(torch.from_numpy(train))
+    out = torch.from_numpy(rng.normal(size=(300, 12))).float()
+    got = []
+    for scalar_outputs in (regression.SCALAR_OUTPUTS, 12):
+        monkeypatch.setattr(regression, "SCALAR_OUTPUTS", scalar_outputs)
+        acc = task.accumulator()
+        for idx in torch.tensor_split(torch.arange(300), 3):
+            acc.update(out[idx], torch.from_numpy(y)[idx])
+        got.append(acc.compute())
+    assert got[0].values == got[1].values and got[0].per_class == got[1].per_class
+    y_hat = out.double().numpy() * task.std.numpy() + task.mean.numpy()
+    assert got[0]["rmse"] == pytest.approx(root_mean_squared_error(y, y_hat))
+    assert got[0]["r2"] == pytest.approx(r2_score(y, y_hat), rel=1e-9)

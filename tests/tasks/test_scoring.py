@@ -17,13 +17,18 @@ from geofl.tasks.scoring import (
     f1_from_counts,
     r2_from_sums,
     roc_auc,
+    roc_auc_float32,
     shifted_sum_of_squares,
     tie_group_bounds,
 )
 
 
 def _t(x: object) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(x, dtype=np.float64))
+    return torch.as_tensor(_a(x))
+
+
+def _a(x: object) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------- hand examples
@@ -83,33 +88,32 @@ def test_f1_from_counts_by_hand() -> None:
 
 def test_r2_by_hand_and_constant_targets() -> None:
     # targets 1, 2, 3 (SS_tot = 2), predictions 1, 2, 4 (SS_res = 1) → R² = 0.5
-    assert float(r2_from_sums(_t([1.0]), _t([2.0]), 3)[0]) == pytest.approx(0.5)
+    assert float(r2_from_sums(_a([1.0]), _a([2.0]), 3)[0]) == pytest.approx(0.5)
     # constant targets: 1 if predicted exactly, else 0 (scikit-learn's force_finite)
-    assert r2_from_sums(_t([0.0, 0.3]), _t([0.0, 0.0]), 2).tolist() == [1.0, 0.0]
+    assert r2_from_sums(_a([0.0, 0.3]), _a([0.0, 0.0]), 2).tolist() == [1.0, 0.0]
     ref = r2_score(
         [[5.0, 5.0], [5.0, 5.0]],
         [[5.0, 5.0], [5.0, 5.0 + math.sqrt(0.15)]],
         multioutput="raw_values",
     )
     assert ref.tolist() == [1.0, 0.0]
-    assert math.isnan(float(r2_from_sums(_t([0.0]), _t([0.0]), 1)[0]))
+    assert math.isnan(float(r2_from_sums(_a([0.0]), _a([0.0]), 1)[0]))
 
 
 def test_shifted_sum_of_squares() -> None:
     # d = 1, 2, 3: Σd = 6, Σd² = 14 → 14 − 36/3 = 2
-    ss = shifted_sum_of_squares(_t([6.0]), _t([14.0]), 3, torch.tensor([False]))
+    ss = shifted_sum_of_squares(_a([6.0]), _a([14.0]), 3, np.array([False]))
     assert ss.tolist() == [2.0]
     # rounding residue of constant data is forced to exactly 0
-    d = torch.full((7,), 0.1, dtype=torch.float64)
+    d = np.full(7, 0.1)
     sums = (d.sum().reshape(1), (d * d).sum().reshape(1))
-    assert shifted_sum_of_squares(*sums, 7, torch.tensor([True])).tolist() == [0.0]
+    assert sums[1] - sums[0] ** 2 / 7 != 0
+    assert shifted_sum_of_squares(*sums, 7, np.array([True])).tolist() == [0.0]
     # shifted by a training mean, a large offset keeps its digits (unshifted: garbage)
     rng = np.random.default_rng(0)
     y = 1e8 + rng.normal(size=1000)
-    dd = torch.from_numpy(y - (1e8 + 0.3))
-    ours = shifted_sum_of_squares(
-        dd.sum()[None], (dd * dd).sum()[None], 1000, torch.tensor([False])
-    )
+    dd = y - (1e8 + 0.3)
+    ours = shifted_sum_of_squares(dd.sum()[None], (dd * dd).sum()[None], 1000, np.array([False]))
     exact = (((y - 1e8) - (y - 1e8).mean()) ** 2).sum()  # y − 1e8 is exact (Sterbenz)
     assert float(ours[0]) == pytest.approx(exact, rel=1e-9)
     naive = (y**2).sum() - y.sum() ** 2 / len(y)
@@ -166,8 +170,8 @@ def test_f1_and_r2_match_sklearn(seed: int) -> None:
 
     y = rng.normal(size=(n, c)) * rng.choice([1e-3, 1.0, 1e3]) + rng.choice([0.0, 1e5])
     y_hat = y + rng.normal(size=(n, c))
-    ss_tot = torch.from_numpy(((y - y.mean(0)) ** 2).sum(0))
-    r2 = r2_from_sums(torch.from_numpy(((y - y_hat) ** 2).sum(0)), ss_tot, n).numpy()
+    ss_tot = ((y - y.mean(0)) ** 2).sum(0)
+    r2 = r2_from_sums(((y - y_hat) ** 2).sum(0), ss_tot, n)
     if n >= 2:
         ref_r2 = r2_score(y, y_hat, multioutput="raw_values")
         np.testing.assert_allclose(r2, ref_r2, rtol=1e-7, atol=1e-9)
@@ -191,18 +195,23 @@ def test_ranking_metrics_on_few_distinct_scores(rows: list[tuple[int, bool]]) ->
     assert auc == pytest.approx(roc_auc_score(targets, scores))
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_untied_float32_auc_path_equals_the_general_one_to_the_bit(seed: int) -> None:
-    """``[N]`` float32 scores without ties take the packed-key sort; the general path
-    (a ``[N, 1]`` column) gives the same float64, and both match scikit-learn."""
+@pytest.mark.parametrize("seed", range(30))
+def test_float32_auc_path_equals_the_general_one_to_the_bit(seed: int) -> None:
+    """``[N]`` float32 scores take the packed-key sort (``roc_auc_float32``); the general
+    path (a ``[N, 1]`` column) gives the same float64, with and without ties, and both
+    match scikit-learn."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(2, 3000))
+    n = int(rng.integers(1, 3000))
     scale = 10.0 ** float(rng.integers(-30, 30))  # sign-magnitude order over all exponents
     scores = (rng.normal(size=n) * scale).astype(np.float32)
     scores[: n // 7] = -np.abs(scores[: n // 7])
+    if seed % 3 == 0:  # tie groups of every size, signed zeros among them
+        scores = np.round(scores / scale * 4).astype(np.float32)
+        scores[::11] = -0.0
     targets = rng.random(n) < rng.choice([0.02, 0.3, 0.9])
     s, y = torch.from_numpy(scores), torch.from_numpy(targets)
     fast, general = roc_auc(s, y), roc_auc(s[:, None], y[:, None])[0]
+    assert roc_auc_float32(scores, targets) is not None
     if 0 < targets.sum() < n:
         assert fast.dtype == torch.float64 and fast.item() == general.item()
         assert fast.item() == pytest.approx(roc_auc_score(targets, scores), rel=1e-12)
@@ -220,3 +229,8 @@ def test_auc_signed_zeros_ties_and_non_finite_leave_the_fast_path() -> None:
     assert roc_auc(tied, torch.tensor([1, 0, 0, 1])).item() == pytest.approx(0.875)
     assert math.isnan(roc_auc(torch.tensor([1.0, math.nan, 0.0], dtype=f32), y[:3]).item())
     assert math.isnan(roc_auc(torch.tensor([1.0, 2.0], dtype=f32), torch.tensor([1, 1])).item())
+    # an infinite score's key is a NaN (sorted last): NaN, as the general path gives
+    for bad in (math.inf, -math.inf):
+        scores = np.array([1.0, bad, 0.0], dtype=np.float32)
+        assert math.isnan(roc_auc_float32(scores, np.array([True, False, False])) or 0.0)
+    assert roc_auc_float32(np.zeros(3), np.zeros(3, dtype=bool)) is None  # float64: general

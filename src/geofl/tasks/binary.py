@@ -28,11 +28,12 @@ from geofl.tasks.common import (
     BatchStore,
     PosWeight,
     auto_pos_weight,
+    block_sums,
     describe,
     parse_pos_weight,
     require_tensor,
 )
-from geofl.tasks.scoring import roc_auc
+from geofl.tasks.scoring import roc_auc, roc_auc_float32
 
 __all__ = ["BinaryAccumulator", "BinaryParams", "BinaryTask", "bce_sums", "build_binary"]
 
@@ -150,37 +151,52 @@ class BinaryTask:
 
 
 def bce_sums(
-    logits: torch.Tensor, targets: torch.Tensor, sizes: list[int], pos_weight: torch.Tensor | None
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    sizes: list[int],
+    pos_weight: torch.Tensor | None,
+    start: float = 0.0,
 ) -> float:
-    """Σ over consecutive blocks of ``sizes`` samples of each block's summed BCE-with-logits.
+    """``start`` plus, block by block in order, each block of ``sizes`` samples' summed
+    BCE-with-logits.
 
-    Equal to the in-order sum of ``binary_cross_entropy_with_logits(block, reduction="sum")``
-    per block, to the bit, in two operations per block: torch computes that loss as
+    Equal to adding ``binary_cross_entropy_with_logits(block, reduction="sum")`` of each
+    block in turn, to the bit, in a fixed number of operations: torch computes that loss as
 
         ℓ = (1 − y)·z − log σ(z)·((p − 1)·y + 1)        (p: ``pos_weight``, 1 if None)
 
-    (``binary_cross_entropy_with_logits`` in ATen's ``Loss.cpp``), whose only
-    transcendental part, log σ, runs per block, as a batch's own call runs it (a
-    vectorised kernel can round its tail elements differently from its body); the
-    products and differences are IEEE operations, exact whatever the blocking, so they run
-    once on the whole split; each block's float32 sum is then that of the batch.
-    ``tests/tasks/test_binary.py`` checks the equality against per-batch
-    :meth:`BinaryTask.loss_sum` (torch's own call).
+    (``binary_cross_entropy_with_logits`` in ATen's ``Loss.cpp``). Every step is
+    elementwise and independent of where a block starts: the products and differences are
+    IEEE operations, and ATen's ``log_sigmoid`` CPU kernel runs the same vector code on a
+    partial last vector (``Vec::loadu(ptr, count)``) as on full ones, so one call on the
+    whole split gives each element the bits of its batch's own call (also when the call
+    is split across threads). Only the sums follow the blocks (:func:`block_sums`: one
+    float32 reduction per run of equal blocks). ``tests/tasks/test_binary.py`` checks the
+    equality against per-batch :meth:`BinaryTask.loss_sum` (torch's own call) on odd
+    block sizes at 1 and 4 threads.
 
     Args:
         logits: ``[N]`` logits.
         targets: ``[N]`` 0/1 labels in the logits' dtype.
         sizes: Block sizes, summing to N.
         pos_weight: ``[1]`` weight of the positive term, or None.
+        start: The running total the block sums are added to (a previous chunk's).
     """
-    with torch.no_grad():
-        log_sig = torch.cat([F.logsigmoid(block) for block in torch.split(logits, sizes)])
+    z = logits.numpy()
+    y = targets.numpy().astype(z.dtype, copy=False)
+    log_sig_t = F.logsigmoid(logits)  # torch's kernel (its bits); the rest is IEEE arithmetic
+    log_sig = log_sig_t.numpy()
+    with np.errstate(all="ignore"):  # inf / NaN as torch gives them, without warnings
         if pos_weight is not None:
-            log_sig.mul_((pos_weight - 1).mul(targets).add_(1))
-        loss = (1 - targets).mul_(logits).sub_(log_sig)
-        block_sums = [block.sum() for block in torch.split(loss, sizes)]
-    total = 0.0
-    for value in torch.stack(block_sums).tolist():
+            weight = (pos_weight.numpy() - 1) * y
+            weight += 1
+            log_sig *= weight
+        loss = 1 - y
+        loss *= z
+    # torch's subtraction: where both terms are NaN (a NaN logit) it keeps log σ's NaN
+    torch.from_numpy(loss).sub_(log_sig_t)
+    total = start
+    for value in block_sums(loss, sizes):
         total += value
     return total
 
@@ -188,9 +204,12 @@ def bce_sums(
 class BinaryAccumulator:
     """Keeps a split's logits and labels (ROC-AUC ranks the whole split).
 
-    It owns the loss (``owns_loss``): ``update`` only keeps the batch, and :meth:`compute`
-    sums the BCE of each batch's block of the concatenated split (:func:`bce_sums`) — the
-    value per-batch ``loss_sum`` calls give, at a fraction of their per-batch cost.
+    It owns the loss (``owns_loss``): ``update`` only keeps the batch; once the pending
+    batches hold :data:`~geofl.tasks.common.FLUSH_ENTRIES` logits (and in
+    :meth:`compute`) they are reduced: their BCE summed per batch block
+    (:func:`bce_sums`, the value per-batch ``loss_sum`` calls give), their logits and
+    labels kept as ``[n]`` logits and ``[n]`` bool (5 bytes per sample in float32, the
+    memory exact ROC-AUC needs). :meth:`compute` then thresholds and ranks the split once.
 
     Args:
         threshold: Sigmoid threshold of a positive prediction.
@@ -203,34 +222,50 @@ class BinaryAccumulator:
         self.threshold = threshold
         self.pos_weight = pos_weight
         self._store = BatchStore(owns_loss=True)
+        self._loss = 0.0
+        self._logits: list[torch.Tensor] = []
+        self._truth: list[np.ndarray] = []
 
     def update(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float | None) -> None:
         """Add a batch: ``[B, 1]``/``[B]`` logits, ``[B]`` labels (the loss is ignored)."""
-        self._store.add(output, target, loss_sum)
+        if self._store.add(output, target, None):
+            self._reduce()
+
+    def _reduce(self) -> None:
+        """Sum the pending batches' loss; keep their logits and labels."""
+        outputs, targets, sizes = self._store.take()
+        logits = _logit(outputs)
+        self._loss = bce_sums(logits, targets, sizes, self.pos_weight, self._loss)
+        self._logits.append(logits)
+        self._truth.append(targets.numpy() != 0)
 
     def compute(self) -> SplitMetrics:
         """ROC-AUC, F1, precision, recall, accuracy and mean loss of the split."""
         nan = float("nan")
-        keys = ("roc_auc", "f1", "precision", "recall", "accuracy")
         if self._store.n == 0:
-            return SplitMetrics({**dict.fromkeys(keys, nan), "loss": nan})
-        outputs, targets = self._store.tensors()
-        logits = _logit(outputs)
-        loss_sum = bce_sums(logits, targets.to(logits.dtype), self._store.sizes, self.pos_weight)
-        truth = targets != 0
-        pred = torch.sigmoid(logits) >= self.threshold
-        truth_np, pred_np = truth.numpy(), pred.numpy()
+            keys = ("roc_auc", "f1", "precision", "recall", "accuracy", "loss")
+            return SplitMetrics(dict.fromkeys(keys, nan))
+        if self._store.sizes:
+            self._reduce()
+        if len(self._logits) > 1:
+            self._logits, self._truth = [torch.cat(self._logits)], [np.concatenate(self._truth)]
+        logits, truth = self._logits[0], self._truth[0]
+        # torch's sigmoid (its bits); the comparison in numpy, with the threshold a Python
+        # float on both sides (cast to the logits' dtype, as torch's comparison casts it)
+        pred_np = torch.sigmoid(logits).numpy() >= self.threshold
+        truth_np, logits_np = truth, logits.numpy()
         n, n_pos = int(truth_np.size), int(np.count_nonzero(truth_np))
         tp = int(np.count_nonzero(truth_np & pred_np))
         fp, fn = int(np.count_nonzero(pred_np)) - tp, n_pos - tp
+        auc = roc_auc_float32(logits_np, truth_np)
         values = {
-            "roc_auc": float(roc_auc(logits, truth)),
+            "roc_auc": float(roc_auc(logits, torch.from_numpy(truth))) if auc is None else auc,
             # f1_from_counts' float64 arithmetic on three Python ints (same bits, no tensors)
             "f1": 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else nan,
             "precision": tp / (tp + fp) if tp + fp else nan,
             "recall": tp / n_pos if n_pos else nan,
             "accuracy": (n - fp - fn) / n,
-            "loss": loss_sum / n,
+            "loss": self._loss / n,
         }
         notes: tuple[str, ...] = ()
         if n_pos in (0, n):

@@ -13,8 +13,9 @@ uniformly over outputs as scikit-learn's ``multioutput="uniform_average"``: ``rm
 (primary, lower is better; mean over outputs of √MSE_t, ``root_mean_squared_error``),
 ``mae``, ``r2`` (``r2_score``, constant-target convention in
 :func:`geofl.tasks.scoring.r2_from_sums`) and ``loss`` (the standardised MSE the
-network is trained on). The accumulator keeps the split's outputs and targets and
-computes everything once per split (:class:`RegressionAccumulator`).
+network is trained on). The accumulator keeps the batches' outputs and targets and reduces
+them together once per split, or every :data:`~geofl.tasks.common.FLUSH_ENTRIES` output
+entries on a large one (:class:`RegressionAccumulator`).
 
 Label summary: label-skew partitioners and consistency weighting need discrete classes.
 Output ``bin_output`` is cut into ``bins`` quantile bins whose edges are numpy's default
@@ -36,8 +37,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.errors import ConfigError
 from geofl.tasks.base import TASKS, Direction, SplitMetrics, declare_metrics
-from geofl.tasks.common import TARGETS_FIELD, BatchStore, describe, require_tensor
-from geofl.tasks.scoring import r2_from_sums, shifted_sum_of_squares
+from geofl.tasks.common import (
+    TARGETS_FIELD,
+    BatchStore,
+    block_sums,
+    describe,
+    require_tensor,
+    runs,
+)
+from geofl.tasks.scoring import mse_mae_r2, mse_mae_r2_scalar
 
 __all__ = [
     "RegressionAccumulator",
@@ -91,6 +99,14 @@ class RegressionTask:
         self.num_outputs = int(mean.numel())
         self._mean32 = self.mean.to(torch.float32)
         self._std32 = self.std.to(torch.float32)
+        # what the accumulator needs per split, computed once: μ, σ, σ², 1/σ (torch's
+        # reciprocal, as d = (y − μ)·(1/σ) always used) as float64 arrays, zero sums
+        self._mu_np, self._sigma_np = self.mean.numpy(), self.std.numpy()
+        self._var_np = self._sigma_np * self._sigma_np
+        self._var_sigma = list(zip(self._var_np.tolist(), self._sigma_np.tolist(), strict=True))
+        self._inv_sigma_np = (1.0 / self.std).numpy()
+        self._zero_sums = np.zeros((4, self.num_outputs))
+        self._no_range = (np.full(self.num_outputs, np.inf), np.full(self.num_outputs, -np.inf))
 
     def check_targets(self, targets: Any) -> None:
         """Refuse targets this task cannot learn from, with a one-line error.
@@ -190,17 +206,20 @@ class RegressionAccumulator:
     SS_tot = σ²·(Σd² − (Σd)²/n) (:func:`~geofl.tasks.scoring.shifted_sum_of_squares`; the
     training mean is the shift).
 
-    Cost: ``update`` only keeps the batch (two list appends); :meth:`compute` concatenates
-    the split once and computes d, e and the four terms for all ``[N, T]`` entries in a
-    handful of vectorised float64 operations. Sums then run batch by batch in the order
-    the batches came, each over its ``[B, T]`` block (one reduction per batch, the same one
-    per-batch accumulation would make), and the accumulator owns the loss
-    (``owns_loss``): the batch's :meth:`RegressionTask.loss_sum`, from
-    :meth:`RegressionTask.squared_errors` on the whole split and one float32 sum per
-    block. Elementwise IEEE operations do not depend on how the split is batched, so every
-    metric and the loss are those of per-batch accumulation to the bit, while the per-batch
-    cost drops from ~25 small tensor operations to none. Memory: the split's outputs and
-    targets (``[N, T]`` float32 each).
+    Cost: ``update`` only keeps the batch. Pending batches are reduced together once they
+    hold :data:`~geofl.tasks.common.FLUSH_ENTRIES` output entries (2¹⁷: for 3 outputs
+    ≈ 43,700 samples, 171 batches of 256; memory stays bounded on any split) and at
+    :meth:`compute`: d, e, the four terms ``[4, n, T]`` and the standardised squared
+    errors of :meth:`RegressionTask.squared_errors` are computed for all pending entries
+    in a dozen numpy operations (IEEE arithmetic: the bits do not depend on how a split is
+    cut into batches, nor on numpy or torch doing it). Only the sums follow the batches,
+    in batch order, each over its ``[B, T]`` block — the reduction per-batch accumulation
+    made, in torch, one call per run of equal batches (:func:`_block_sums`,
+    :func:`~geofl.tasks.common.block_sums`) — and the accumulator owns the loss
+    (``owns_loss``): the batch's :meth:`RegressionTask.loss_sum`, from the same float32
+    sum per block. Every metric and the loss are those of per-batch accumulation to the
+    bit (``tests/tasks/test_regression.py``), at a fixed cost of ~50 library calls per
+    split instead of ~25 torch operations per batch (``benchmarks/README.md``).
 
     Args:
         task: The regression task (μ, σ, the standardised loss).
@@ -212,7 +231,12 @@ class RegressionAccumulator:
         self.task = task
         self.mean = task.mean
         self.std = task.std
+        self._mu, self._sigma = task._mu_np, task._sigma_np
+        self._inv_sigma = task._inv_sigma_np
         self._store = BatchStore(owns_loss=True)
+        self._sums = task._zero_sums  # [4, T] Σd, Σd², Σe², Σ|e| (replaced, not mutated)
+        self._low, self._high = task._no_range  # [T] running min and max of d
+        self._loss = 0.0
 
     @property
     def n(self) -> int:
@@ -224,24 +248,53 @@ class RegressionAccumulator:
     ) -> None:
         """Add a batch: standardised output ``[B, T]``/``[B]``, targets in original units
         (``loss_sum`` is ignored: the accumulator computes the loss)."""
-        self._store.add(output, target, None)
+        if self._store.add(output, target, None):
+            self._reduce()
 
-    def _sums(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-        """``([4, T] Σd, Σd², Σe², Σ|e|; [T] min d; [T] max d; summed loss)``."""
-        task, sizes = self.task, self._store.sizes
-        outputs, targets = self._store.tensors()
-        sq = task.squared_errors(outputs, targets)
-        d = (task._rows(targets).to(torch.float64) - self.mean) * (1.0 / self.std)
-        e = d - task._rows(outputs).to(torch.float64)
-        terms = torch.stack([d, d * d, e * e, e.abs()])
-        # running sums added in batch order (cumsum adds sequentially: 0 + s₁, then + s₂, …)
-        sums = _block_sums(terms, sizes)
-        sums = torch.cat([torch.zeros_like(sums[:1]), sums]).cumsum(dim=0)[-1]
-        loss = 0.0
-        for value in torch.stack([block.sum() for block in torch.split(sq, sizes)]).tolist():
-            loss += value / task.num_outputs
-        low, high = torch.aminmax(d, dim=0)
-        return sums, low, high, loss
+    def _reduce(self) -> None:
+        """Fold the pending batches into the running sums, range and loss."""
+        task = self.task
+        outputs, targets, sizes = self._store.take()
+        out_t = task._rows(outputs)
+        if out_t.dtype not in (torch.float32, torch.float64):
+            out_t = out_t.float()  # what torch's promotion against float32 targets does
+        out = out_t.numpy()
+        y = task._rows(targets)
+        if y.dtype not in (torch.float32, torch.float64):
+            y = y.to(torch.float64)
+        n, t = out.shape
+        # Per-output constants broadcast along contiguous rows of a [T, n] copy (numpy
+        # broadcasting a [T] vector over [n, T] runs an inner loop of T elements).
+        y_rows = y.numpy().T.astype(np.float64, order="C")
+        with np.errstate(all="ignore"):  # inf / NaN as torch gives them, without warnings
+            centred = y_rows - self._mu[:, None]
+            z = np.empty((t, n), dtype=np.float32)  # (y − μ) / σ in float64, then rounded
+            np.divide(centred, self._sigma[:, None], out=z, casting="same_kind")
+            d_rows = np.multiply(centred, self._inv_sigma[:, None], out=centred)
+            terms = np.empty((4, n, t))
+            d = terms[0]
+            np.copyto(d, d_rows.T)
+            # the standardised squared errors that ``RegressionTask.squared_errors`` gives
+            sq = out - z.T
+            np.multiply(sq, sq, out=sq)
+            e = d - out
+            np.multiply(d, d, out=terms[1])
+            np.multiply(e, e, out=terms[2])
+            np.abs(e, out=terms[3])
+            self._low = np.minimum(self._low, d_rows.min(axis=1))
+            self._high = np.maximum(self._high, d_rows.max(axis=1))
+        # running sums added in batch order (cumsum adds sequentially: Σ + s₁, then + s₂, …)
+        sums = np.concatenate((self._sums[:, None], *_block_sums(terms, sizes)), axis=1)
+        self._sums = np.cumsum(sums, axis=1)[:, -1]
+        for value in block_sums(sq, sizes):
+            self._loss += value / task.num_outputs
+
+    def _sums_now(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """``([4, T] Σd, Σd², Σe², Σ|e|; [T] min d; [T] max d; summed loss)`` of every
+        batch added (pending ones reduced first)."""
+        if self._store.sizes:
+            self._reduce()
+        return self._sums, self._low, self._high, self._loss
 
     def compute(self) -> SplitMetrics:
         """RMSE, MAE, R² (uniform average over outputs; per output too) and the loss."""
@@ -249,53 +302,58 @@ class RegressionAccumulator:
         nan = float("nan")
         if n == 0:
             return SplitMetrics({"rmse": nan, "mae": nan, "r2": nan, "loss": nan})
-        sums, low, high, loss_sum = self._sums()
-        sum_d, sum_d2, sum_e2, sum_abs = sums
-        var = self.std * self.std
-        ss_res = var * sum_e2
+        sums, low, high, loss_sum = self._sums_now()
         constant = low == high
-        ss_tot = var * shifted_sum_of_squares(sum_d, sum_d2, n, constant)
-        rmse = torch.sqrt(ss_res / n)
-        mae = self.std * sum_abs / n
-        r2 = r2_from_sums(ss_res, ss_tot, n)
-        values = {
-            "rmse": float(rmse.mean()),
-            "mae": float(mae.mean()),
-            "r2": float(r2.mean()),
-            "loss": loss_sum / n,
-        }
-        per_output = {"rmse": rmse.tolist(), "mae": mae.tolist(), "r2": r2.tolist()}
+        task = self.task
+        if task.num_outputs <= SCALAR_OUTPUTS:
+            rows = mse_mae_r2_scalar(sums.tolist(), constant.tolist(), task._var_sigma, n)
+            per_output = torch.from_numpy(np.array(rows))  # cheaper than torch.tensor(rows)
+        else:
+            errors = mse_mae_r2(sums, constant, task._var_np, task._sigma_np, n)
+            per_output = torch.from_numpy(errors)
+        # torch's square root (its float64 sqrt is not always IEEE's correctly rounded one,
+        # which numpy's and Python's are) and mean of each [T] row (its summation order):
+        # what the metrics have always been. The mean of one value is that value.
+        per_output[0].sqrt_()
+        rmse, mae, r2 = per_output.tolist()
+        if task.num_outputs > 1:
+            means = per_output.mean(dim=1).tolist()
+        else:
+            means = [rmse[0], mae[0], r2[0]]
+        values = {"rmse": means[0], "mae": means[1], "r2": means[2], "loss": loss_sum / n}
         notes: tuple[str, ...] = ()
         if n < 2:
             notes = ("fewer than 2 samples in this split: R² undefined (NaN)",)
         elif bool(constant.any()):
-            listed = ", ".join(map(str, torch.nonzero(constant).flatten().tolist()))
+            listed = ", ".join(map(str, np.flatnonzero(constant).tolist()))
             notes = (
                 f"output(s) {listed} constant in this split: R² is 1 if predicted exactly, "
                 "else 0 (scikit-learn's force_finite convention)",
             )
-        return SplitMetrics(values, per_output, n, notes)
+        return SplitMetrics(values, {"rmse": rmse, "mae": mae, "r2": r2}, n, notes)
 
 
-def _block_sums(terms: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    """``[len(sizes), 4, T]``: each batch's block of ``terms`` ``[4, N, T]`` summed over its
-    samples, the reduction per-batch accumulation made on its ``[4, B, T]`` stack.
+#: Up to this many outputs a split's final arithmetic runs on Python floats
+#: (:func:`~geofl.tasks.scoring.mse_mae_r2_scalar`, ~1 µs per output), above it on numpy
+#: vectors (:func:`~geofl.tasks.scoring.mse_mae_r2`, ~20 calls whatever T): the same IEEE
+#: operations either way.
+SCALAR_OUTPUTS = 8
 
-    A run of k equal-size batches is one ``[4, k, B, T]`` view reduced over its B axis (one
-    call instead of k; the same outer reduction of B rows per output, which
-    ``tests/tasks/test_regression.py`` checks to the bit against per-batch stacks, at 1 and
-    4 threads).
+
+def _block_sums(terms: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    """``[4, k, T]`` per run of k equal batches: each batch's block of ``terms`` ``[4, N, T]``
+    summed over its samples by torch, the reduction per-batch accumulation made on its
+    ``[4, B, T]`` stack.
+
+    A run is one ``[4, k, B, T]`` view reduced over its B axis (one call instead of k; the
+    same outer reduction of B rows per output, which ``tests/tasks/test_regression.py``
+    checks to the bit against per-batch stacks, at 1 and 4 threads).
     """
-    parts, start, i = [], 0, 0
     t = terms.shape[2]
-    while i < len(sizes):
-        b, k = sizes[i], 1
-        while i + k < len(sizes) and sizes[i + k] == b:
-            k += 1
-        block = terms[:, start : start + b * k].reshape(4, k, b, t)
-        parts.append(block.sum(dim=2).transpose(0, 1))
-        start, i = start + b * k, i + k
-    return torch.cat(parts)
+    return [
+        torch.from_numpy(terms[:, start : start + b * k].reshape(4, k, b, t)).sum(dim=2).numpy()
+        for start, b, k in runs(sizes)
+    ]
 
 
 declare_metrics("regression", {"rmse": "min", "mae": "min", "r2": "max", "loss": "min"})

@@ -22,8 +22,11 @@ __all__ = [
     "f1_from_counts",
     "group_first",
     "group_last",
+    "mse_mae_r2",
+    "mse_mae_r2_scalar",
     "r2_from_sums",
     "roc_auc",
+    "roc_auc_float32",
     "shifted_sum_of_squares",
     "tie_group_bounds",
 ]
@@ -163,7 +166,7 @@ def roc_auc(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if scores.shape[0] == 0:
         return torch.full(scores.shape[1:], _NAN, dtype=torch.float64)
     if scores.ndim == 1 and scores.shape == targets.shape:
-        fast = _roc_auc_untied(scores, targets)
+        fast = roc_auc_float32(scores.detach().cpu().numpy(), (targets.detach().cpu() != 0).numpy())
         if fast is not None:
             return torch.tensor(fast, dtype=torch.float64)
     s_sorted, y, finite = _sorted_rows(scores, targets, descending=False)
@@ -180,38 +183,51 @@ def roc_auc(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return _shaped(auc, scores)
 
 
-def _roc_auc_untied(scores: torch.Tensor, targets: torch.Tensor) -> float | None:
-    """ROC-AUC of ``[N]`` finite float32 scores without ties, from one sort of packed keys;
-    None where it does not apply (another dtype, a non-finite score, a tie), and the
-    caller takes the general path.
+def roc_auc_float32(scores: np.ndarray, positive: np.ndarray) -> float | None:
+    """ROC-AUC of ``[N]`` float32 scores (N ≥ 1) as :func:`roc_auc` gives it, to the bit,
+    from one numpy sort; None for another dtype (the caller takes the general path).
 
-    Each score's bits become an order-preserving int32 (sign-magnitude to two's
-    complement; −0 first turned into +0, so that equal floats have equal keys), shifted up
-    one bit, with the label in the freed bit; numpy sorts the int64 keys (SIMD, no
-    argsort). Without ties the positions ``i`` (0-based, increasing score) of the
-    positives give U = Σ i − n_pos (n_pos − 1) / 2, the same integer as the rank sum of
-    :func:`roc_auc`, so the AUC is the same float64 to the bit. Binary classification's
-    logits are continuous, so this is the path a split takes; it costs a fraction of the
-    argsort + gather of the general one.
+    Each score, −0 first turned into +0 (so that equal floats are equal), is widened to
+    float64 (exact) and the label written into the lowest bit of its float64 mantissa:
+    a float64 step is far below the gap between float32 values, so the keys sort as the
+    scores do, with equal scores adjacent. After the sort, with ``first``/``last`` the
+    0-based bounds of each sample's tie group (increasing score),
+
+        2U = Σ_{i positive} (first_i + last_i) − n_pos (n_pos − 1),
+
+    the Mann–Whitney statistic of :func:`roc_auc` with average ranks (untied: first = last
+    = position). U is an exact integer or half-integer here as there, so the AUC
+    U / (n_pos · n_neg) is the same float64. Non-finite scores (an infinite score's key is
+    a NaN, which numpy sorts last, like a NaN score's) and single-class splits give NaN.
+
+    Args:
+        scores: ``[N]`` scores; larger means more likely positive.
+        positive: ``[N]`` bool labels.
     """
-    s = scores.detach().cpu().numpy()
-    if s.dtype != np.float32 or not bool(np.isfinite(s).all()):
+    if scores.dtype != np.float32:
         return None
-    bits = (s + np.float32(0.0)).view(np.int32)
-    key = (bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))).astype(np.int64)
-    key <<= 1
-    key |= (targets.detach().cpu() != 0).numpy()
+    key = scores.astype(np.float64)
+    key += 0.0  # −0 + 0 = +0
+    bits = key.view(np.int64)
+    bits |= positive
     key.sort()
-    value = key >> 1
-    if bool((value[1:] == value[:-1]).any()):
-        return None
-    positions = np.flatnonzero(key & 1)
-    n_pos = int(positions.size)
-    n_neg = int(s.size) - n_pos
+    if not (key[0] > -np.inf and key[-1] < np.inf):
+        return _NAN
+    where_pos = ((bits & 1) != 0).nonzero()[0]
+    n_pos = int(where_pos.size)
+    n_neg = int(key.size) - n_pos
     if n_pos == 0 or n_neg == 0:
         return _NAN
-    u = int(positions.sum()) - n_pos * (n_pos - 1) // 2
-    return u / (float(n_pos) * float(n_neg))
+    value = bits >> 1
+    differs = value[1:] != value[:-1]
+    if bool(differs.all()):
+        bounds = 2 * int(where_pos.sum())
+    else:  # tie groups: starts[g] and ends[g] of the group of each positive
+        starts = np.flatnonzero(np.concatenate(([True], differs)))
+        ends = np.append(starts[1:], key.size) - 1
+        group = np.searchsorted(starts, where_pos, side="right") - 1
+        bounds = int(starts[group].sum()) + int(ends[group].sum())
+    return (bounds - n_pos * (n_pos - 1)) / 2 / (float(n_pos) * float(n_neg))
 
 
 def f1_from_counts(tp: torch.Tensor, fp: torch.Tensor, fn: torch.Tensor) -> torch.Tensor:
@@ -234,8 +250,8 @@ def f1_from_counts(tp: torch.Tensor, fp: torch.Tensor, fn: torch.Tensor) -> torc
 
 
 def shifted_sum_of_squares(
-    sum_d: torch.Tensor, sum_d2: torch.Tensor, n: int, constant: torch.Tensor
-) -> torch.Tensor:
+    sum_d: np.ndarray, sum_d2: np.ndarray, n: int, constant: np.ndarray
+) -> np.ndarray:
     """Σ (d − d̄)² from running sums of shifted data d = (y − K) / s.
 
     SS = Σd² − (Σd)² / n, the one-pass "shifted data" algorithm discussed by Chan, Golub &
@@ -245,7 +261,8 @@ def shifted_sum_of_squares(
     Σy² − (Σy)²/n cancels catastrophically for targets with a large offset. Rounding can
     leave a tiny non-zero value for data that is exactly constant, so ``constant``
     (known from the running min and max) forces SS = 0 there, which R²'s constant-target
-    rule needs.
+    rule needs. numpy, not torch: a split's final arithmetic is a few ``[T]`` vectors,
+    where torch's per-call overhead would dominate (the same IEEE operations either way).
 
     Args:
         sum_d: ``[T]`` float64 Σd.
@@ -256,11 +273,12 @@ def shifted_sum_of_squares(
     Returns:
         ``[T]`` float64 sum of squared deviations, in the units of d (multiply by s²).
     """
-    ss = (sum_d2 - sum_d * sum_d / max(n, 1)).clamp_min(0.0)
-    return torch.where(constant, torch.zeros_like(ss), ss)
+    ss = np.maximum(sum_d2 - sum_d * sum_d / max(n, 1), 0.0)
+    out: np.ndarray = np.where(constant, 0.0, ss)
+    return out
 
 
-def r2_from_sums(ss_res: torch.Tensor, ss_tot: torch.Tensor, n: int) -> torch.Tensor:
+def r2_from_sums(ss_res: np.ndarray, ss_tot: np.ndarray, n: int) -> np.ndarray:
     """Coefficient of determination per output, as ``sklearn.metrics.r2_score``.
 
     R² = 1 − SS_res / SS_tot. For an output whose targets are constant (SS_tot = 0),
@@ -277,7 +295,70 @@ def r2_from_sums(ss_res: torch.Tensor, ss_tot: torch.Tensor, n: int) -> torch.Te
         ``[T]`` float64 R² (average it for scikit-learn's ``multioutput="uniform_average"``).
     """
     if n < 2:
-        return torch.full_like(ss_res, _NAN, dtype=torch.float64)
-    r2 = 1 - ss_res / ss_tot.clamp_min(torch.finfo(torch.float64).tiny)
-    constant = torch.where(ss_res == 0, 1.0, 0.0).to(torch.float64)
-    return torch.where(ss_tot > 0, r2, constant)
+        return np.full(ss_res.shape, _NAN)
+    r2 = 1 - ss_res / np.maximum(ss_tot, np.finfo(np.float64).tiny)
+    out: np.ndarray = np.where(ss_tot > 0, r2, np.where(ss_res == 0, 1.0, 0.0))
+    return out
+
+
+def mse_mae_r2(
+    sums: np.ndarray, constant: np.ndarray, var: np.ndarray, sigma: np.ndarray, n: int
+) -> np.ndarray:
+    """A regression split's per-output MSE, MAE and R² in target units from standardised sums.
+
+    With d = (y − μ)/σ and e = d − ẑ summed over n samples: MSE = σ²·Σe² / n,
+    MAE = σ·Σ|e| / n, R² from SS_res = σ²·Σe² and SS_tot = σ²·(Σd² − (Σd)²/n)
+    (:func:`shifted_sum_of_squares`, :func:`r2_from_sums`).
+
+    Args:
+        sums: ``[4, T]`` float64 Σd, Σd², Σe², Σ|e|.
+        constant: ``[T]`` bool, True where every d was equal.
+        var: ``[T]`` σ².
+        sigma: ``[T]`` σ.
+        n: Samples summed (≥ 1).
+
+    Returns:
+        ``[3, T]`` float64 rows MSE, MAE, R².
+    """
+    sum_d, sum_d2, sum_e2, sum_abs = sums
+    out = np.empty((3, sums.shape[1]))
+    with np.errstate(all="ignore"):  # inf / NaN as torch gives them, without warnings
+        ss_res = var * sum_e2
+        ss_tot = var * shifted_sum_of_squares(sum_d, sum_d2, n, constant)
+        np.divide(ss_res, n, out=out[0])
+        np.divide(sigma * sum_abs, n, out=out[1])
+        out[2] = r2_from_sums(ss_res, ss_tot, n)
+    return out
+
+
+def mse_mae_r2_scalar(
+    sums: list[list[float]], constant: list[bool], var_sigma: list[tuple[float, float]], n: int
+) -> list[list[float]]:
+    """:func:`mse_mae_r2` output by output on Python floats: the same operations in the
+    same order, so the same bits; for a few outputs it saves ~20 numpy calls.
+
+    Args:
+        sums: ``[4][T]`` Σd, Σd², Σe², Σ|e|.
+        constant: ``[T]`` True where every d was equal.
+        var_sigma: ``[T]`` pairs (σ², σ).
+        n: Samples summed (≥ 1).
+    """
+    rows: list[list[float]] = [[], [], []]
+    for t, (var, sigma) in enumerate(var_sigma):
+        sum_d, sum_d2, sum_e2, sum_abs = sums[0][t], sums[1][t], sums[2][t], sums[3][t]
+        ss_res = var * sum_e2
+        # shifted_sum_of_squares, then r2_from_sums
+        ss_tot = var * (0.0 if constant[t] else max(sum_d2 - sum_d * sum_d / n, 0.0))
+        if n < 2:
+            r2 = _NAN
+        elif ss_tot > 0:
+            r2 = 1 - ss_res / max(ss_tot, _TINY)
+        else:
+            r2 = 1.0 if ss_res == 0 else 0.0
+        rows[0].append(ss_res / n)
+        rows[1].append(sigma * sum_abs / n)
+        rows[2].append(r2)
+    return rows
+
+
+_TINY = float(np.finfo(np.float64).tiny)
