@@ -70,7 +70,11 @@ LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
 #: Norms below this are treated as zero when forming ``C/‖g‖`` (as ``clip_and_sum``).
 _TINY = 1e-12
+_RELEASED = torch.empty(0)  # what a processed layer's record points at
 _SUPPORTED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm)
+#: Bytes of convolution patches formed at once by the materialised rule (a few samples:
+#: about twice a core's L2 cache here, so the GEMM reads them from cache).
+_CHUNK_BYTES = 2 << 20
 _ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.Hardtanh, nn.SiLU)
 
 
@@ -202,31 +206,39 @@ class BookKeepingEngine:
         return grads, total
 
     def _layer_grads(self, x: torch.Tensor, y: Any) -> tuple[_LayerGrads, float]:
-        records, total = self._forward_backward(x, y)
-        lg = _LayerGrads()
-        with torch.no_grad():
-            for r, g in records:
-                if g is not None:
-                    self._rule(lg, r, g)
-        return lg, total
+        """One forward pass recording the covered layers, one backward pass to their outputs.
 
-    def _forward_backward(
-        self, x: torch.Tensor, y: Any
-    ) -> tuple[list[tuple[_Record, torch.Tensor | None]], float]:
-        """One forward pass recording the covered layers, one backward pass to their outputs."""
+        Each layer is processed by its rule inside the backward pass, as soon as its output
+        gradient ``g`` exists (:class:`_Tap`): ``g`` is still in cache, and neither ``g``
+        nor the layer's input is held past that point (a ghost layer keeps both for its
+        product) — the backward pass frees them as a plain one does, instead of every
+        layer's output gradient living until the pass ends. The squared norms are kept per
+        layer and summed in forward order, as if the layers were processed after the pass.
+        """
         records: list[_Record] = []
+        done: dict[int, _LayerGrads] = {}
+        anchor = torch.zeros((), requires_grad=True)  # every tap points at it
 
-        def hook(mod: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+        def process(i: int, g: torch.Tensor) -> None:
+            r, lg = records[i], _LayerGrads()
+            self._rule(lg, r, g)
+            done[i] = lg
+            r.a = r.out = _RELEASED  # the layer's tensors are no longer needed here
+
+        def hook(mod: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
             if not args or not isinstance(output, torch.Tensor):
                 raise ConfigError(
                     "trainer.engine",
                     f"layer {self.layers[mod]!r} is not called on one positional tensor; "
                     "use engine: func",
                 )
+            stats = _saved_stats(output) if isinstance(mod, nn.GroupNorm) else None
+            i = len(records)
+            output = _Tap.apply(output, anchor, lambda g: process(i, g))  # type: ignore[no-untyped-call]
             a = args[0]
             versions = (a._version, output._version)
-            stats = _saved_stats(output) if isinstance(mod, nn.GroupNorm) else None
             records.append(_Record(self.layers[mod], mod, a, output, versions, stats))
+            return output
 
         handles = [mod.register_forward_hook(hook) for mod in self.layers]
         try:
@@ -234,23 +246,13 @@ class BookKeepingEngine:
         finally:
             for h in handles:
                 h.remove()
-        seen: set[str] = set()
-        for r in records:
-            if r.name in seen:
-                raise ConfigError(
-                    "trainer.engine",
-                    f"layer {r.name!r} is called twice in one forward pass (shared weights); "
-                    "use engine: func",
-                )
-            seen.add(r.name)
-            if (r.a._version, r.out._version) != r.versions:
-                raise ConfigError(
-                    "trainer.engine",
-                    f"the input or output of layer {r.name!r} is modified in place; "
-                    "make that operation out-of-place or use engine: func",
-                )
-        grads = torch.autograd.grad(total, [r.out for r in records], allow_unused=True)
-        return list(zip(records, grads, strict=True)), float(total.detach())
+        _check_records(records)
+        torch.autograd.grad(total, [anchor], allow_unused=True)
+        lg = _LayerGrads()
+        for i in sorted(done):  # forward order
+            lg.sq += done[i].sq
+            lg.params.update(done[i].params)
+        return lg, float(total.detach())
 
     def _rule(self, lg: _LayerGrads, r: _Record, g: torch.Tensor) -> None:
         mod, a = r.module, r.a.detach()
@@ -282,22 +284,33 @@ class BookKeepingEngine:
     def _conv(
         self, lg: _LayerGrads, name: str, mod: nn.Conv2d, a: torch.Tensor, g: torch.Tensor
     ) -> None:
-        """Patches ``[b, T, kh·kw·C_in]`` (channels last) against ``g`` as ``[b, T, C_out]``."""
+        """Patches ``[b, T, kh·kw·C_in]`` (channels last) against ``g`` as ``[b, T, C_out]``.
+
+        Both rules form the patches a few samples at a time (:func:`_chunks`).
+        """
         b, c_out = g.shape[:2]
         kh, kw = mod.kernel_size
-
-        def product(c: torch.Tensor) -> torch.Tensor:  # the weight-gradient convolution
-            grads: tuple[torch.Tensor, ...] = torch.ops.aten.convolution_backward(
-                g * c[:, None, None, None], a, mod.weight, None, mod.stride, mod.padding,
-                mod.dilation, False, [0, 0], 1, [False, True, False],
-            )  # fmt: skip
-            return grads[1]
-
-        def layout(t: torch.Tensor) -> torch.Tensor:  # [..., C_out, kh·kw·C_in] → weight's
-            return t.reshape(*t.shape[:-1], kh, kw, -1).movedim(-1, -3)
-
         g3 = g.permute(0, 2, 3, 1).reshape(b, -1, c_out)
-        self._weight_and_bias(lg, name, mod, _patches(a, mod), g3, product, layout)
+        t, d_in = g3.shape[1], kh * kw * a.shape[1]
+        if mod.weight.requires_grad and self._ghost(t, d_in, c_out):
+
+            def product(c: torch.Tensor) -> torch.Tensor:  # the weight-gradient convolution
+                grads: tuple[torch.Tensor, ...] = torch.ops.aten.convolution_backward(
+                    g * c[:, None, None, None], a, mod.weight, None, mod.stride, mod.padding,
+                    mod.dilation, False, [0, 0], 1, [False, True, False],
+                )  # fmt: skip
+                return grads[1]
+
+            lg.sq.append(_conv_ghost_norms(a, g3, mod))
+            lg.params[f"{name}.weight"] = _ParamGrads(product=product)
+        elif mod.weight.requires_grad:
+
+            def layout(t: torch.Tensor) -> torch.Tensor:  # [.., C_out, kh·kw·C_in] → weight's
+                return t.reshape(*t.shape[:-1], kh, kw, -1).movedim(-1, -3)
+
+            lg.add(f"{name}.weight", _per_sample_conv(a, g3, mod), layout=layout)
+        if mod.bias is not None and mod.bias.requires_grad:
+            lg.add(f"{name}.bias", g3.sum(1))
 
     def _weight_and_bias(
         self,
@@ -327,10 +340,99 @@ class BookKeepingEngine:
             lg.add(f"{name}.bias", g.sum(1))
 
 
+class _Tap(torch.autograd.Function):
+    """Identity on a layer's output that hands its gradient to ``callback`` in backward.
+
+    The output is returned in place (``mark_dirty``: no copy, no view, so later in-place
+    operations on it stay detectable by its version) with one extra edge to ``anchor``, a
+    leaf that backward is asked for: every tap is thereby on the backward path, and no
+    layer's weight gradient is (its parameters are not asked for).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, out: torch.Tensor, anchor: torch.Tensor, callback: Callable[[torch.Tensor], None]
+    ) -> torch.Tensor:
+        ctx.callback = callback
+        ctx.mark_dirty(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        ctx.callback(g)
+        return g, None, None
+
+
+def _check_records(records: list[_Record]) -> None:
+    """Refuse shared layers and recorded tensors modified in place after the forward pass."""
+    seen: set[str] = set()
+    for r in records:
+        if r.name in seen:
+            raise ConfigError(
+                "trainer.engine",
+                f"layer {r.name!r} is called twice in one forward pass (shared weights); "
+                "use engine: func",
+            )
+        seen.add(r.name)
+        if (r.a._version, r.out._version) != r.versions:
+            raise ConfigError(
+                "trainer.engine",
+                f"the input or output of layer {r.name!r} is modified in place; "
+                "make that operation out-of-place or use engine: func",
+            )
+
+
 def _plain_conv(mod: nn.Module) -> bool:
     if not isinstance(mod, nn.Conv2d):
         return True
     return mod.groups == 1 and mod.padding_mode == "zeros" and isinstance(mod.padding, tuple)
+
+
+def _chunks(b: int, bytes_per_sample: int) -> list[slice]:
+    """Slices of ``b`` samples whose patches take about :data:`_CHUNK_BYTES` each."""
+    step = max(1, _CHUNK_BYTES // max(bytes_per_sample, 1))
+    return [slice(j, j + step) for j in range(0, b, step)]
+
+
+def _per_sample_conv(a: torch.Tensor, g3: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
+    """``[b, C_out, kh·kw·C_in]`` per-sample weight gradients ``g_iᵀ a_i`` of a convolution.
+
+    Args:
+        a: ``[b, C_in, H, W]`` the layer's input.
+        g3: ``[b, T, C_out]`` its output gradient, positions flattened.
+
+    The patches are formed and multiplied a few samples at a time (:func:`_chunks`)
+    instead of for the whole micro-batch: each chunk's patches are still in cache when the
+    batched GEMM reads them, and no ``b·T·kh·kw·C_in`` buffer is allocated (on the first
+    convolution of the small CNN that buffer is 30 MB; writing it into fresh pages cost
+    more than the GEMM). Every sample's product is the same GEMM as in one call, so the
+    result is bitwise that of one call.
+    """
+    b, t, c_out = g3.shape
+    d_in = mod.kernel_size[0] * mod.kernel_size[1] * a.shape[1]
+    per = torch.empty(b, c_out, d_in, dtype=g3.dtype)
+    for s in _chunks(b, t * d_in * g3.element_size()):
+        torch.bmm(g3[s].transpose(1, 2), _patches(a[s], mod), out=per[s])
+    return per
+
+
+def _conv_ghost_norms(a: torch.Tensor, g3: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
+    """``[b]`` squared per-sample weight-gradient norms by the ghost norm, chunked.
+
+    ``‖g_iᵀ a_i‖² = Σ_{t,t'} (a_t·a_t')(g_t·g_t')`` (Li et al. 2022), or ``‖a_i‖²‖g_i‖²`` for
+    one position; the patches of a few samples at a time (:func:`_chunks`).
+    """
+    b, t, _ = g3.shape
+    if t == 1:
+        p = _patches(a, mod)
+        return p.square().sum((1, 2)) * g3.square().sum((1, 2))
+    sq = torch.empty(b, dtype=g3.dtype)
+    d_in = mod.kernel_size[0] * mod.kernel_size[1] * a.shape[1]
+    for s in _chunks(b, t * d_in * g3.element_size()):
+        p, gs = _patches(a[s], mod), g3[s]
+        gram = torch.bmm(p, p.transpose(1, 2)) * torch.bmm(gs, gs.transpose(1, 2))
+        torch.sum(gram, (1, 2), out=sq[s])
+    return sq
 
 
 def _patches(x: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
@@ -395,5 +497,8 @@ def _group_norm_weight_grads(
         return (g * F.group_norm(a, mod.num_groups, None, None, mod.eps)).sum(reduce)
     b, c = a.shape[:2]
     mu, rs = (t.reshape(b, -1).repeat_interleave(c // mod.num_groups, dim=1) for t in stats)
-    centred = a - mu.reshape(b, c, *([1] * (a.ndim - 2)))
-    return centred.mul_(g).sum(reduce) * rs
+    mu = mu.reshape(b, c, *([1] * (a.ndim - 2)))
+    out = torch.empty(b, c, dtype=g.dtype)
+    for s in _chunks(b, a[0].numel() * a.element_size()):  # a cache-sized a − μ at a time
+        torch.sum((a[s] - mu[s]).mul_(g[s]), reduce, out=out[s])
+    return out * rs
