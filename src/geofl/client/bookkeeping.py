@@ -29,12 +29,18 @@ materialised path replaces it by batched GEMMs of the same ``T·d_in·d_out``, w
 ``T(d_in + d_out) < d_in·d_out`` (few positions, wide layer: linear layers, late
 convolution stages) and **materialised** otherwise (early convolutions with many pixels).
 Extra memory per micro-batch of ``b``: ``b·d_in·d_out`` for a materialised layer, ``b·T²``
-(smaller, by the rule) for a ghost one, and a convolution's patches ``b·T·d_in`` while its
-layer is processed — at most what the per-sample gradients of the ``func`` engine take, so
-micro-batches bound it. On CPU the
-materialised products run as batched GEMMs (``torch.bmm``, MKL), the ghost products as
-oneDNN weight-gradient convolutions; patches are one strided channels-last copy (not
-``F.unfold``, several times slower on CPU).
+(smaller, by the rule) for a ghost one — at most what the per-sample gradients of the
+``func`` engine take, so micro-batches bound it. On CPU the materialised products run as
+batched GEMMs (``torch.bmm``, MKL), the ghost products as oneDNN weight-gradient
+convolutions; patches are a strided channels-last copy (not ``F.unfold``, several times
+slower on CPU) of a few samples at a time (:mod:`geofl.client.bk_kernels`), so they are
+read back from cache and never take more than a few MB.
+
+Every layer is processed inside the backward pass, as soon as its output gradient exists
+(a hook, :class:`_Tap`): the gradient is still in cache, and the backward pass frees each
+layer's output gradient and input as a plain one does instead of holding all of them to
+its end (a peak that, on the small CNN, grew the heap by ~30 MB of freshly faulted pages
+per step). The squared norms are summed in forward order after the pass.
 
 The summed loss is the task's mean loss times ``b`` (as for the ``opacus`` engine), so the
 task loss must be a mean over samples — every geofl task's is. The result equals the
@@ -62,6 +68,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from geofl.client.bk_kernels import (
+    conv_ghost_norms,
+    group_norm_weight_grads,
+    per_sample_conv,
+)
 from geofl.errors import ConfigError
 
 __all__ = ["BookKeepingEngine", "ghost_is_cheaper"]
@@ -72,9 +83,6 @@ LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 _TINY = 1e-12
 _RELEASED = torch.empty(0)  # what a processed layer's record points at
 _SUPPORTED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm)
-#: Bytes of convolution patches formed at once by the materialised rule (a few samples:
-#: about twice a core's L2 cache here, so the GEMM reads them from cache).
-_CHUNK_BYTES = 2 << 20
 _ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.Hardtanh, nn.SiLU)
 
 
@@ -286,7 +294,7 @@ class BookKeepingEngine:
     ) -> None:
         """Patches ``[b, T, kh·kw·C_in]`` (channels last) against ``g`` as ``[b, T, C_out]``.
 
-        Both rules form the patches a few samples at a time (:func:`_chunks`).
+        Both rules form the patches a few samples at a time (:mod:`~geofl.client.bk_kernels`).
         """
         b, c_out = g.shape[:2]
         kh, kw = mod.kernel_size
@@ -301,14 +309,14 @@ class BookKeepingEngine:
                 )  # fmt: skip
                 return grads[1]
 
-            lg.sq.append(_conv_ghost_norms(a, g3, mod))
+            lg.sq.append(conv_ghost_norms(a, g3, mod))
             lg.params[f"{name}.weight"] = _ParamGrads(product=product)
         elif mod.weight.requires_grad:
 
             def layout(t: torch.Tensor) -> torch.Tensor:  # [.., C_out, kh·kw·C_in] → weight's
                 return t.reshape(*t.shape[:-1], kh, kw, -1).movedim(-1, -3)
 
-            lg.add(f"{name}.weight", _per_sample_conv(a, g3, mod), layout=layout)
+            lg.add(f"{name}.weight", per_sample_conv(a, g3, mod), layout=layout)
         if mod.bias is not None and mod.bias.requires_grad:
             lg.add(f"{name}.bias", g3.sum(1))
 
@@ -388,71 +396,6 @@ def _plain_conv(mod: nn.Module) -> bool:
     return mod.groups == 1 and mod.padding_mode == "zeros" and isinstance(mod.padding, tuple)
 
 
-def _chunks(b: int, bytes_per_sample: int) -> list[slice]:
-    """Slices of ``b`` samples whose patches take about :data:`_CHUNK_BYTES` each."""
-    step = max(1, _CHUNK_BYTES // max(bytes_per_sample, 1))
-    return [slice(j, j + step) for j in range(0, b, step)]
-
-
-def _per_sample_conv(a: torch.Tensor, g3: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
-    """``[b, C_out, kh·kw·C_in]`` per-sample weight gradients ``g_iᵀ a_i`` of a convolution.
-
-    Args:
-        a: ``[b, C_in, H, W]`` the layer's input.
-        g3: ``[b, T, C_out]`` its output gradient, positions flattened.
-
-    The patches are formed and multiplied a few samples at a time (:func:`_chunks`)
-    instead of for the whole micro-batch: each chunk's patches are still in cache when the
-    batched GEMM reads them, and no ``b·T·kh·kw·C_in`` buffer is allocated (on the first
-    convolution of the small CNN that buffer is 30 MB; writing it into fresh pages cost
-    more than the GEMM). Every sample's product is the same GEMM as in one call, so the
-    result is bitwise that of one call.
-    """
-    b, t, c_out = g3.shape
-    d_in = mod.kernel_size[0] * mod.kernel_size[1] * a.shape[1]
-    per = torch.empty(b, c_out, d_in, dtype=g3.dtype)
-    for s in _chunks(b, t * d_in * g3.element_size()):
-        torch.bmm(g3[s].transpose(1, 2), _patches(a[s], mod), out=per[s])
-    return per
-
-
-def _conv_ghost_norms(a: torch.Tensor, g3: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
-    """``[b]`` squared per-sample weight-gradient norms by the ghost norm, chunked.
-
-    ``‖g_iᵀ a_i‖² = Σ_{t,t'} (a_t·a_t')(g_t·g_t')`` (Li et al. 2022), or ``‖a_i‖²‖g_i‖²`` for
-    one position; the patches of a few samples at a time (:func:`_chunks`).
-    """
-    b, t, _ = g3.shape
-    if t == 1:
-        p = _patches(a, mod)
-        return p.square().sum((1, 2)) * g3.square().sum((1, 2))
-    sq = torch.empty(b, dtype=g3.dtype)
-    d_in = mod.kernel_size[0] * mod.kernel_size[1] * a.shape[1]
-    for s in _chunks(b, t * d_in * g3.element_size()):
-        p, gs = _patches(a[s], mod), g3[s]
-        gram = torch.bmm(p, p.transpose(1, 2)) * torch.bmm(gs, gs.transpose(1, 2))
-        torch.sum(gram, (1, 2), out=sq[s])
-    return sq
-
-
-def _patches(x: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
-    """``[b, T, kh·kw·C]`` patches of a convolution's input, channels last (one strided copy).
-
-    Equal to ``F.unfold`` up to the order of a patch's entries (kh, kw, C here), which
-    keeps every patch row a run of contiguous channels: many times faster than ``unfold``
-    on CPU.
-    """
-    ph, pw = (int(v) for v in mod.padding)  # a tuple: _plain_conv refuses "same"/"valid"
-    (sh, sw), (dh, dw), (kh, kw) = mod.stride, mod.dilation, mod.kernel_size
-    xp = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
-    xp = xp.contiguous(memory_format=torch.channels_last)
-    b, c, hp, wp = xp.shape
-    ho, wo = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
-    s_b, s_c, s_h, s_w = xp.stride()
-    view = xp.as_strided((b, ho, wo, kh, kw, c), (s_b, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
-    return view.reshape(b, ho * wo, kh * kw * c)
-
-
 def _norm_affine(lg: _LayerGrads, r: _Record, a: torch.Tensor, g: torch.Tensor) -> None:
     """GroupNorm / LayerNorm: per-sample ``Σ g ⊙ x̂`` (weight) and ``Σ g`` (bias)."""
     mod = r.module
@@ -460,7 +403,7 @@ def _norm_affine(lg: _LayerGrads, r: _Record, a: torch.Tensor, g: torch.Tensor) 
     if isinstance(mod, nn.GroupNorm):
         reduce: tuple[int, ...] = tuple(range(2, a.ndim))
         if weight is not None and weight.requires_grad:
-            lg.add(f"{r.name}.weight", _group_norm_weight_grads(mod, a, g, r.stats, reduce))
+            lg.add(f"{r.name}.weight", group_norm_weight_grads(mod, a, g, r.stats, reduce))
     else:
         assert isinstance(mod, nn.LayerNorm)  # the covered types
         reduce = tuple(range(1, a.ndim - len(mod.normalized_shape)))
@@ -478,27 +421,3 @@ def _saved_stats(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     if isinstance(mean, torch.Tensor) and isinstance(rstd, torch.Tensor):
         return mean, rstd
     return None
-
-
-def _group_norm_weight_grads(
-    mod: nn.GroupNorm,
-    a: torch.Tensor,
-    g: torch.Tensor,
-    stats: tuple[torch.Tensor, torch.Tensor] | None,
-    reduce: tuple[int, ...],
-) -> torch.Tensor:
-    """``[b, C]`` per-sample ``Σ_t g ⊙ x̂`` with ``x̂ = (a − μ)·rstd``.
-
-    μ and rstd are the statistics GroupNorm saved for its backward pass (no second pass over
-    ``a`` for them); ``a − μ`` is formed before the product, so a large common offset does
-    not cancel digits. Without them (another autograd layout), ``x̂`` is recomputed.
-    """
-    if stats is None:
-        return (g * F.group_norm(a, mod.num_groups, None, None, mod.eps)).sum(reduce)
-    b, c = a.shape[:2]
-    mu, rs = (t.reshape(b, -1).repeat_interleave(c // mod.num_groups, dim=1) for t in stats)
-    mu = mu.reshape(b, c, *([1] * (a.ndim - 2)))
-    out = torch.empty(b, c, dtype=g.dtype)
-    for s in _chunks(b, a[0].numel() * a.element_size()):  # a cache-sized a − μ at a time
-        torch.sum((a[s] - mu[s]).mul_(g[s]), reduce, out=out[s])
-    return out * rs
