@@ -83,7 +83,7 @@ def patches(x: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
     keeps every patch row a run of contiguous channels: many times faster than ``unfold``
     on CPU.
     """
-    ph, pw = (int(v) for v in mod.padding)  # a tuple: bookkeeping's _plain_conv refuses "same"/"valid"
+    ph, pw = (int(v) for v in mod.padding)  # a tuple: the engine refuses "same"/"valid"
     (sh, sw), (dh, dw), (kh, kw) = mod.stride, mod.dilation, mod.kernel_size
     xp = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
     xp = xp.contiguous(memory_format=torch.channels_last)
