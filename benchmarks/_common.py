@@ -136,6 +136,40 @@ def interleaved_medians(
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def interleaved_costs(
+    fns: dict[str, Callable[[], Any]], *, repeats: int, warmup: int = 1
+) -> dict[str, tuple[float, float, float]]:
+    """``(wall s, CPU s, minor page faults)`` per call of each of ``fns``, medians, timed
+    round-robin as :func:`interleaved_medians`.
+
+    On a shared machine the wall time of a single-threaded call also counts the time other
+    processes held its core; the process CPU time (``time.process_time``) does not, so its
+    ratios drift far less with the load. Minor page faults (``ru_minflt``) count pages
+    touched for the first time — fresh allocations that glibc took from the kernel — which
+    cost microseconds each in a VM and explain much of the spread between runs.
+    """
+    import resource
+
+    def faults() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            f0, c0, t0 = faults(), time.process_time(), time.perf_counter()
+            fn()
+            t, c, f = time.perf_counter() - t0, time.process_time() - c0, faults() - f0
+            runs[name].append((t, c, float(f)))
+    med = statistics.median
+    return {
+        name: (med(r[0] for r in rs), med(r[1] for r in rs), med(r[2] for r in rs))
+        for name, rs in runs.items()
+    }
+
+
 def fmt(value: Any, digits: int = 3) -> str:
     """Format a number with ``digits`` significant digits (ints and strings unchanged)."""
     if isinstance(value, bool) or value is None:

@@ -15,7 +15,11 @@ What is measured and why (issue: paper 001, DP-SGD):
   16/32/64; and, as the reference ratio, **Opacus's own engine** —
   ``GradSampleModule`` + ``DPOptimizer`` (clip, noise, step) on the same model and batch.
   Target: geofl's DP step ÷ plain step ≤ 1.5×. Each trainer runs 5 steps per call; the
-  settings are interleaved call by call so that ratios see the same machine load.
+  settings are interleaved call by call so that ratios see the same machine load. Each
+  row gives the median wall time, the median process CPU time (on a shared machine the
+  wall time also counts the time other processes held the core; CPU time does not) and
+  the median minor page faults per step (fresh pages: ~4.5 µs each on the benchmark VM,
+  and the main source of the spread between runs).
 * the same ratios on every model family dp_sgd takes: ``small_cnn``, ``mlp`` (32 tabular
   features, hidden 256/128) and ``resnet18_spdp_small`` (13 bands, 16×16 px as the
   paper-001 presets; dropout 0.3, spectral attention): plain step, ``func`` and ``bk`` at
@@ -35,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from _common import footer, header, interleaved_medians, print_table, set_threads
+from _common import footer, header, interleaved_costs, print_table, set_threads
 from geofl.client.data import ClientData
 from geofl.client.dpsgd import DpSgd, DpSgdParams
 from geofl.client.trainer import LocalSGD, LocalTrainParams
@@ -116,9 +120,17 @@ def bench_steps(repeats: int) -> list[list[Any]]:
             tr = DpSgd(FlatModel(_model()), train, task, params)
             fns[f"dp_sgd {engine} micro {micro}"] = _trainer_fn(tr, data, w0)
     fns["Opacus engine (GradSampleModule+DPOptimizer)"] = _opacus_step_fn(data)
-    t = interleaved_medians(fns, repeats=repeats, warmup=1)
-    base = t["plain local_sgd"]
-    return [[name, 1e3 * s / STEPS, s / base] for name, s in t.items()]
+    return _cost_rows([], fns, "plain local_sgd", repeats)
+
+
+def _cost_rows(prefix: list[Any], fns: dict[str, Any], base: str, repeats: int) -> list[list[Any]]:
+    """Rows ``[*prefix, name, wall ms, ÷ base, CPU ms, ÷ base (CPU), page faults]`` per step."""
+    t = interleaved_costs(fns, repeats=repeats, warmup=1)
+    wall, cpu, _ = t[base]
+    return [
+        [*prefix, name, 1e3 * w / STEPS, w / wall, 1e3 * c / STEPS, c / cpu, f / STEPS]
+        for name, (w, c, f) in t.items()
+    ]
 
 
 #: Model family → (params, input shape of one example) for the per-model table.
@@ -157,8 +169,7 @@ def bench_models(repeats: int) -> list[list[Any]]:
                 dp = DpSgdParams(noise_multiplier=1.0, clip=1.0, micro_batch=micro, engine=engine)
                 tr = DpSgd(FlatModel(_build(name, params, shape[0])), train, task, dp)
                 fns[f"{engine} micro {micro}"] = _trainer_fn(tr, data, w0)
-        t = interleaved_medians(fns, repeats=repeats, warmup=1)
-        rows += [[name, k, 1e3 * v / STEPS, v / t["plain"]] for k, v in t.items()]
+        rows += _cost_rows([name], fns, "plain", repeats)
     return rows
 
 
@@ -203,13 +214,13 @@ def main() -> None:
     repeats = 2 if args.quick else 7
     if args.only != "models":
         print_table(
-            ["setting", "ms / step", "÷ plain step"],
+            ["setting", "ms / step", "÷ plain step", "CPU ms / step", "÷ plain (CPU)", "faults"],
             bench_steps(repeats),
             title=f"One local step, small_cnn, B = {B} (median of interleaved calls)",
         )
     if args.only != "steps":
         print_table(
-            ["model", "setting", "ms / step", "÷ plain step"],
+            ["model", "setting", "ms / step", "÷ plain step", "CPU ms", "÷ plain (CPU)", "faults"],
             bench_models(repeats),
             title=f"One local step per model family, B = {B} (interleaved within each model)",
         )

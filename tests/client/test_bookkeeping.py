@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from geofl.client import bk_kernels
 from geofl.client.bookkeeping import BookKeepingEngine, ghost_is_cheaper
 from geofl.client.persample import clip_and_sum, per_sample_grads_loop
 from geofl.errors import ConfigError
@@ -116,6 +117,22 @@ def test_per_sample_gradients_equal_the_loop(case: str) -> None:
     loop32 = per_sample_grads_loop(model, _ce, x, y)
     if not case.startswith("resnet"):  # shallow nets: bk equals the float32 loop to 1e-6
         _close(grads, loop32, 1e-6 * max(1.0, scale))
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("case", ["small_cnn", "resnet_small_stem"])
+def test_chunks_change_no_bit(case: str, rule: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patches, per-sample products and GroupNorm's ``a − μ`` formed one sample at a time
+    (``CHUNK_BYTES = 1``) give bitwise the clipped sum and norms of one chunk per layer."""
+    name, params, shape = CASES[case]
+    model = _model(name, params, shape[0])
+    x, y = _batch(5, shape)
+    whole, whole_norms, _ = _bk(model, x, y, 0.5, rule)
+    monkeypatch.setattr(bk_kernels, "CHUNK_BYTES", 1)
+    assert len(bk_kernels.chunks(5, 4)) == 5
+    split, split_norms, _ = _bk(model, x, y, 0.5, rule)
+    assert torch.equal(whole_norms, split_norms)
+    assert all(torch.equal(whole[k], split[k]) for k in whole)
 
 
 @pytest.mark.parametrize("rule", RULES)

@@ -23,18 +23,25 @@ Rule per layer (BK's hybrid: per layer, the cheaper of ghost norm and instantiat
 paths are compared by what they add to a plain step, which computes the weight gradient
 ``T·d_in·d_out`` per sample with oneDNN's weight-gradient convolution. The ghost path keeps
 that kernel for its product and adds the Gram products, ``T²(d_in + d_out)``; the
-materialised path replaces it by batched GEMMs of the same ``T·d_in·d_out``, which run about
-2× slower per multiply-add on CPU (MKL against oneDNN, measured) and add a pass over
+materialised path replaces it by batched GEMMs of the same ``T·d_in·d_out``, which run
+1.4–1.9× slower per multiply-add on CPU, patch copies included (MKL against oneDNN; the
+small CNN's convolutions, 2026-12-03) and add a pass over
 ``b·d_in·d_out`` — so it adds about ``T·d_in·d_out``. A layer is therefore **ghost** when
 ``T(d_in + d_out) < d_in·d_out`` (few positions, wide layer: linear layers, late
 convolution stages) and **materialised** otherwise (early convolutions with many pixels).
 Extra memory per micro-batch of ``b``: ``b·d_in·d_out`` for a materialised layer, ``b·T²``
-(smaller, by the rule) for a ghost one, and a convolution's patches ``b·T·d_in`` while its
-layer is processed — at most what the per-sample gradients of the ``func`` engine take, so
-micro-batches bound it. On CPU the
-materialised products run as batched GEMMs (``torch.bmm``, MKL), the ghost products as
-oneDNN weight-gradient convolutions; patches are one strided channels-last copy (not
-``F.unfold``, several times slower on CPU).
+(smaller, by the rule) for a ghost one — at most what the per-sample gradients of the
+``func`` engine take, so micro-batches bound it. On CPU the materialised products run as
+batched GEMMs (``torch.bmm``, MKL), the ghost products as oneDNN weight-gradient
+convolutions; patches are a strided channels-last copy (not ``F.unfold``, several times
+slower on CPU) of a few samples at a time (:mod:`geofl.client.bk_kernels`), so they are
+read back from cache and never take more than a few MB.
+
+Every layer is processed inside the backward pass, as soon as its output gradient exists
+(a hook, :class:`_Tap`): the gradient is still in cache, and the backward pass frees each
+layer's output gradient and input as a plain one does instead of holding all of them to
+its end (a peak that, on the small CNN, grew the heap by ~30 MB of freshly faulted pages
+per step). The squared norms are summed in forward order after the pass.
 
 The summed loss is the task's mean loss times ``b`` (as for the ``opacus`` engine), so the
 task loss must be a mean over samples — every geofl task's is. The result equals the
@@ -62,6 +69,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from geofl.client.bk_kernels import (
+    conv_ghost_norms,
+    group_norm_weight_grads,
+    per_sample_conv,
+)
 from geofl.errors import ConfigError
 
 __all__ = ["BookKeepingEngine", "ghost_is_cheaper"]
@@ -70,6 +82,7 @@ LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
 #: Norms below this are treated as zero when forming ``C/‖g‖`` (as ``clip_and_sum``).
 _TINY = 1e-12
+_RELEASED = torch.empty(0)  # what a processed layer's record points at
 _SUPPORTED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm)
 _ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.Hardtanh, nn.SiLU)
 
@@ -202,31 +215,39 @@ class BookKeepingEngine:
         return grads, total
 
     def _layer_grads(self, x: torch.Tensor, y: Any) -> tuple[_LayerGrads, float]:
-        records, total = self._forward_backward(x, y)
-        lg = _LayerGrads()
-        with torch.no_grad():
-            for r, g in records:
-                if g is not None:
-                    self._rule(lg, r, g)
-        return lg, total
+        """One forward pass recording the covered layers, one backward pass to their outputs.
 
-    def _forward_backward(
-        self, x: torch.Tensor, y: Any
-    ) -> tuple[list[tuple[_Record, torch.Tensor | None]], float]:
-        """One forward pass recording the covered layers, one backward pass to their outputs."""
+        Each layer is processed by its rule inside the backward pass, as soon as its output
+        gradient ``g`` exists (:class:`_Tap`): ``g`` is still in cache, and neither ``g``
+        nor the layer's input is held past that point (a ghost layer keeps both for its
+        product) — the backward pass frees them as a plain one does, instead of every
+        layer's output gradient living until the pass ends. The squared norms are kept per
+        layer and summed in forward order, as if the layers were processed after the pass.
+        """
         records: list[_Record] = []
+        done: dict[int, _LayerGrads] = {}
+        anchor = torch.zeros((), requires_grad=True)  # every tap points at it
 
-        def hook(mod: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+        def process(i: int, g: torch.Tensor) -> None:
+            r, lg = records[i], _LayerGrads()
+            self._rule(lg, r, g)
+            done[i] = lg
+            r.a = r.out = _RELEASED  # the layer's tensors are no longer needed here
+
+        def hook(mod: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
             if not args or not isinstance(output, torch.Tensor):
                 raise ConfigError(
                     "trainer.engine",
                     f"layer {self.layers[mod]!r} is not called on one positional tensor; "
                     "use engine: func",
                 )
+            stats = _saved_stats(output) if isinstance(mod, nn.GroupNorm) else None
+            i = len(records)
+            output = _Tap.apply(output, anchor, lambda g: process(i, g))  # type: ignore[no-untyped-call]
             a = args[0]
             versions = (a._version, output._version)
-            stats = _saved_stats(output) if isinstance(mod, nn.GroupNorm) else None
             records.append(_Record(self.layers[mod], mod, a, output, versions, stats))
+            return output
 
         handles = [mod.register_forward_hook(hook) for mod in self.layers]
         try:
@@ -234,23 +255,13 @@ class BookKeepingEngine:
         finally:
             for h in handles:
                 h.remove()
-        seen: set[str] = set()
-        for r in records:
-            if r.name in seen:
-                raise ConfigError(
-                    "trainer.engine",
-                    f"layer {r.name!r} is called twice in one forward pass (shared weights); "
-                    "use engine: func",
-                )
-            seen.add(r.name)
-            if (r.a._version, r.out._version) != r.versions:
-                raise ConfigError(
-                    "trainer.engine",
-                    f"the input or output of layer {r.name!r} is modified in place; "
-                    "make that operation out-of-place or use engine: func",
-                )
-        grads = torch.autograd.grad(total, [r.out for r in records], allow_unused=True)
-        return list(zip(records, grads, strict=True)), float(total.detach())
+        _check_records(records)
+        torch.autograd.grad(total, [anchor], allow_unused=True)
+        lg = _LayerGrads()
+        for i in sorted(done):  # forward order
+            lg.sq += done[i].sq
+            lg.params.update(done[i].params)
+        return lg, float(total.detach())
 
     def _rule(self, lg: _LayerGrads, r: _Record, g: torch.Tensor) -> None:
         mod, a = r.module, r.a.detach()
@@ -282,22 +293,33 @@ class BookKeepingEngine:
     def _conv(
         self, lg: _LayerGrads, name: str, mod: nn.Conv2d, a: torch.Tensor, g: torch.Tensor
     ) -> None:
-        """Patches ``[b, T, kh·kw·C_in]`` (channels last) against ``g`` as ``[b, T, C_out]``."""
+        """Patches ``[b, T, kh·kw·C_in]`` (channels last) against ``g`` as ``[b, T, C_out]``.
+
+        Both rules form the patches a few samples at a time (:mod:`~geofl.client.bk_kernels`).
+        """
         b, c_out = g.shape[:2]
         kh, kw = mod.kernel_size
-
-        def product(c: torch.Tensor) -> torch.Tensor:  # the weight-gradient convolution
-            grads: tuple[torch.Tensor, ...] = torch.ops.aten.convolution_backward(
-                g * c[:, None, None, None], a, mod.weight, None, mod.stride, mod.padding,
-                mod.dilation, False, [0, 0], 1, [False, True, False],
-            )  # fmt: skip
-            return grads[1]
-
-        def layout(t: torch.Tensor) -> torch.Tensor:  # [..., C_out, kh·kw·C_in] → weight's
-            return t.reshape(*t.shape[:-1], kh, kw, -1).movedim(-1, -3)
-
         g3 = g.permute(0, 2, 3, 1).reshape(b, -1, c_out)
-        self._weight_and_bias(lg, name, mod, _patches(a, mod), g3, product, layout)
+        t, d_in = g3.shape[1], kh * kw * a.shape[1]
+        if mod.weight.requires_grad and self._ghost(t, d_in, c_out):
+
+            def product(c: torch.Tensor) -> torch.Tensor:  # the weight-gradient convolution
+                grads: tuple[torch.Tensor, ...] = torch.ops.aten.convolution_backward(
+                    g * c[:, None, None, None], a, mod.weight, None, mod.stride, mod.padding,
+                    mod.dilation, False, [0, 0], 1, [False, True, False],
+                )  # fmt: skip
+                return grads[1]
+
+            lg.sq.append(conv_ghost_norms(a, g3, mod))
+            lg.params[f"{name}.weight"] = _ParamGrads(product=product)
+        elif mod.weight.requires_grad:
+
+            def layout(t: torch.Tensor) -> torch.Tensor:  # [.., C_out, kh·kw·C_in] → weight's
+                return t.reshape(*t.shape[:-1], kh, kw, -1).movedim(-1, -3)
+
+            lg.add(f"{name}.weight", per_sample_conv(a, g3, mod), layout=layout)
+        if mod.bias is not None and mod.bias.requires_grad:
+            lg.add(f"{name}.bias", g3.sum(1))
 
     def _weight_and_bias(
         self,
@@ -327,28 +349,52 @@ class BookKeepingEngine:
             lg.add(f"{name}.bias", g.sum(1))
 
 
+class _Tap(torch.autograd.Function):
+    """Identity on a layer's output that hands its gradient to ``callback`` in backward.
+
+    The output is returned in place (``mark_dirty``: no copy, no view, so later in-place
+    operations on it stay detectable by its version) with one extra edge to ``anchor``, a
+    leaf that backward is asked for: every tap is thereby on the backward path, and no
+    layer's weight gradient is (its parameters are not asked for).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, out: torch.Tensor, anchor: torch.Tensor, callback: Callable[[torch.Tensor], None]
+    ) -> torch.Tensor:
+        ctx.callback = callback
+        ctx.mark_dirty(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        ctx.callback(g)
+        return g, None, None
+
+
+def _check_records(records: list[_Record]) -> None:
+    """Refuse shared layers and recorded tensors modified in place after the forward pass."""
+    seen: set[str] = set()
+    for r in records:
+        if r.name in seen:
+            raise ConfigError(
+                "trainer.engine",
+                f"layer {r.name!r} is called twice in one forward pass (shared weights); "
+                "use engine: func",
+            )
+        seen.add(r.name)
+        if (r.a._version, r.out._version) != r.versions:
+            raise ConfigError(
+                "trainer.engine",
+                f"the input or output of layer {r.name!r} is modified in place; "
+                "make that operation out-of-place or use engine: func",
+            )
+
+
 def _plain_conv(mod: nn.Module) -> bool:
     if not isinstance(mod, nn.Conv2d):
         return True
     return mod.groups == 1 and mod.padding_mode == "zeros" and isinstance(mod.padding, tuple)
-
-
-def _patches(x: torch.Tensor, mod: nn.Conv2d) -> torch.Tensor:
-    """``[b, T, kh·kw·C]`` patches of a convolution's input, channels last (one strided copy).
-
-    Equal to ``F.unfold`` up to the order of a patch's entries (kh, kw, C here), which
-    keeps every patch row a run of contiguous channels: many times faster than ``unfold``
-    on CPU.
-    """
-    ph, pw = (int(v) for v in mod.padding)  # a tuple: _plain_conv refuses "same"/"valid"
-    (sh, sw), (dh, dw), (kh, kw) = mod.stride, mod.dilation, mod.kernel_size
-    xp = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
-    xp = xp.contiguous(memory_format=torch.channels_last)
-    b, c, hp, wp = xp.shape
-    ho, wo = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
-    s_b, s_c, s_h, s_w = xp.stride()
-    view = xp.as_strided((b, ho, wo, kh, kw, c), (s_b, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
-    return view.reshape(b, ho * wo, kh * kw * c)
 
 
 def _norm_affine(lg: _LayerGrads, r: _Record, a: torch.Tensor, g: torch.Tensor) -> None:
@@ -358,7 +404,7 @@ def _norm_affine(lg: _LayerGrads, r: _Record, a: torch.Tensor, g: torch.Tensor) 
     if isinstance(mod, nn.GroupNorm):
         reduce: tuple[int, ...] = tuple(range(2, a.ndim))
         if weight is not None and weight.requires_grad:
-            lg.add(f"{r.name}.weight", _group_norm_weight_grads(mod, a, g, r.stats, reduce))
+            lg.add(f"{r.name}.weight", group_norm_weight_grads(mod, a, g, r.stats, reduce))
     else:
         assert isinstance(mod, nn.LayerNorm)  # the covered types
         reduce = tuple(range(1, a.ndim - len(mod.normalized_shape)))
@@ -376,24 +422,3 @@ def _saved_stats(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     if isinstance(mean, torch.Tensor) and isinstance(rstd, torch.Tensor):
         return mean, rstd
     return None
-
-
-def _group_norm_weight_grads(
-    mod: nn.GroupNorm,
-    a: torch.Tensor,
-    g: torch.Tensor,
-    stats: tuple[torch.Tensor, torch.Tensor] | None,
-    reduce: tuple[int, ...],
-) -> torch.Tensor:
-    """``[b, C]`` per-sample ``Σ_t g ⊙ x̂`` with ``x̂ = (a − μ)·rstd``.
-
-    μ and rstd are the statistics GroupNorm saved for its backward pass (no second pass over
-    ``a`` for them); ``a − μ`` is formed before the product, so a large common offset does
-    not cancel digits. Without them (another autograd layout), ``x̂`` is recomputed.
-    """
-    if stats is None:
-        return (g * F.group_norm(a, mod.num_groups, None, None, mod.eps)).sum(reduce)
-    b, c = a.shape[:2]
-    mu, rs = (t.reshape(b, -1).repeat_interleave(c // mod.num_groups, dim=1) for t in stats)
-    centred = a - mu.reshape(b, c, *([1] * (a.ndim - 2)))
-    return centred.mul_(g).sum(reduce) * rs
