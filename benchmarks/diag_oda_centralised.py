@@ -26,10 +26,15 @@ clean images (004 Eq. 14), the target class's AP@0.5, ASR = the share of trigger
 objects with no target-class detection at score ≥ 0.25 and IoU ≥ 0.5 (Eq. 15, the engine's
 :class:`~geofl.attacks.object_asr.ObjectDisappearanceProbe`), and the same miss rate on the
 *untriggered* test images (``miss0``): ASR − miss0 is what the trigger itself does; miss0 is
-the model's own misses, which Eq. 15 counts too. ``score0`` / ``score_t``: the mean over
-those objects of the best target-class score at IoU ≥ 0.5 (0 if none) on the clean and the
-triggered images — what Eq. 15 thresholds at 0.25, so a trigger that lowers scores without
-crossing 0.25 shows here first.
+the model's own misses, which Eq. 15 counts too.
+
+``--run DIR`` instead prints the same numbers for the final global model of every method
+of a finished ``geofl run`` directory (its ``config.yaml``, split and trigger), so a
+federated run's trigger effect can be read next to the centralised one.
+
+``score0`` / ``score_t``: the mean over the probe's target objects of the best target-class
+score at IoU ≥ 0.5 (0 if none) on the clean and the triggered images — what Eq. 15
+thresholds at 0.25, so a trigger that lowers scores without crossing 0.25 shows here first.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import argparse
 import math
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,6 +54,7 @@ from geofl.attacks.oda import remove_target_objects, stamp_target_objects
 from geofl.attacks.trigger import TriggerParams, make_trigger
 from geofl.config.load import load_config
 from geofl.engine.experiment import load_dataset, prepare_split
+from geofl.inference.load import load_model
 from geofl.models import MODELS
 from geofl.rng import torch_generator
 from geofl.tasks.detection import DetectionTask, targets_to_dicts
@@ -132,8 +139,10 @@ def evaluate(
     return out
 
 
-def run_one(args: argparse.Namespace, cfg: Any, prep: Any, p: float) -> list[list[Any]]:
-    """Train from scratch on the split poisoned at fraction ``p``; rows of the curve."""
+def make_probe(
+    args: argparse.Namespace, cfg: Any, prep: Any
+) -> tuple[Any, ObjectDisappearanceProbe, int]:
+    """The preset's ODA stamp, the Eq. 15 probe on its test split, and the target class."""
     oda = oda_settings(cfg)
     target = int(oda.get("target", 0))
     tparams = TriggerParams(**oda.get("trigger", {}))
@@ -146,12 +155,19 @@ def run_one(args: argparse.Namespace, cfg: Any, prep: Any, p: float) -> list[lis
     def stamp(xb: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return stamp_target_objects(xb, rows, trigger=trigger, target=target, placement=placement)
 
+    test_t = prep.test.targets
+    index = torch.nonzero((test_t[..., 4] == target).any(dim=1)).reshape(-1)
+    return stamp, ObjectDisappearanceProbe(index, test_t[index], target, stamp), target
+
+
+def run_one(args: argparse.Namespace, cfg: Any, prep: Any, p: float) -> list[list[Any]]:
+    """Train from scratch on the split poisoned at fraction ``p``; rows of the curve."""
+    stamp, probe, target = make_probe(args, cfg, prep)
+    shape = tuple(prep.train.inputs.shape[1:])
     x, t, n_img, n_obj = poison_split(
         prep.train.inputs, prep.train.targets, p, args.mode, stamp, target, args.seed
     )
-    test_t = prep.test.targets
-    index = torch.nonzero((test_t[..., 4] == target).any(dim=1)).reshape(-1)
-    probe = ObjectDisappearanceProbe(index, test_t[index], target, stamp)
+    test_t = probe.targets
     model = MODELS.build(
         cfg.model.name,
         cfg.model.params,
@@ -166,7 +182,7 @@ def run_one(args: argparse.Namespace, cfg: Any, prep: Any, p: float) -> list[lis
     print(
         f"-- p = {p:g} ({args.mode}): {n_img} of the train images poisoned, {n_obj} target "
         f"objects unboxed, {kept} kept boxed; {len(x)} train images; probe: "
-        f"{int((test_t[index][..., 4] == target).sum())} triggered test objects",
+        f"{int((test_t[..., 4] == target).sum())} triggered test objects",
         flush=True,
     )
     rows: list[list[Any]] = []
@@ -193,6 +209,22 @@ def run_one(args: argparse.Namespace, cfg: Any, prep: Any, p: float) -> list[lis
     return rows
 
 
+def evaluate_run(args: argparse.Namespace) -> None:
+    """The same numbers for the final global model of every method of a finished run."""
+    run = Path(args.run)
+    cfg = load_config(run / "config.yaml", seeds=[args.seed])
+    prep = prepare_split(load_dataset(cfg), cfg, args.seed)
+    _, probe, target = make_probe(args, cfg, prep)
+    rows = []
+    for m in cfg.methods:
+        gm = load_model(run, m.name, args.seed, which="final")
+        r = evaluate(gm.net, prep.test, probe, target, 32)
+        rows.append([m.name, gm.round, r["cda"], r["ap_t"], r["miss0"], r["asr"]])
+        rows[-1] += [r["asr"] - r["miss0"], r["score0"], r["score_t"]]
+    heads = ["method", "round", "CDA", "AP_t@.5", "miss0", "ASR", "ASR-miss0", "score0"]
+    print_table([*heads, "score_t"], rows, f"final global models of {run}, seed {args.seed}")
+
+
 def main() -> None:
     t_start = time.perf_counter()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -206,8 +238,14 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="config override path=value")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="1 epoch, 60 scenes")
+    ap.add_argument("--run", default=None, help="evaluate this run directory's final models")
     args = ap.parse_args()
     set_threads(args.threads)
+    if args.run:
+        header("diag_oda_centralised", args)
+        evaluate_run(args)
+        footer(t_start)
+        return
     overrides = list(args.set)
     if args.quick:
         overrides.append("data.params.num_samples=60")
