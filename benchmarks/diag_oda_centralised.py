@@ -34,7 +34,8 @@ federated run's trigger effect can be read next to the centralised one.
 
 ``score0`` / ``score_t``: the mean over the probe's target objects of the best target-class
 score at IoU ≥ 0.5 (0 if none) on the clean and the triggered images — what Eq. 15
-thresholds at 0.25, so a trigger that lowers scores without crossing 0.25 shows here first.
+thresholds at 0.25, so a trigger that lowers scores without crossing 0.25 shows here first;
+``miss0@.5`` / ``ASR@.5``: the same miss rates with a correct detection needing score ≥ 0.5.
 """
 
 from __future__ import annotations
@@ -91,11 +92,13 @@ def poison_split(
     return x, t, count, removed
 
 
-def best_scores(model: Any, x: torch.Tensor, probe: ObjectDisappearanceProbe, bs: int) -> float:
-    """Mean over the probe's target objects of the best score of a target-class detection
-    with IoU ≥ 0.5 on the (stamped) image, 0 where there is none: the continuous quantity
-    that Eq. 15 thresholds at 0.25."""
-    total, n = 0.0, 0
+def best_scores(
+    model: Any, x: torch.Tensor, probe: ObjectDisappearanceProbe, bs: int
+) -> torch.Tensor:
+    """``[n]`` per target object of the probe: the best score of a target-class detection
+    with IoU ≥ 0.5 on the (stamped) image, 0 where there is none — the quantity that
+    Eq. 15 thresholds (missed ⟺ best < 0.25)."""
+    out: list[torch.Tensor] = []
     with torch.inference_mode():
         for s in range(0, len(probe.index), bs):
             rows = probe.targets[s : s + bs]
@@ -103,14 +106,13 @@ def best_scores(model: Any, x: torch.Tensor, probe: ObjectDisappearanceProbe, bs
             for r, d in zip(rows, dets, strict=True):
                 truth = r[r[:, 4] == probe.target, :4]
                 keep = d["labels"] == probe.target
-                if not len(truth):
-                    continue
-                if keep.any():
+                best = torch.zeros(len(truth), dtype=torch.float64)
+                if keep.any() and len(truth):
                     hit = box_iou(truth, d["boxes"][keep]) >= probe.iou_threshold
-                    score = torch.where(hit, d["scores"][keep][None, :].double(), 0.0)
-                    total += float(score.max(dim=1).values.sum())
-                n += len(truth)
-    return total / max(n, 1)
+                    scores = d["scores"][keep][None, :].double()
+                    best = torch.where(hit, scores, 0.0).max(dim=1).values
+                out.append(best)
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
 
 def evaluate(
@@ -132,9 +134,10 @@ def evaluate(
         "ap_t": m.per_class["ap_50"][target],
         "asr": probe.measure(model, x, bs),
         "miss0": clean.measure(model, x, bs),
-        "score0": best_scores(model, x, clean, bs),
-        "score_t": best_scores(model, x, probe, bs),
     }
+    b0, bt = best_scores(model, x, clean, bs), best_scores(model, x, probe, bs)
+    out.update(score0=float(b0.mean()), score_t=float(bt.mean()))
+    out.update(miss0_50=float((b0 < 0.5).double().mean()), asr_50=float((bt < 0.5).double().mean()))
     model.train()
     return out
 
@@ -200,7 +203,7 @@ def run_one(args: argparse.Namespace, cfg: Any, prep: Any, p: float) -> list[lis
         if epoch % args.eval_every == 0 or epoch == args.epochs:
             r = evaluate(model, prep.test, probe, target, 32)
             row = [p, epoch, r["cda"], r["ap_t"], r["miss0"], r["asr"], r["asr"] - r["miss0"]]
-            row += [r["score0"], r["score_t"]]
+            row += [r["score0"], r["score_t"], r["miss0_50"], r["asr_50"]]
             rows.append([*row, time.perf_counter() - t0])
             print(
                 "   " + "  ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row),
@@ -220,9 +223,10 @@ def evaluate_run(args: argparse.Namespace) -> None:
         gm = load_model(run, m.name, args.seed, which="final")
         r = evaluate(gm.net, prep.test, probe, target, 32)
         rows.append([m.name, gm.round, r["cda"], r["ap_t"], r["miss0"], r["asr"]])
-        rows[-1] += [r["asr"] - r["miss0"], r["score0"], r["score_t"]]
+        rows[-1] += [r["asr"] - r["miss0"], r["score0"], r["score_t"], r["miss0_50"], r["asr_50"]]
     heads = ["method", "round", "CDA", "AP_t@.5", "miss0", "ASR", "ASR-miss0", "score0"]
-    print_table([*heads, "score_t"], rows, f"final global models of {run}, seed {args.seed}")
+    heads += ["score_t", "miss0@.5", "ASR@.5"]
+    print_table(heads, rows, f"final global models of {run}, seed {args.seed}")
 
 
 def main() -> None:
@@ -258,7 +262,7 @@ def main() -> None:
     for p in args.fractions:
         rows += run_one(args, cfg, prep, p)
     heads = ["p", "epoch", "CDA", "AP_t@.5", "miss0", "ASR", "ASR-miss0", "score0", "score_t"]
-    heads.append("train s")
+    heads += ["miss0@.5", "ASR@.5", "train s"]
     print_table(heads, rows, f"centralised ODA, {args.preset}, seed {args.seed}, {args.mode}")
     footer(t_start)
 
