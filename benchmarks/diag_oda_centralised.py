@@ -64,12 +64,12 @@ from geofl.tasks.detection import DetectionTask, targets_to_dicts
 
 
 def oda_settings(cfg: Any) -> dict[str, Any]:
-    """The first ODA method's attack parameters of the preset (target, trigger, placement)."""
-    for m in cfg.methods:
-        a = m.attack
-        if a is not None and a.name == "oda" and a.params.get("fraction", 0) > 0:
-            return dict(a.params)
-    raise SystemExit("the preset has no oda method with fraction > 0")
+    """The attack parameters (target, trigger, placement) of the config's first ODA method
+    that has attackers, else of its first ODA method (a clean reference's probe)."""
+    odas = [dict(m.attack.params) for m in cfg.methods if m.attack and m.attack.name == "oda"]
+    if not odas:
+        raise SystemExit("the config has no oda method")
+    return next((a for a in odas if a.get("fraction", 0) > 0), odas[0])
 
 
 def poison_split(
