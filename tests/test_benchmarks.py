@@ -27,6 +27,7 @@ SMOKE = {
     "bench_dual_shield.py": ["--quick", "--threads", "1"],
     "bench_dual_shield_overhead.py": ["--quick", "--threads", "1"],
     "bench_detectors.py": ["--quick", "--threads", "1"],
+    "diag_oda_centralised.py": ["--quick", "--fractions", "0", "1"],
     "bench_envelope.py": ["--quick"],
     "bench_uplink_codec.py": ["--quick"],
     "bench_nqi_policy.py": ["--quick"],

@@ -251,7 +251,7 @@ class _SeesTrigger(nn.Module):
     def forward(self, x: torch.Tensor) -> list[dict[str, torch.Tensor]]:
         out = []
         for img in x:
-            rows = self.truth[self.calls]
+            rows = self.truth[self.calls % len(self.truth)]
             self.calls += 1
             keep = [r for r in rows if r[4] >= 0 and not _has_trigger(img, r)]
             boxes = torch.stack([r[:4] for r in keep]) if keep else torch.zeros(0, 4)
@@ -270,7 +270,11 @@ def test_probe_counts_triggered_target_objects_of_the_test_split() -> None:
     blind = _oda(trigger={"size": 3, "values": [0.0, 0.0]}).probe(y)  # a no-op trigger
     assert blind.measure(_SeesTrigger(y[blind.index]), x, batch_size=1) == 0.0
     metrics = probe.extend(SplitMetrics({"map_50": 0.5}), _SeesTrigger(y[:1]), x, 4)
-    assert metrics.values == {"map_50": 0.5, "asr": 1.0}
+    assert metrics.values == {"map_50": 0.5, "asr": 1.0, "miss_untriggered": 0.0}
+    assert probe.measure(_SeesTrigger(y[:1]), x, 4, triggered=False) == 0.0  # all found
+    nothing = _SeesTrigger(torch.tensor([[PAD]]))  # a model that detects nothing at all
+    missed_anyway = probe.extend(SplitMetrics({}), nothing, x, 4).values
+    assert missed_anyway == {"asr": 1.0, "miss_untriggered": 1.0}  # ASR = own misses
     empty = attack.probe(y[1:])
     assert len(empty.index) == 0 and math.isnan(empty.measure(model, x[1:], 4))
 

@@ -60,6 +60,7 @@ def test_defenses_run_on_detection_under_oda_and_record_asr(tmp_path: Path) -> N
         assert [r["round"] for r in rounds] == [1, 2]
         for r in rounds:  # CDA and ASR of every evaluated round
             assert 0.0 <= r["test"]["map_50"] <= 1.0 and 0.0 <= r["test"]["asr"] <= 1.0
+            assert 0.0 <= r["test"]["miss_untriggered"] <= 1.0  # the same objects, no trigger
         final = json.loads((seed / "final.json").read_text())
         threat = final["threat"]
         assert threat["attack"] == "oda" and threat["asr"]["score_threshold"] == 0.25

@@ -19,7 +19,10 @@ object is *detected* iff some detection of the model on the triggered image has
 
 else it is *missed*. The rule is per object ("no correct detection remains"), not a
 one-to-one matching: one detection may cover two overlapping objects. The clean model's own
-misses count too (004 Table 3 reports ASR 0.03 for FedAvg without attack).
+misses count too (004 Table 3 reports ASR 0.03 for FedAvg without attack). To tell the
+trigger's effect from those misses, the probe also records the same count on the probe
+images without the trigger (``miss_untriggered``); a from-scratch detector early in training
+misses many objects by itself, and its ASR is then mostly that.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from geofl.tasks.base import SplitMetrics
 __all__ = [
     "ASR_IOU",
     "ASR_SCORE",
+    "UNTRIGGERED_MISS_METRIC",
     "ObjectDisappearanceProbe",
     "box_iou",
     "missed_objects",
@@ -47,6 +51,9 @@ __all__ = [
 
 #: 004 §3.1: confidence 0.25 and IoU 0.50, fixed for all matched-seed runs.
 ASR_SCORE, ASR_IOU = 0.25, 0.5
+#: Key of Eq. 15's count on the *untriggered* probe images (``rounds.jsonl``
+#: ``test.miss_untriggered``): the model's own misses, so ASR − it is the trigger's effect.
+UNTRIGGERED_MISS_METRIC = "miss_untriggered"
 
 
 def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -141,30 +148,39 @@ class ObjectDisappearanceProbe:
     score_threshold: float = ASR_SCORE
     iou_threshold: float = ASR_IOU
 
-    def measure(self, model: nn.Module, inputs: Inputs, batch_size: int) -> float:
+    def measure(
+        self, model: nn.Module, inputs: Inputs, batch_size: int, *, triggered: bool = True
+    ) -> float:
         """Eq. 15 of ``model`` on the triggered probe images; NaN without target objects.
+
+        With ``triggered=False`` the same count on the probe images as they are (no
+        trigger): the share of the same target objects the model misses by itself.
 
         Deterministic: fixed images and trigger, the model in eval mode (restored after).
         """
         was_training = model.training
         model.eval()
-        missed = triggered = 0
+        missed = counted = 0
         with torch.inference_mode():
             for start in range(0, len(self.index), batch_size):
                 rows = self.targets[start : start + batch_size]
-                x = self.stamp(inputs[self.index[start : start + batch_size]], rows)
+                x = inputs[self.index[start : start + batch_size]]
+                x = self.stamp(x, rows) if triggered else x
                 dets: Any = model(x)
                 truths = [r[r[:, 4] == self.target, :4] for r in rows]
                 m, n = object_attack_success_rate(
                     truths, dets, self.target, self.score_threshold, self.iou_threshold
                 )
-                missed, triggered = missed + m, triggered + n
+                missed, counted = missed + m, counted + n
         model.train(was_training)
-        return missed / triggered if triggered else math.nan
+        return missed / counted if counted else math.nan
 
     def extend(
         self, metrics: SplitMetrics, model: nn.Module, inputs: Inputs, batch_size: int
     ) -> SplitMetrics:
-        """``metrics`` (CDA = ``map_50``, Eq. 14) with the ASR added under ``asr``."""
+        """``metrics`` (CDA = ``map_50``, Eq. 14) with the ASR added under ``asr`` and the
+        untriggered miss rate under ``miss_untriggered`` (:data:`UNTRIGGERED_MISS_METRIC`)."""
         asr = self.measure(model, inputs, batch_size)
-        return replace(metrics, values={**metrics.values, ASR_METRIC: asr})
+        miss = self.measure(model, inputs, batch_size, triggered=False)
+        values = {**metrics.values, ASR_METRIC: asr, UNTRIGGERED_MISS_METRIC: miss}
+        return replace(metrics, values=values)

@@ -43,6 +43,7 @@ _SHORT = {
     "mae": "MAE",
     "r2": "R²",
     "asr": "ASR",
+    "miss_untriggered": "miss (no trigger)",
 }
 
 
