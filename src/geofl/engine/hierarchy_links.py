@@ -47,7 +47,7 @@ from geofl.network.payload import PayloadError, decode_raw, encode_raw
 from geofl.network.pipelines import Pipeline, decode_update, encode_with_feedback
 from geofl.network.spacelink import SpaceLinkParams, hop_energy
 from geofl.rng import numpy_generator
-from geofl.security.envelope import Opener, Sealer, parse_header
+from geofl.security.envelope import Opener, Sealer, parse_header, rotate_all
 
 __all__ = ["GEO_ID", "LEO_ID0", "SpaceLinks", "SpacePacket", "driver_compresses"]
 
@@ -101,13 +101,7 @@ class SpaceLinks:
     def begin_round(self, round_idx: int) -> None:
         """Rotate every sealer and opener to ``round_idx``'s key epoch (§2.1.8)."""
         self._round = round_idx
-        epoch = self._epoch()
-        for sealer in self.sealers.values():
-            if sealer.epoch != epoch:
-                sealer.rotate(epoch)
-        for opener in self.openers.values():
-            if opener.epoch != epoch:
-                opener.rotate(epoch)
+        rotate_all(self._epoch(), self.sealers.values(), self.openers.values())
 
     def _epoch(self) -> int:
         return (self._round - 1) // self.cfg.security.epoch_rounds

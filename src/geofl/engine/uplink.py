@@ -48,7 +48,7 @@ from geofl.network.rural import (
     sample_link_states,
 )
 from geofl.rng import numpy_generator
-from geofl.security.envelope import OVERHEAD_BYTES, Opener, Sealer
+from geofl.security.envelope import OVERHEAD_BYTES, Opener, Sealer, rotate_all
 
 __all__ = [
     "SERVER_ID",
@@ -181,12 +181,7 @@ class Uplink:
         self._links = links
         self._nqi = nqi(self._links.values, self.ranges, np.array(self.cfg.nqi.weights))
         epoch = (round_idx - 1) // self.cfg.security.epoch_rounds
-        for sealer in self.sealers.values():
-            if sealer.epoch != epoch:
-                sealer.rotate(epoch)
-        for opener in self.openers.values():
-            if opener.epoch != epoch:
-                opener.rotate(epoch)
+        rotate_all(epoch, self.sealers.values(), self.openers.values())
 
     def _sealer(self, sender: int, receiver: int) -> Sealer:
         key = (sender, receiver)

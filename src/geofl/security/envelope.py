@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -51,6 +51,7 @@ __all__ = [
     "Sealer",
     "open_sealed",
     "parse_header",
+    "rotate_all",
     "seal",
 ]
 
@@ -287,3 +288,11 @@ class Opener:
         self.epoch = epoch
         keep = epoch - self.epoch_grace
         self._slots = {k: v for k, v in self._slots.items() if keep <= k[1] <= epoch}
+
+
+def rotate_all(epoch: int, sealers: Iterable[Sealer], openers: Iterable[Opener]) -> None:
+    """Move every sealer and opener not yet at ``epoch`` to it (003 §2.1.8 key epochs)."""
+    endpoints: list[Sealer | Opener] = [*sealers, *openers]
+    for endpoint in endpoints:
+        if endpoint.epoch != epoch:
+            endpoint.rotate(epoch)
