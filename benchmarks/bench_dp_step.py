@@ -3,7 +3,7 @@ per-round cost of record-level privacy accounting for 100 clients.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_dp_step.py [--quick] [--threads 1] [--only steps|models]
+    .venv/bin/python benchmarks/bench_dp_step.py [--quick] [--threads 1] [--only steps|models|accountant]
 
 What is measured and why (issue: paper 001, DP-SGD):
 
@@ -205,20 +205,24 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats (smoke test)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--only", choices=["steps", "models"], help="run one part (and accounting)")
+    p.add_argument(
+        "--only",
+        choices=["steps", "models", "accountant"],
+        help="run one part (steps and models also run the accountant rows)",
+    )
     args = p.parse_args()
     set_threads(args.threads)
     load_all()
     t_start = time.perf_counter()
     header("bench_dp_step", args)
     repeats = 2 if args.quick else 7
-    if args.only != "models":
+    if args.only not in ("models", "accountant"):
         print_table(
             ["setting", "ms / step", "÷ plain step", "CPU ms / step", "÷ plain (CPU)", "faults"],
             bench_steps(repeats),
             title=f"One local step, small_cnn, B = {B} (median of interleaved calls)",
         )
-    if args.only != "steps":
+    if args.only not in ("steps", "accountant"):
         print_table(
             ["model", "setting", "ms / step", "÷ plain step", "CPU ms", "÷ plain (CPU)", "faults"],
             bench_models(repeats),
