@@ -3,7 +3,8 @@ per-round cost of record-level privacy accounting for 100 clients.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_dp_step.py [--quick] [--threads 1] [--only steps|models|accountant]
+    .venv/bin/python benchmarks/bench_dp_step.py [--quick] [--threads 1]
+        [--only steps|models|accountant]
 
 What is measured and why (issue: paper 001, DP-SGD):
 
