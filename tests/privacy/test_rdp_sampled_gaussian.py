@@ -71,6 +71,12 @@ def test_q1_q0_and_sigma0_are_dp_accountings_closed_forms() -> None:
     gauss = rdp_poisson_gaussian(q=1.0, noise_multiplier=2.0, orders=orders)
     # The Gaussian mechanism: α / (2σ²) = α / 8 (Mironov 2017, Prop. 7).
     assert gauss.tolist() == [1.05 / 8, 1.5 / 8, 0.25, 0.375, 10.5 / 8, 8.0, 128.0, math.inf]
+    # Bit for bit dp_accounting's: update-level releases (q = 1) keep their ε exactly.
+    ref = rdp_privacy_accountant.RdpAccountant(list(UNION))
+    ref.compose(dpa.GaussianDpEvent(0.7))
+    assert rdp_poisson_gaussian(q=1.0, noise_multiplier=0.7, orders=UNION).tolist() == (
+        ref.rdp.tolist()
+    )
     assert rdp_poisson_gaussian(q=0.0, noise_multiplier=1.0, orders=orders).tolist() == [0.0] * 8
     assert np.isinf(rdp_poisson_gaussian(q=0.1, noise_multiplier=0.0, orders=orders)).all()
     sub = rdp_poisson_gaussian(q=0.01, noise_multiplier=1.0, orders=orders)
