@@ -14,7 +14,12 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from geofl.plugins import ACCOUNTANTS, load_all
 from geofl.privacy.accounting import TF_PRIVACY_ORDERS, dp_event_from_spec
-from geofl.privacy.rdp_sampled_gaussian import rdp_poisson_gaussian
+from geofl.privacy.rdp_sampled_gaussian import (
+    _add_terms,
+    _fold,
+    _stop_index,
+    rdp_poisson_gaussian,
+)
 
 load_all()
 
@@ -121,3 +126,46 @@ def test_a_composed_clients_epsilon_equals_dp_accountings(orders: str) -> None:
         ref.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), count)
     for delta in (1e-5, 1e-8):
         assert acc.epsilon(7, delta) == pytest.approx(ref.get_epsilon(delta), rel=1e-12)
+
+
+def _loop_stop(s0: list[float], s1: list[float], start: float) -> int:
+    """dp_accounting's ``_compute_log_a_frac`` stopping rule, a term at a time."""
+    total, last0, last1 = start, -math.inf, -math.inf
+    for i, (a, b) in enumerate(zip(s0, s1, strict=True)):
+        total = float(np.logaddexp(total, np.logaddexp(a, b)))
+        if a < last0 and b < last1 and max(a, b) < total - 30:
+            return i
+        last0, last1 = a, b
+    return -1
+
+
+def test_stop_rule_with_an_underflowing_running_total() -> None:
+    """Terms 1,000 below the block's largest: the linear-space total underflows and the
+    rule falls back to log space; the carried sum of earlier blocks counts."""
+    s0 = np.array([[-1000.0, -1001.0, 0.0, -50.0, -60.0], [-1000.0, -1001.0, -1002.0, 0.0, -1.0]])
+    s1 = s0 - 1.0
+    start = np.array([-np.inf, -960.0])
+    ref = np.maximum(s0.max(axis=1), s1.max(axis=1))[:, None]
+    e = (np.exp(s0 - ref), np.exp(s1 - ref))
+    run = np.cumsum(e[0] + e[1], axis=1) + np.exp(start[:, None] - ref)
+    first = (np.full(2, -np.inf), np.full(2, -np.inf))
+    got = _stop_index(first, (s0, s1), e, run, start)
+    want = [_loop_stop(s0[r].tolist(), s1[r].tolist(), start[r]) for r in range(2)]
+    assert got.tolist() == want == [3, 1]
+
+
+def test_fold_when_a_row_stops_before_its_largest_term() -> None:
+    s0 = np.array([[0.0, -1.0, 5.0], [-2.0, -3.0, -4.0]])
+    s1 = s0 - 0.5
+    keep = np.array([[True, True, False], [True, True, True]])
+    top, rest = np.array([-np.inf, -1.0]), np.array([0.0, 0.25])
+    ref = np.maximum(top, np.maximum(s0.max(axis=1), s1.max(axis=1)))
+    e = (np.exp(s0 - ref[:, None]), np.exp(s1 - ref[:, None]))
+    got = _fold(top, rest, ref, (s0, s1), e, keep)
+    terms = np.where(np.concatenate([keep, keep], axis=1), np.concatenate([s0, s1], 1), -np.inf)
+    want = _add_terms(top, rest, terms)
+    np.testing.assert_allclose(got[0] + np.log1p(got[1]), want[0] + np.log1p(want[1]), rtol=1e-15)
+    # By hand: row 0 sums e⁰ + e⁻¹ + e^-0.5 + e^-1.5.
+    assert got[0][0] + math.log1p(got[1][0]) == pytest.approx(
+        math.log(1 + math.exp(-1) + math.exp(-0.5) + math.exp(-1.5)), rel=1e-15
+    )

@@ -198,7 +198,7 @@ def _stop_index(
     s: tuple[np.ndarray, np.ndarray],
     e: tuple[np.ndarray, np.ndarray],
     run: np.ndarray,
-    ref: np.ndarray,
+    start: np.ndarray,
 ) -> np.ndarray:
     """``[R]`` index in the block at which dp_accounting's loop returns (−1: not in it):
     both tails decreasing and the newest terms e³⁰ below the running total.
@@ -206,9 +206,9 @@ def _stop_index(
     Args:
         last: ``[R]`` s₀, s₁ of the term before the block (−∞ at the start).
         s: ``[R, m]`` the block's terms s₀, s₁.
-        e: ``[R, m]`` exp(s₀ − ref), exp(s₁ − ref).
-        run: ``[R, m]`` running total over exp(ref), terms before the block included.
-        ref: ``[R]`` the reference log value.
+        e: ``[R, m]`` exp(s₀ − ref), exp(s₁ − ref) for a per-row reference ref.
+        run: ``[R, m]`` running total over exp(ref), the terms before the block included.
+        start: ``[R]`` log of the sum of the terms before the block (−∞: none).
     """
     (s0, s1), (e0, e1) = s, e
     down = np.empty(s0.shape, dtype=bool)
@@ -223,9 +223,9 @@ def _stop_index(
     small = np.maximum(e0, e1) * _EXP_GAP < run
     low = (run < np.finfo(np.float64).tiny).any(axis=1)
     if low.any():
-        total = np.log(run[low]) + ref[low, None]
-        exact = np.logaddexp.accumulate(np.logaddexp(s0[low], s1[low]), axis=1)
-        total = np.where(np.isfinite(total), total, exact)
+        pair = np.logaddexp(s0[low], s1[low])
+        pair[:, 0] = np.logaddexp(pair[:, 0], start[low])
+        total = np.logaddexp.accumulate(pair, axis=1)
         small[low] = np.maximum(s0[low], s1[low]) < total - _STOP_LOG_GAP
     hit = down & small
     return np.where(hit.any(axis=1), hit.argmax(axis=1), -1)
@@ -290,7 +290,7 @@ def _log_a_frac(q: float, sigma: float, alphas: tuple[float, ...]) -> np.ndarray
         ref = np.maximum(top, np.maximum(s[0].max(axis=1), s[1].max(axis=1)))
         e = (np.exp(s[0] - ref[:, None]), np.exp(s[1] - ref[:, None]))
         run = np.cumsum(e[0] + e[1], axis=1) + (np.exp(top - ref) * (1 + rest))[:, None]
-        stop = _stop_index(last, s, e, run, ref)
+        stop = _stop_index(last, s, e, run, top + np.log1p(rest))
         done = stop >= 0
         keep = np.arange(hi - lo)[None, :] <= np.where(done, stop, hi - lo)[:, None]
         top, rest = _fold(top, rest, ref, s, e, keep)
