@@ -225,7 +225,8 @@ def _rdp_per_release(key: EventKey, orders: tuple[float, ...]) -> np.ndarray:
     Every key is a (Poisson-sampled, if q < 1) Gaussian (:func:`_flatten`): its curve comes
     from the vectorised Mironov et al. (2019) §3.3 sums of
     :func:`~geofl.privacy.rdp_sampled_gaussian.rdp_poisson_gaussian`, which equal
-    dp_accounting's ``RdpAccountant`` to ~1e-13 relative at ~1/30 of its cost."""
+    dp_accounting's ``RdpAccountant`` to ~1e-11 relative (where RDP > 1e-6) at ~1/35 of its
+    cost (benchmarks/bench_dp_step.py --only accountant)."""
     q, z = key
     rdp = rdp_poisson_gaussian(q=q, noise_multiplier=z, orders=orders)
     rdp.setflags(write=False)
@@ -235,7 +236,9 @@ def _rdp_per_release(key: EventKey, orders: tuple[float, ...]) -> np.ndarray:
 class _Rdp(DpLedger):
     """RDP composition with a running ``[A]`` RDP curve per client: recording a release is
     one vector add, ε(δ) one conversion (Canonne, Kamath & Steinke 2020, via
-    ``dp_accounting.rdp.compute_epsilon``), so 100 clients cost well under 50 ms a round."""
+    ``dp_accounting.rdp.compute_epsilon``), so 100 clients cost well under 50 ms a round
+    once their (q, z) curves are cached; each new (q, z) costs one curve (~1.5 ms CPU on the
+    default orders, most of it the fractional orders' slowly converging series)."""
 
     def __init__(self, params: RdpParams) -> None:
         super().__init__()
