@@ -116,6 +116,37 @@ def _normalised_weights(weights: torch.Tensor, k: int) -> torch.Tensor:
     return w / total
 
 
+def _check_clip_eps(clip: float, eps: float) -> None:
+    """ValueError unless C is finite and > 0 and ε is finite and ≥ 0 (003 Eq. 2)."""
+    if not (math.isfinite(clip) and clip > 0):
+        raise ValueError(f"clip must be a finite C > 0, got {clip!r}")
+    if not (math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"eps must be finite and ≥ 0, got {eps!r}")
+
+
+def _column_parts(
+    x: torch.Tensor, scale: _NumpyArray, alpha: _NumpyArray, b: int, step: int
+) -> list[tuple[_NumpyArray, _NumpyArray, int]]:
+    """Per chunk of ``step`` columns of ``x`` (``[L, D]``), in column order: Eq. 3 on the
+    clipped float64 chunk (``scale`` ``[L]`` of Eq. 2, ``alpha`` ``[L]`` normalised, ``b``
+    trimmed at each end) as :func:`_robust_chunk` returns it; chunks go to worker threads
+    when the stack is large (numpy sorts and reduces without the GIL)."""
+    k, d = x.shape
+
+    def columns(a: int) -> tuple[_NumpyArray, _NumpyArray, int]:
+        chunk = x[:, a : a + step].to("cpu", torch.float64).numpy() * scale[:, None]
+        if b == 0:
+            return np.einsum("i,ij->j", alpha, chunk), np.zeros(k), 0
+        return _robust_chunk(chunk, alpha, b, k - b)
+
+    starts = range(0, d, step)
+    workers = torch.get_num_threads() if k * d >= _PARALLEL_MIN_ELEMENTS else 1
+    if workers > 1 and len(starts) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(columns, starts))  # in column order: deterministic sums
+    return [columns(a) for a in starts]
+
+
 def robust_avg(
     deltas: torch.Tensor, weights: torch.Tensor, *, clip: float = 1.0,
     trim_fraction: float = 0.1, eps: float = 1e-12,
@@ -150,31 +181,14 @@ def robust_avg(
         float64 effective weights — each row's share of the kept weight, averaged over the
         coordinates that have kept weight (the normalised weights when b = 0).
     """
-    k, d = _check_updates(deltas)
-    if not (math.isfinite(clip) and clip > 0):
-        raise ValueError(f"clip must be a finite C > 0, got {clip!r}")
-    if not (math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"eps must be finite and ≥ 0, got {eps!r}")
+    k, _ = _check_updates(deltas)
+    _check_clip_eps(clip, eps)
     alpha = _normalised_weights(weights, k)
     b = trim_count(k, trim_fraction)
     x = deltas.detach()
     step = max(1, ROBUST_AVG_CHUNK_ELEMENTS // k)
     scale = _clip_factors(x, clip, eps, step)
-    an = alpha.numpy()
-
-    def columns(a: int) -> tuple[_NumpyArray, _NumpyArray, int]:
-        chunk = x[:, a : a + step].to("cpu", torch.float64).numpy() * scale[:, None]
-        if b == 0:
-            return np.einsum("i,ij->j", an, chunk), np.zeros(k), 0
-        return _robust_chunk(chunk, an, b, k - b)
-
-    starts = range(0, d, step)
-    workers = torch.get_num_threads() if k * d >= _PARALLEL_MIN_ELEMENTS else 1
-    if workers > 1 and len(starts) > 1:  # numpy sorts and reduces without the GIL
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            parts = list(pool.map(columns, starts))  # in column order: deterministic sums
-    else:
-        parts = [columns(a) for a in starts]
+    parts = _column_parts(x, scale, alpha.numpy(), b, step)
     out = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
     rows = np.sum([p[1] for p in parts], axis=0) if parts else np.zeros(k)
     counted = sum(p[2] for p in parts)
