@@ -334,6 +334,45 @@ def _fill_shortfall(
     return filled
 
 
+def _candidate_probabilities(
+    rep: np.ndarray, prot: np.ndarray, idx_c: np.ndarray, params: CommitteeParams
+) -> np.ndarray:
+    """``[n]`` Eq. 23 selection probabilities of every validator: those of the candidates
+    ``idx_c`` (Rep ≥ τ), 0 for the others."""
+    probs = np.zeros(len(rep))
+    if idx_c.size:
+        probs[idx_c] = election_probabilities(
+            reputation=rep[idx_c],
+            alpha=params.alpha,
+            protection=prot[idx_c],
+            protection_weight=params.protection_weight,
+        )
+    return probs
+
+
+def _draw_members(
+    nodes: list[int],
+    rep_c: np.ndarray,
+    prot_c: np.ndarray,
+    idx_c: np.ndarray,
+    n_draw: int,
+    params: CommitteeParams,
+    rng: np.random.Generator,
+) -> list[int]:
+    """``n_draw`` members drawn without replacement from the candidates ``idx_c`` (rows of
+    ``nodes``; ``rep_c``, ``prot_c`` their Rep and protection) with the Eq. 23 weights."""
+    if not n_draw:
+        return []
+    weights = election_weights(
+        reputation=rep_c,
+        alpha=params.alpha,
+        protection=prot_c,
+        protection_weight=params.protection_weight,
+    )
+    drawn = weighted_sample_without_replacement(weights=weights, size=n_draw, rng=rng)
+    return [nodes[int(idx_c[k])] for k in drawn]
+
+
 def elect_committee(
     *,
     reputation: Mapping[int, float],
@@ -369,30 +408,14 @@ def elect_committee(
     prot = np.array([float((protection or {}).get(n, 0.0)) if gamma else 0.0 for n in nodes])
     eligible = rep >= params.tau
     idx_c = np.flatnonzero(eligible)
-    probs = np.zeros(len(nodes))
-    if idx_c.size:
-        probs[idx_c] = election_probabilities(
-            reputation=rep[idx_c],
-            alpha=params.alpha,
-            protection=prot[idx_c],
-            protection_weight=gamma,
-        )
+    probs = _candidate_probabilities(rep, prot, idx_c, params)
     n_draw = min(params.size, int(idx_c.size))
     filled: list[int] = []
     if n_draw < params.size:
         where = f"election {election_id} (round {round_id})"
         filled = _fill_shortfall(nodes, rep, eligible, params, where)
-    members: list[int] = []
-    if n_draw:
-        rng = numpy_generator(seed, "committee", election_id)
-        weights = election_weights(
-            reputation=rep[idx_c],
-            alpha=params.alpha,
-            protection=prot[idx_c],
-            protection_weight=gamma,
-        )
-        drawn = weighted_sample_without_replacement(weights=weights, size=n_draw, rng=rng)
-        members = [nodes[int(idx_c[k])] for k in drawn]
+    members = _draw_members(nodes, rep[idx_c], prot[idx_c], idx_c, n_draw, params,
+                            numpy_generator(seed, "committee", election_id))  # fmt: skip
     return CommitteeRecord(
         election_id=election_id,
         round_id=round_id,
