@@ -26,8 +26,8 @@ from geofl.client.spatial import red_nir_indices
 from geofl.client.state import ClientStateStore
 from geofl.client.step import ClientPrivacy, ClientProgram
 from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
-from geofl.config.load import clients_per_round
 from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.config.validate import clients_per_round
 from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
 from geofl.engine.site_eval import SiteHeldOut
