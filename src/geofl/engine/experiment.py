@@ -25,14 +25,9 @@ from geofl.data.lazy import StoredRows
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, make_split
 from geofl.data.targets import label_codes
-from geofl.engine.components import (
-    PreparedData,
-    build_task,
-    check_first_round_budget,
-    check_model_inputs,
-    check_release_inputs,
-)
+from geofl.engine.components import PreparedData, build_task, check_first_round_budget
 from geofl.engine.export import model_spec
+from geofl.engine.input_checks import check_model_inputs, check_release_inputs
 from geofl.engine.provenance import Provenance
 from geofl.engine.run import FederatedRun
 from geofl.engine.run_header import check_out_dir, write_header
