@@ -44,13 +44,15 @@ import numpy as np
 import torch
 
 from _common import footer, header, interleaved_medians, print_table, set_threads
-from geofl.server import robust
 from geofl.server.aggregators import weighted_mean
 from geofl.server.consistency import ConsistencyParams, build_consistency
 from geofl.server.robust import (
     coordinate_median_aggregate,
+    distances,
     krum_scores,
     multi_krum,
+    order_stats,
+    trim_count,
     trimmed_mean_aggregate,
 )
 from geofl.update import UpdateMeta
@@ -132,19 +134,19 @@ def main() -> None:
     parser.add_argument(
         "--sort-block",
         type=int,
-        default=robust.SORT_BLOCK_ELEMENTS,
+        default=order_stats.SORT_BLOCK_ELEMENTS,
         help="elements of one transposed block in trimmed mean / median",
     )
     parser.add_argument(
         "--gram-block",
         type=int,
-        default=robust.GRAM_BLOCK_COLUMNS,
+        default=distances.GRAM_BLOCK_COLUMNS,
         help="columns of one Gram-matrix block in Krum",
     )
     args = parser.parse_args()
     set_threads(args.threads)
-    robust.SORT_BLOCK_ELEMENTS = args.sort_block
-    robust.GRAM_BLOCK_COLUMNS = args.gram_block
+    order_stats.SORT_BLOCK_ELEMENTS = args.sort_block
+    distances.GRAM_BLOCK_COLUMNS = args.gram_block
     header("bench_robust_aggregation", args)
 
     k, d, f = args.clients, int(args.dim), args.krum_f
@@ -163,8 +165,8 @@ def main() -> None:
     rss_base = (_status_kb("VmRSS") or 0) / 1e6  # the process with the input allocated
     print(
         f"   K={k} D={d:,} float32 ({input_gb:.2f} GB), Krum f={f}, Multi-Krum m=K−f={m}, "
-        f"trim_fraction={args.trim}, sort block {robust.SORT_BLOCK_ELEMENTS:,} elements, "
-        f"Gram block {robust.GRAM_BLOCK_COLUMNS:,} columns"
+        f"trim_fraction={args.trim}, sort block {order_stats.SORT_BLOCK_ELEMENTS:,} elements, "
+        f"Gram block {distances.GRAM_BLOCK_COLUMNS:,} columns"
     )
 
     fns: dict[str, Callable[[], Any]] = {
@@ -186,7 +188,7 @@ def main() -> None:
     idx = torch.cat([torch.arange(c), torch.arange(d - c, d)]).unique()
     cols = updates[:, idx]
     srt = torch.sort(cols, dim=0).values.to(torch.float64)
-    b = robust.trim_count(k, args.trim)
+    b = trim_count(k, args.trim)
     half = k // 2
     ref_med = srt[half] if k % 2 else 0.5 * (srt[half - 1] + srt[half])
     mid = (half, half + 1) if k % 2 else (half - 1, half + 1)

@@ -14,10 +14,12 @@ from geofl.governance.committee import (
     CommitteeParams,
     elect_committee,
     election_id_for_round,
-    election_probabilities,
     is_election_round,
     seed_commitment,
     verify_election,
+)
+from geofl.governance.election_draw import (
+    election_probabilities,
     weighted_sample_without_replacement,
 )
 from geofl.rng import numpy_generator

@@ -13,15 +13,16 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from geofl.errors import AggregationError, ConfigError
-from geofl.server import robust
 from geofl.server.aggregators import AGGREGATORS
 from geofl.server.robust import (
     coordinate_median,
     coordinate_median_aggregate,
     coordinate_median_weights,
+    distances,
     krum,
     krum_scores,
     multi_krum,
+    order_stats,
     pairwise_squared_distances,
     trim_count,
     trimmed_mean,
@@ -286,7 +287,7 @@ def _reference(u: torch.Tensor, cols: list[int], beta: float) -> tuple[list[floa
 @pytest.mark.parametrize(
     ("k", "d", "threads", "block", "dtype"),
     [
-        (7, 50, 1, robust.SORT_BLOCK_ELEMENTS, torch.float32),  # one block, serial
+        (7, 50, 1, order_stats.SORT_BLOCK_ELEMENTS, torch.float32),  # one block, serial
         (20, 60_001, 2, 20 * 1000, torch.float32),  # threaded, many blocks, ragged tail
         (16, 3_000, 1, 16 * 64, torch.float64),
         (9, 500, 1, 9 * 100, torch.float16),  # torch.sort fallback path
@@ -295,7 +296,7 @@ def _reference(u: torch.Tensor, cols: list[int], beta: float) -> tuple[list[floa
 def test_fast_path_matches_sorted_reference(
     k: int, d: int, threads: int, block: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(robust, "SORT_BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(order_stats, "SORT_BLOCK_ELEMENTS", block)
     gen = torch.Generator().manual_seed(k * d)
     u = torch.randint(-3, 4, (k, d), generator=gen).to(dtype)  # small integers: many ties
     u[:, 1::2] = torch.randn(k, d // 2, generator=gen).to(dtype)
@@ -340,7 +341,7 @@ def _slow_weights(u: torch.Tensor, lo: int, hi: int) -> list[float]:
 @pytest.mark.parametrize(
     ("k", "d", "threads", "block", "dtype"),
     [
-        (7, 40, 1, robust.SORT_BLOCK_ELEMENTS, torch.float32),  # one block, serial
+        (7, 40, 1, order_stats.SORT_BLOCK_ELEMENTS, torch.float32),  # one block, serial
         (10, 900, 2, 10 * 37, torch.float32),  # threaded, many blocks, ragged tail
         (8, 300, 1, 8 * 16, torch.float64),
         (9, 200, 1, 9 * 50, torch.float16),  # converted to float64 on the CPU
@@ -349,8 +350,8 @@ def _slow_weights(u: torch.Tensor, lo: int, hi: int) -> list[float]:
 def test_weights_match_slow_per_column_reference(
     k: int, d: int, threads: int, block: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(robust, "SORT_BLOCK_ELEMENTS", block)
-    monkeypatch.setattr(robust, "_PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(order_stats, "SORT_BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(order_stats, "_PARALLEL_MIN_ELEMENTS", 1)
     gen = torch.Generator().manual_seed(k + d)
     u = torch.randint(-2, 3, (k, d), generator=gen).to(dtype)  # tiny range: ties everywhere
     u[:, 1::3] = torch.randn(k, len(range(1, d, 3)), generator=gen).to(dtype)
@@ -454,7 +455,7 @@ def _adversarial(name: str) -> torch.Tensor:
     "name", ["offset", "near_tie", "outlier", "float32_max", "tiny", "near_duplicates"]
 )
 def test_krum_matches_slow_float64_reference(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(robust, "GRAM_BLOCK_COLUMNS", 7)  # many blocks, a ragged last one
+    monkeypatch.setattr(distances, "GRAM_BLOCK_COLUMNS", 7)  # many blocks, a ragged last one
     u = _adversarial(name)
     k = u.shape[0]
     ref_d = _slow_distances(u)
@@ -475,8 +476,8 @@ def test_krum_distances_do_not_depend_on_the_thread_count(
 ) -> None:
     # 13-column blocks, 2 per span: 500 columns make 20 spans for the worker threads; the
     # spans' sums add in column order whatever the number of threads
-    monkeypatch.setattr(robust, "GRAM_BLOCK_COLUMNS", 13)
-    monkeypatch.setattr(robust, "_BLOCKS_PER_SPAN", 2)
+    monkeypatch.setattr(distances, "GRAM_BLOCK_COLUMNS", 13)
+    monkeypatch.setattr(distances, "_BLOCKS_PER_SPAN", 2)
     u = 1e3 + torch.randn(12, 500, generator=torch.Generator().manual_seed(9))
     u[3] = u[4]  # a duplicate: the difference-based refinement runs too
     prev = torch.get_num_threads()

@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from geofl.errors import ConfigError
-from geofl.server import robust
 from geofl.server.aggregators import AGGREGATORS
-from geofl.server.robust import robust_avg, trim_count, trimmed_mean
+from geofl.server.robust import robust_avg, robustavg, trim_count, trimmed_mean
 
 # ----------------------------------------------------------------------------- by hand
 
@@ -90,13 +89,13 @@ def test_chunked_columns_match_one_chunk(monkeypatch: pytest.MonkeyPatch) -> Non
     d = torch.randn(9, 101, generator=g, dtype=torch.float64)
     w = torch.rand(9, generator=g, dtype=torch.float64)
     whole = robust_avg(d, w, clip=2.0, trim_fraction=0.2)
-    monkeypatch.setattr(robust, "ROBUST_AVG_CHUNK_ELEMENTS", 9 * 7)  # 7 columns a chunk
+    monkeypatch.setattr(robustavg, "ROBUST_AVG_CHUNK_ELEMENTS", 9 * 7)  # 7 columns a chunk
     chunked = robust_avg(d, w, clip=2.0, trim_fraction=0.2)
     # same values up to the summation order of the column reductions
     assert torch.allclose(whole.delta, chunked.delta, rtol=1e-14, atol=1e-16)
     assert torch.allclose(whole.weights, chunked.weights, rtol=1e-14, atol=0)
     # chunks on worker threads: the same numbers as the chunks in one thread
-    monkeypatch.setattr(robust, "_PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(robustavg, "_PARALLEL_MIN_ELEMENTS", 0)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from geofl.cli import app
 from geofl.config.load import load_config
-from geofl.engine.experiment import _resume_identity, run_experiment
+from geofl.engine.experiment import run_experiment
+from geofl.engine.run_header import resume_identity
 from geofl.engine.stop import StopRequest
 from geofl.errors import ConfigError, RunStoppedError
 from geofl.records import RoundRecord
@@ -170,7 +171,7 @@ def test_resume_with_tracking_switched_on_backfills_earlier_rounds(tmp_path: Pat
 
 def test_resume_identity_ignores_tracking() -> None:
     a = {"name": "x", "data": {"cache": "mmap", "dataset": "d"}, "tracking": {"mlflow": True}}
-    assert _resume_identity(a) == {"name": "x", "data": {"dataset": "d"}}
+    assert resume_identity(a) == {"name": "x", "data": {"dataset": "d"}}
 
 
 @pytest.mark.parametrize("missing", ["mlflow", "tensorboard"])

@@ -38,10 +38,10 @@ slower on CPU) of a few samples at a time (:mod:`geofl.client.bk_kernels`), so t
 read back from cache and never take more than a few MB.
 
 Every layer is processed inside the backward pass, as soon as its output gradient exists
-(a hook, :class:`_Tap`): the gradient is still in cache, and the backward pass frees each
-layer's output gradient and input as a plain one does instead of holding all of them to
-its end (a peak that, on the small CNN, grew the heap by ~30 MB of freshly faulted pages
-per step). The squared norms are summed in forward order after the pass.
+(a hook, :class:`~geofl.client.bk_grads.GradTap`): the gradient is still in cache, and the
+backward pass frees each layer's output gradient and input as a plain one does instead of
+holding all of them to its end (a peak that, on the small CNN, grew the heap by ~30 MB of
+freshly faulted pages per step). The squared norms are summed in forward order after the pass.
 
 The summed loss is the task's mean loss times ``b`` (as for the ``opacus`` engine), so the
 task loss must be a mean over samples — every geofl task's is. The result equals the
@@ -62,18 +62,20 @@ recorded layer output).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from geofl.client.bk_kernels import (
-    conv_ghost_norms,
-    group_norm_weight_grads,
-    per_sample_conv,
+from geofl.client.bk_grads import (
+    GradTap,
+    LayerGrads,
+    LayerRecord,
+    ParamGrads,
+    check_records,
+    norm_affine_grads,
 )
+from geofl.client.bk_kernels import conv_ghost_norms, per_sample_conv
 from geofl.errors import ConfigError
 
 __all__ = ["BookKeepingEngine", "ghost_is_cheaper"]
@@ -90,58 +92,6 @@ _ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.Hardtanh, nn.SiLU)
 def ghost_is_cheaper(positions: int, d_in: int, d_out: int) -> bool:
     """The per-layer rule: ghost norm iff ``T·(d_in + d_out) < d_in·d_out``."""
     return positions * (d_in + d_out) < d_in * d_out
-
-
-@dataclass
-class _Record:
-    """One call of a covered layer: its name, module, input, output and their versions."""
-
-    name: str
-    module: nn.Module
-    a: torch.Tensor
-    out: torch.Tensor
-    versions: tuple[int, int]
-    stats: tuple[torch.Tensor, torch.Tensor] | None = None  # GroupNorm's saved (μ, rstd)
-
-
-@dataclass
-class _ParamGrads:
-    """One parameter's per-sample gradients: materialised (``per``, ``[b, …]`` in a layout
-    that ``layout`` maps to the parameter's shape) or ghost (``product(c) = Σ_i c_i G_i``)."""
-
-    per: torch.Tensor | None = None
-    layout: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
-    product: Callable[[torch.Tensor], torch.Tensor] | None = None
-
-    def clipped_sum(self, c: torch.Tensor) -> torch.Tensor:
-        """``Σ_i c_i G_i`` in the parameter's shape."""
-        if self.per is not None:
-            return self.layout(torch.tensordot(c, self.per, dims=1))
-        assert self.product is not None  # one of the two is always set
-        return self.product(c)
-
-
-@dataclass
-class _LayerGrads:
-    """Per-sample gradients of the covered layers of one micro-batch.
-
-    ``sq`` holds ``[b]`` float32 squared norms (one per parameter, or per ghost weight),
-    summed in float64 at the end; ``params`` the record of every trainable parameter.
-    """
-
-    sq: list[torch.Tensor] = field(default_factory=list)
-    params: dict[str, _ParamGrads] = field(default_factory=dict)
-
-    def add(self, name: str, per: torch.Tensor, **kw: Any) -> None:
-        """Record a materialised ``[b, …]`` gradient and its squared norms."""
-        self.sq.append(torch.linalg.vector_norm(per.flatten(1), dim=1).square())
-        self.params[name] = _ParamGrads(per, **kw)
-
-    def norms(self, b: int) -> torch.Tensor:
-        """``[b]`` float64 per-sample norms over every parameter."""
-        if not self.sq:
-            return torch.zeros(b, dtype=torch.float64)
-        return torch.stack(self.sq).double().sum(0).sqrt()
 
 
 class BookKeepingEngine:
@@ -214,22 +164,22 @@ class BookKeepingEngine:
             grads[name] = pg.layout(pg.per)
         return grads, total
 
-    def _layer_grads(self, x: torch.Tensor, y: Any) -> tuple[_LayerGrads, float]:
+    def _layer_grads(self, x: torch.Tensor, y: Any) -> tuple[LayerGrads, float]:
         """One forward pass recording the covered layers, one backward pass to their outputs.
 
         Each layer is processed by its rule inside the backward pass, as soon as its output
-        gradient ``g`` exists (:class:`_Tap`): ``g`` is still in cache, and neither ``g``
+        gradient ``g`` exists (:class:`GradTap`): ``g`` is still in cache, and neither ``g``
         nor the layer's input is held past that point (a ghost layer keeps both for its
         product) — the backward pass frees them as a plain one does, instead of every
         layer's output gradient living until the pass ends. The squared norms are kept per
         layer and summed in forward order, as if the layers were processed after the pass.
         """
-        records: list[_Record] = []
-        done: dict[int, _LayerGrads] = {}
+        records: list[LayerRecord] = []
+        done: dict[int, LayerGrads] = {}
         anchor = torch.zeros((), requires_grad=True)  # every tap points at it
 
         def process(i: int, g: torch.Tensor) -> None:
-            r, lg = records[i], _LayerGrads()
+            r, lg = records[i], LayerGrads()
             self._rule(lg, r, g)
             done[i] = lg
             r.a = r.out = _RELEASED  # the layer's tensors are no longer needed here
@@ -243,10 +193,10 @@ class BookKeepingEngine:
                 )
             stats = _saved_stats(output) if isinstance(mod, nn.GroupNorm) else None
             i = len(records)
-            output = _Tap.apply(output, anchor, lambda g: process(i, g))  # type: ignore[no-untyped-call]
+            output = GradTap.apply(output, anchor, lambda g: process(i, g))  # type: ignore[no-untyped-call]
             a = args[0]
             versions = (a._version, output._version)
-            records.append(_Record(self.layers[mod], mod, a, output, versions, stats))
+            records.append(LayerRecord(self.layers[mod], mod, a, output, versions, stats))
             return output
 
         handles = [mod.register_forward_hook(hook) for mod in self.layers]
@@ -255,22 +205,22 @@ class BookKeepingEngine:
         finally:
             for h in handles:
                 h.remove()
-        _check_records(records)
+        check_records(records)
         torch.autograd.grad(total, [anchor], allow_unused=True)
-        lg = _LayerGrads()
+        lg = LayerGrads()
         for i in sorted(done):  # forward order
             lg.sq += done[i].sq
             lg.params.update(done[i].params)
         return lg, float(total.detach())
 
-    def _rule(self, lg: _LayerGrads, r: _Record, g: torch.Tensor) -> None:
+    def _rule(self, lg: LayerGrads, r: LayerRecord, g: torch.Tensor) -> None:
         mod, a = r.module, r.a.detach()
         if isinstance(mod, nn.Conv2d):
             self._conv(lg, r.name, mod, a, g)
         elif isinstance(mod, nn.Linear):
             self._linear(lg, r.name, mod, a, g)
         else:
-            _norm_affine(lg, r, a, g)
+            norm_affine_grads(lg, r, a, g)
 
     def _ghost(self, positions: int, d_in: int, d_out: int) -> bool:
         if self.force is not None:
@@ -278,7 +228,7 @@ class BookKeepingEngine:
         return ghost_is_cheaper(positions, d_in, d_out)
 
     def _linear(
-        self, lg: _LayerGrads, name: str, mod: nn.Linear, a: torch.Tensor, g: torch.Tensor
+        self, lg: LayerGrads, name: str, mod: nn.Linear, a: torch.Tensor, g: torch.Tensor
     ) -> None:
         """``a``: ``[b, …, d_in]``, ``g``: ``[b, …, d_out]`` (the middle axes are positions)."""
         b = a.shape[0]
@@ -291,7 +241,7 @@ class BookKeepingEngine:
         self._weight_and_bias(lg, name, mod, a3, g3, product, lambda t: t)
 
     def _conv(
-        self, lg: _LayerGrads, name: str, mod: nn.Conv2d, a: torch.Tensor, g: torch.Tensor
+        self, lg: LayerGrads, name: str, mod: nn.Conv2d, a: torch.Tensor, g: torch.Tensor
     ) -> None:
         """Patches ``[b, T, kh·kw·C_in]`` (channels last) against ``g`` as ``[b, T, C_out]``.
 
@@ -311,7 +261,7 @@ class BookKeepingEngine:
                 return grads[1]
 
             lg.sq.append(conv_ghost_norms(a, g3, mod))
-            lg.params[f"{name}.weight"] = _ParamGrads(product=product)
+            lg.params[f"{name}.weight"] = ParamGrads(product=product)
         elif mod.weight.requires_grad:
 
             def layout(t: torch.Tensor) -> torch.Tensor:  # [.., C_out, kh·kw·C_in] → weight's
@@ -323,7 +273,7 @@ class BookKeepingEngine:
 
     def _weight_and_bias(
         self,
-        lg: _LayerGrads,
+        lg: LayerGrads,
         name: str,
         mod: nn.Linear | nn.Conv2d,
         a: torch.Tensor,
@@ -344,75 +294,15 @@ class BookKeepingEngine:
                         (1, 2)
                     )
                 lg.sq.append(sq)
-                lg.params[f"{name}.weight"] = _ParamGrads(product=product)
+                lg.params[f"{name}.weight"] = ParamGrads(product=product)
         if mod.bias is not None and mod.bias.requires_grad:
             lg.add(f"{name}.bias", g.sum(1))
-
-
-class _Tap(torch.autograd.Function):
-    """Identity on a layer's output that hands its gradient to ``callback`` in backward.
-
-    The output is returned in place (``mark_dirty``: no copy, no view, so later in-place
-    operations on it stay detectable by its version) with one extra edge to ``anchor``, a
-    leaf that backward is asked for: every tap is thereby on the backward path, and no
-    layer's weight gradient is (its parameters are not asked for).
-    """
-
-    @staticmethod
-    def forward(
-        ctx: Any, out: torch.Tensor, anchor: torch.Tensor, callback: Callable[[torch.Tensor], None]
-    ) -> torch.Tensor:
-        ctx.callback = callback
-        ctx.mark_dirty(out)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        ctx.callback(g)
-        return g, None, None
-
-
-def _check_records(records: list[_Record]) -> None:
-    """Refuse shared layers and recorded tensors modified in place after the forward pass."""
-    seen: set[str] = set()
-    for r in records:
-        if r.name in seen:
-            raise ConfigError(
-                "trainer.engine",
-                f"layer {r.name!r} is called twice in one forward pass (shared weights); "
-                "use engine: func",
-            )
-        seen.add(r.name)
-        if (r.a._version, r.out._version) != r.versions:
-            raise ConfigError(
-                "trainer.engine",
-                f"the input or output of layer {r.name!r} is modified in place; "
-                "make that operation out-of-place or use engine: func",
-            )
 
 
 def _plain_conv(mod: nn.Module) -> bool:
     if not isinstance(mod, nn.Conv2d):
         return True
     return mod.groups == 1 and mod.padding_mode == "zeros" and isinstance(mod.padding, tuple)
-
-
-def _norm_affine(lg: _LayerGrads, r: _Record, a: torch.Tensor, g: torch.Tensor) -> None:
-    """GroupNorm / LayerNorm: per-sample ``Σ g ⊙ x̂`` (weight) and ``Σ g`` (bias)."""
-    mod = r.module
-    weight, bias = getattr(mod, "weight", None), getattr(mod, "bias", None)
-    if isinstance(mod, nn.GroupNorm):
-        reduce: tuple[int, ...] = tuple(range(2, a.ndim))
-        if weight is not None and weight.requires_grad:
-            lg.add(f"{r.name}.weight", group_norm_weight_grads(mod, a, g, r.stats, reduce))
-    else:
-        assert isinstance(mod, nn.LayerNorm)  # the covered types
-        reduce = tuple(range(1, a.ndim - len(mod.normalized_shape)))
-        xhat = F.layer_norm(a, mod.normalized_shape, None, None, mod.eps)
-        if weight is not None and weight.requires_grad:
-            lg.add(f"{r.name}.weight", (g * xhat).sum(reduce) if reduce else g * xhat)
-    if bias is not None and bias.requires_grad:
-        lg.add(f"{r.name}.bias", g.sum(reduce) if reduce else g)
 
 
 def _saved_stats(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -1,13 +1,13 @@
 """Loading experiment configs: presets or YAML files, ``--set`` overrides, validation.
 
-Every error is a one-line :class:`~geofl.errors.ConfigError` naming the field path.
+Every error is a one-line :class:`~geofl.errors.ConfigError` naming the field path. The
+checks against the plug-in registries are :func:`geofl.config.validate.validate_config`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,12 +18,11 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import Node
 
-from geofl.config.schema import MAX_COUNT, Component, ExperimentConfig, MethodConfig
+from geofl.config.schema import ExperimentConfig
+from geofl.config.validate import validate_config
 from geofl.errors import ConfigError
 from geofl.registry import (
     MAX_DEPTH,
-    CheckContext,
-    Registry,
     format_validation_error,
     printable,
     reject_loose_values,
@@ -31,13 +30,11 @@ from geofl.registry import (
 
 __all__ = [
     "apply_override",
-    "clients_per_round",
     "dump_config",
     "list_presets",
     "load_config",
     "load_raw",
     "preset_path",
-    "validate_config",
 ]
 
 
@@ -290,168 +287,3 @@ def _complete_sections(raw: dict[str, Any]) -> None:
             raise ConfigError("governance", "must be a mapping of governance settings")
         model = plugins.SUBSCRIBERS.validate("governance", gov, path="governance")
         raw["governance"] = model.model_dump(mode="json")
-
-
-def clients_per_round(cfg: ExperimentConfig) -> int | None:
-    """Updates each round trains when the sampler fixes the count (fixed), else None."""
-    fed = cfg.federation
-    if fed.sampling.name != "fixed":
-        return None
-    return max(1, round(fed.participation * fed.num_clients))
-
-
-def _method_components(
-    m: MethodConfig, path: str
-) -> list[tuple[str, Registry[Any], Component, str]]:
-    """(role, registry, component, config path) of every plug-in a method names."""
-    from geofl import plugins
-
-    out: list[tuple[str, Registry[Any], Component, str]] = [
-        ("partition", plugins.PARTITIONERS, m.partition, f"{path}.partition"),
-        ("algorithm", plugins.ALGORITHMS, m.algorithm, f"{path}.algorithm"),
-        ("trainer", plugins.LOCAL_TRAINERS, m.trainer, f"{path}.trainer"),
-        ("weighting", plugins.WEIGHTINGS, m.weighting, f"{path}.weighting"),
-        ("aggregator", plugins.AGGREGATORS, m.aggregator, f"{path}.aggregator"),
-        ("network", plugins.NETWORK_MODELS, m.network, f"{path}.network"),
-    ]
-    out += [
-        ("release", plugins.RELEASE_STEPS, s, f"{path}.release.{j}")
-        for j, s in enumerate(m.release)
-    ]
-    out += [
-        ("defense", plugins.DEFENSES, d, f"{path}.defenses.{j}") for j, d in enumerate(m.defenses)
-    ]
-    if m.attack is not None:
-        out.append(("attack", plugins.ATTACKS, m.attack, f"{path}.attack"))
-    return out
-
-
-def validate_config(cfg: ExperimentConfig) -> None:
-    """Check every plug-in's key and parameters, then its own checks against the rest.
-
-    Cross-field rules live with the plug-in that needs them (Krum's K > 2f + 2 in the
-    aggregator, SCAFFOLD's linear aggregator in the algorithm, …) as registry checks; this
-    function only walks the config and hands each one its context.
-    """
-    from geofl import plugins
-
-    plugins.load_all()
-    exp = cfg.model_dump(mode="json")
-    per_round = clients_per_round(cfg)
-    top = CheckContext(path="", experiment=exp, clients_per_round=per_round)
-    if cfg.data.sites is None:
-        _check(plugins.DATASETS, cfg.data.dataset, cfg.data.params, "data.params", "data.dataset")
-    else:
-        _check_sites(cfg)
-    _check(plugins.MODELS, cfg.model.name, cfg.model.params, "model.params", "model.name")
-    _component(plugins.TASKS, cfg.task, replace(top, path="task"))
-    _component(plugins.SAMPLERS, cfg.federation.sampling, replace(top, path="federation.sampling"))
-    _component(plugins.ACCOUNTANTS, cfg.privacy.accountant, replace(top, path="privacy.accountant"))
-    for j, aug in enumerate(cfg.train.augment):
-        _component(plugins.AUGMENTATIONS, aug, replace(top, path=f"train.augment.{j}"))
-    if cfg.train.lr_schedule is not None:
-        path = "train.lr_schedule"
-        _component(plugins.LR_SCHEDULES, cfg.train.lr_schedule, replace(top, path=path))
-    _check_eval_metrics(cfg)
-    for i, m in enumerate(cfg.methods):
-        comps = _method_components(m, f"methods.{i}")
-        traits: dict[str, frozenset[str]] = {}
-        for role, reg, comp, path in comps:
-            reg.entry(comp.name, path=f"{path}.name")
-            traits[role] = traits.get(role, frozenset()) | reg.traits(comp.name)
-        ctx = replace(top, method=exp["methods"][i], traits=traits)
-        for _role, reg, comp, path in comps:
-            _component(reg, comp, replace(ctx, path=path))
-        for j, aug in enumerate(m.augment or []):
-            _component(plugins.AUGMENTATIONS, aug, replace(top, path=f"methods.{i}.augment.{j}"))
-    for i, a in enumerate(cfg.analyses):
-        _component(plugins.ANALYSES, a, replace(top, path=f"analyses.{i}"))
-    if cfg.governance is not None:
-        plugins.SUBSCRIBERS.check("governance", cfg.governance, replace(top, path="governance"))
-    if cfg.tracking is not None:
-        tracking = cfg.tracking.model_dump()
-        plugins.SUBSCRIBERS.check("tracking", tracking, replace(top, path="tracking"))
-    _check_sample_count(cfg)
-
-
-def _check_eval_metrics(cfg: ExperimentConfig) -> None:
-    """Refuse a metric name in ``eval`` that the task does not report (one line).
-
-    Tasks state their metrics with :func:`~geofl.tasks.base.declare_metrics`; for a task
-    that states none (a third-party plug-in) the run checks the names when it starts.
-    """
-    from geofl.tasks.base import TASK_METRICS
-
-    declared = TASK_METRICS.get(cfg.task.name)
-    if declared is None:
-        return
-    ev = cfg.eval
-    named = [
-        ("eval.select_by", ev.select_by),
-        ("eval.early_stopping.metric", ev.early_stopping.metric if ev.early_stopping else None),
-        ("eval.target.metric", ev.target.metric if ev.target else None),
-    ]
-    for path, metric in named:
-        if metric is not None and metric not in declared:
-            raise ConfigError(
-                path,
-                f"task {cfg.task.name} reports no metric {printable(metric)!r}; "
-                f"choose one of: {', '.join(declared)}",
-            )
-
-
-def _check_sites(cfg: ExperimentConfig) -> None:
-    """Site-local data (``data.sites``): every site's dataset definition that is given,
-    clients numbered site by site, and only what runs without a server-side dataset.
-
-    Raises:
-        ConfigError: naming the field.
-    """
-    from geofl import plugins
-
-    sites = cfg.data.sites or []
-    for i, site in enumerate(sites):
-        if site.dataset is not None:
-            path = f"data.sites.{i}"
-            _check(plugins.DATASETS, site.dataset, site.params, f"{path}.params", f"{path}.dataset")
-    hosted = sum(s.clients for s in sites)
-    if hosted != cfg.federation.num_clients:
-        raise ConfigError(
-            "federation.num_clients",
-            f"{cfg.federation.num_clients}, but data.sites host {hosted} clients "
-            "(Σ data.sites.<i>.clients); make them equal",
-        )
-    central = "needs a dataset the server holds; not available with data.sites"
-    if cfg.eval.group_by is not None:
-        raise ConfigError("eval.group_by", central)
-    if cfg.analyses:
-        raise ConfigError("analyses", central)
-    for i, m in enumerate(cfg.methods):
-        for key in ("attack", "uplink", "hierarchy"):
-            if getattr(m, key) is not None:
-                raise ConfigError(f"methods.{i}.{key}", central)
-
-
-def _check_sample_count(cfg: ExperimentConfig) -> None:
-    """Refuse more clients than training samples, and sample counts beyond MAX_COUNT."""
-    n = cfg.data.params.get("num_samples")
-    if not isinstance(n, int) or isinstance(n, bool):
-        return
-    if n > MAX_COUNT:  # n * (1 - val - test) below would overflow a float
-        raise ConfigError("data.params.num_samples", f"must be at most {MAX_COUNT}; give fewer")
-    n_train = int(n * (1 - cfg.data.split.val - cfg.data.split.test))
-    if cfg.federation.num_clients > n_train:
-        raise ConfigError(
-            "federation.num_clients",
-            f"{cfg.federation.num_clients} clients but only ~{n_train} training samples; "
-            "use fewer clients or raise data.params.num_samples",
-        )
-
-
-def _check(reg: Registry[Any], key: str, params: dict[str, Any], path: str, key_path: str) -> None:
-    reg.entry(key, path=key_path)
-    reg.validate(key, params, path=path)
-
-
-def _component(reg: Registry[Any], comp: Component, ctx: CheckContext) -> None:
-    reg.check(comp.name, comp.params, ctx)

@@ -22,14 +22,14 @@ from geofl.attacks.probe import AsrProbe
 from geofl.client.augment import AugmentPipeline, build_pipeline
 from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS
-from geofl.client.spatial import red_nir_indices
 from geofl.client.state import ClientStateStore
 from geofl.client.step import ClientPrivacy, ClientProgram
 from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
-from geofl.config.load import clients_per_round
 from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.config.validate import clients_per_round
 from geofl.data.base import ArrayDataset, take_rows
 from geofl.data.partition import Partition
+from geofl.engine.input_checks import check_model_inputs, check_release_inputs
 from geofl.engine.site_eval import SiteHeldOut
 from geofl.engine.threat import build_attack
 from geofl.engine.uplink import Uplink
@@ -55,6 +55,7 @@ __all__ = [
     "build_components",
     "build_program",
     "build_task",
+    # re-exported from engine.input_checks: engine/sites.py imports them from here
     "check_model_inputs",
     "check_release_inputs",
     "client_datasets",
@@ -138,55 +139,6 @@ def build_task(cfg: ExperimentConfig, num_classes: int, train_targets: Any) -> T
     return TASKS.build(
         cfg.task.name, cfg.task.params, num_classes=num_classes, train_targets=train_targets
     )
-
-
-#: Model traits naming the inputs a model family takes.
-IMAGE_MODEL, TABULAR_MODEL = "images", "tabular"
-
-
-def check_release_inputs(cfg: ExperimentConfig, ds: ArrayDataset) -> None:
-    """Refuse a release step that needs red/NIR bands (trait ``needs_red_nir``, e.g.
-    ``spatial_alpha``, 001 Eq. 10) on a dataset without them.
-
-    Raises:
-        ConfigError: naming ``methods.<i>.release.<j>.name``.
-    """
-    if red_nir_indices(ds.bands) is not None:
-        return
-    for i, method in enumerate(cfg.methods):
-        for j, step in enumerate(method.release):
-            if "needs_red_nir" in RELEASE_STEPS.traits(step.name):
-                raise ConfigError(
-                    f"methods.{i}.release.{j}.name",
-                    f"{step.name} needs red (B04) and NIR (B08 or B8A) bands for NDVI, but "
-                    f"dataset {ds.name!r} has {list(ds.bands)}",
-                )
-
-
-def check_model_inputs(cfg: ExperimentConfig, ds: ArrayDataset) -> None:
-    """Refuse a model family that cannot take the dataset's inputs.
-
-    Model registrations state their inputs as a trait (``images`` for ``[N, C, H, W]``,
-    ``tabular`` for ``[N, F]``); a model stating neither is not checked.
-
-    Raises:
-        ConfigError: naming ``model.name``: tabular features with an image model (a CNN),
-            or images with a tabular model (an MLP).
-    """
-    traits = MODELS.traits(cfg.model.name)
-    shape = "x".join(str(s) for s in ds.inputs.shape)
-    if ds.inputs.ndim == 2 and IMAGE_MODEL in traits:
-        raise ConfigError(
-            "model.name",
-            f"{cfg.model.name} takes images [N, C, H, W], but dataset {ds.name!r} holds "
-            f"tabular features [{shape}]; use a tabular model such as model: {{name: mlp}}",
-        )
-    if ds.inputs.ndim == 4 and TABULAR_MODEL in traits:
-        raise ConfigError(
-            "model.name",
-            f"{cfg.model.name} takes tabular features [N, F], but dataset {ds.name!r} holds "
-            f"images [{shape}]; use an image model such as small_cnn or resnet18",
-        )
 
 
 #: Per-sample metadata a client keeps with its data (read on the client, e.g. by the

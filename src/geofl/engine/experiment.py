@@ -7,19 +7,17 @@ before the run directory is created, so a failed start leaves nothing behind.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
-from geofl import __version__, plugins
-from geofl.config.load import dump_config
+from geofl import plugins
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.base import ArrayDataset, standardized_view
 from geofl.data.cache import check_cache_dir, default_cache_dir
@@ -27,26 +25,22 @@ from geofl.data.lazy import StoredRows
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, make_split
 from geofl.data.targets import label_codes
-from geofl.engine.components import (
-    PreparedData,
-    build_task,
-    check_first_round_budget,
-    check_model_inputs,
-    check_release_inputs,
-)
+from geofl.engine.components import PreparedData, build_task, check_first_round_budget
 from geofl.engine.export import model_spec
+from geofl.engine.input_checks import check_model_inputs, check_release_inputs
 from geofl.engine.provenance import Provenance
 from geofl.engine.run import FederatedRun
+from geofl.engine.run_header import check_out_dir, write_header
 from geofl.engine.stop import StopRequest
 from geofl.engine.threat import check_attack_inputs
 from geofl.engine.uplink_build import check_uplink_inputs
-from geofl.errors import ConfigError, RunDirError
+from geofl.errors import ConfigError
 from geofl.events import ExperimentObserver, Subscriber
-from geofl.io import write_json_atomic, write_text_atomic
+from geofl.io import write_json_atomic
 from geofl.models.spec import MODEL_SPEC_FILE, write_model_spec
 from geofl.records import TaskInfo
 from geofl.rng import numpy_generator
-from geofl.rundir import LOCK_FILE, lock_run_dir, seed_dir
+from geofl.rundir import lock_run_dir, seed_dir
 
 __all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment", "task_info"]
 
@@ -178,7 +172,7 @@ def run_experiment(
     """
     out_dir = Path(out_dir)
     resolved = cfg.model_dump(mode="json")
-    _check_out_dir(out_dir, resolved, resume)
+    check_out_dir(out_dir, resolved, resume)
     if cfg.data.sites is not None:
         return _run_sites(cfg, out_dir, resolved, resume, subscribers, stop, rebuild_log,
                           provenance)  # fmt: skip
@@ -192,34 +186,16 @@ def run_experiment(
     subscribers = [*subscribers, *_config_subscribers(cfg, resolved, out_dir)]
     created = not out_dir.exists()
     with lock_run_dir(out_dir):
-        try:
-            _write_header(cfg, out_dir, task, provenance or Provenance())
+        with _removed_on_failure(out_dir, created):
+            write_header(cfg, out_dir, task, provenance or Provenance())
             for seed in cfg.seeds:
-                data = prepare_split(ds, cfg, seed, splits[seed])
-                for method in cfg.methods:
-                    sdir = seed_dir(out_dir, method.name, seed)
-                    if resume and (sdir / "final.json").exists():
-                        log.info("%s seed=%d already finished; skipping", method.name, seed)
-                        continue
-                    part = partitions[seed][method.name]
-                    _write_seed_header(
-                        sdir, cfg, method, seed, data, part, ds, dataset_bands, splits[seed]
-                    )
-                    run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
-                    run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
-                del data
-        except BaseException:
-            if created and not any((out_dir / "methods").glob("*/*/checkpoint.pt")):
-                shutil.rmtree(out_dir, ignore_errors=True)
-            raise
+                _run_seed(
+                    cfg, out_dir, seed, ds, dataset_bands, splits[seed], partitions[seed],
+                    subscribers, resume=resume, stop=stop, rebuild_log=rebuild_log,
+                )  # fmt: skip
         for analysis in cfg.analyses:
             plugins.ANALYSES.build(analysis.name, analysis.params)(out_dir)
-    from geofl.report import write_summary
-
-    write_summary(out_dir)
-    for sub in subscribers:
-        if isinstance(sub, ExperimentObserver):
-            sub.on_experiment_end(out_dir)
+    _finish(out_dir, subscribers)
     return out_dir
 
 
@@ -246,30 +222,70 @@ def _run_sites(
         check_first_round_budget(cfg, m, sizes)
     subscribers = [*subscribers, *_config_subscribers(cfg, resolved, out_dir)]
     created = not out_dir.exists()
-    with lock_run_dir(out_dir):
-        try:
-            _write_header(cfg, out_dir, sites.task, provenance or Provenance())
-            for seed in cfg.seeds:
-                plan = first if seed == cfg.seeds[0] else sites.prepare(seed)
-                for method in cfg.methods:
-                    sdir = seed_dir(out_dir, method.name, seed)
-                    if resume and (sdir / "final.json").exists():
-                        continue
-                    part = sites.partition(method, plan, seed)
-                    write_json_atomic(sdir / "partition.json", sites_partition_json(cfg, part))
-                    run = FederatedRun(cfg, method, seed, plan.data, part, sdir, subscribers)
-                    run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
-        except BaseException:
-            if created and not any((out_dir / "methods").glob("*/*/checkpoint.pt")):
-                shutil.rmtree(out_dir, ignore_errors=True)
-            raise
+    with lock_run_dir(out_dir), _removed_on_failure(out_dir, created):
+        write_header(cfg, out_dir, sites.task, provenance or Provenance())
+        for seed in cfg.seeds:
+            plan = first if seed == cfg.seeds[0] else sites.prepare(seed)
+            for method in cfg.methods:
+                sdir = seed_dir(out_dir, method.name, seed)
+                if resume and (sdir / "final.json").exists():
+                    continue
+                part = sites.partition(method, plan, seed)
+                write_json_atomic(sdir / "partition.json", sites_partition_json(cfg, part))
+                run = FederatedRun(cfg, method, seed, plan.data, part, sdir, subscribers)
+                run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
+    _finish(out_dir, subscribers)
+    return out_dir
+
+
+def _run_seed(
+    cfg: ExperimentConfig,
+    out_dir: Path,
+    seed: int,
+    ds: ArrayDataset,
+    dataset_bands: Sequence[str],
+    split: Split,
+    partitions: dict[str, Partition],
+    subscribers: Sequence[Subscriber],
+    *,
+    resume: bool,
+    stop: StopRequest | None,
+    rebuild_log: bool,
+) -> None:
+    """Every method's run of one seed on its split (prepared here, freed on return);
+    methods already finished are skipped on resume."""
+    data = prepare_split(ds, cfg, seed, split)
+    for method in cfg.methods:
+        sdir = seed_dir(out_dir, method.name, seed)
+        if resume and (sdir / "final.json").exists():
+            log.info("%s seed=%d already finished; skipping", method.name, seed)
+            continue
+        part = partitions[method.name]
+        _write_seed_header(sdir, cfg, method, seed, data, part, ds, dataset_bands, split)
+        run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
+        run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
+
+
+@contextmanager
+def _removed_on_failure(out_dir: Path, created: bool) -> Iterator[None]:
+    """On any exception (a stop request included), delete a run directory this call
+    ``created`` unless some run in it has a checkpoint to resume from; then re-raise."""
+    try:
+        yield
+    except BaseException:
+        if created and not any((out_dir / "methods").glob("*/*/checkpoint.pt")):
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+
+
+def _finish(out_dir: Path, subscribers: Sequence[Subscriber]) -> None:
+    """Write the run's summary, then tell the experiment observers the run has ended."""
     from geofl.report import write_summary
 
     write_summary(out_dir)
     for sub in subscribers:
         if isinstance(sub, ExperimentObserver):
             sub.on_experiment_end(out_dir)
-    return out_dir
 
 
 def _write_seed_header(
@@ -344,51 +360,6 @@ def task_info(cfg: ExperimentConfig, ds: ArrayDataset) -> TaskInfo:
     return TaskInfo(task.name, task.primary_metric, task.direction)
 
 
-def _resume_identity(cfg: Any) -> Any:
-    """What must match to resume: the config less ``data.cache``, ``federation.workers``
-    (how the decode cache is held and how many processes train change no result; run
-    directories from before the fields lack them) and ``tracking`` (exporting to a
-    tracker observes only)."""
-    if not isinstance(cfg, dict):
-        return cfg
-    out = {k: v for k, v in cfg.items() if k != "tracking"}
-    for section, key in (("data", "cache"), ("federation", "workers")):
-        if isinstance(out.get(section), dict):
-            out[section] = {k: v for k, v in out[section].items() if k != key}
-    return out
-
-
-def _check_out_dir(out_dir: Path, resolved: dict[str, Any], resume: bool) -> None:
-    """Refuse to overwrite a run, to resume nothing, or to resume another config."""
-    content = [p for p in out_dir.iterdir() if p.name != LOCK_FILE] if out_dir.is_dir() else []
-    if not content:
-        if resume:
-            raise RunDirError(
-                f"{out_dir} holds no run to resume; check --out, or drop --resume to start "
-                "a new run there"
-            )
-        return
-    if not resume:
-        raise RunDirError(
-            f"{out_dir} already holds a run; pass --resume to continue it or choose another --out"
-        )
-    stored = out_dir / "config.yaml"
-    try:
-        same = _resume_identity(yaml.safe_load(stored.read_text(encoding="utf-8"))) == (
-            _resume_identity(resolved)
-        )
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise RunDirError(
-            f"{stored} cannot be read ({type(err).__name__}); the run directory is damaged, "
-            "start a new run with another --out"
-        ) from None
-    if not same:
-        raise RunDirError(
-            f"{stored} differs from the requested config; resume with the same config "
-            f"(geofl run {out_dir}/config.yaml --out {out_dir} --resume)"
-        )
-
-
 def _warn_degenerate(train_labels: np.ndarray, classes: Sequence[str]) -> None:
     """Warn when the training split cannot teach a classifier much."""
     present = np.unique(train_labels)
@@ -404,50 +375,3 @@ def _warn_degenerate(train_labels: np.ndarray, classes: Sequence[str]) -> None:
             "classes %s have no training samples; they can never be predicted",
             [classes[i] for i in missing],
         )
-
-
-def _write_header(
-    cfg: ExperimentConfig,
-    out_dir: Path,
-    task: TaskInfo,
-    provenance: Provenance,
-) -> None:
-    """Write ``config.yaml`` and ``run.json``.
-
-    A fresh run records ``provenance``; a resumed one (``run.json`` already there) keeps
-    ``created`` and the original ``provenance`` and appends ``provenance`` to ``resumed``.
-    """
-    write_text_atomic(out_dir / "config.yaml", dump_config(cfg))
-    run_json = out_dir / "run.json"
-    now = provenance.to_json()
-    kept: dict[str, Any] = {"created": now["at"], "provenance": now}
-    if run_json.exists():
-        try:
-            old = json.loads(run_json.read_text(encoding="utf-8"))
-            kept = {
-                "created": str(old["created"]),
-                "provenance": old.get("provenance"),
-                "resumed": [*old.get("resumed", []), now],
-            }
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            raise RunDirError(
-                f"{run_json} is damaged ({type(err).__name__}); restore it, or start a new "
-                "run with another --out"
-            ) from None
-    write_json_atomic(
-        run_json,
-        {
-            "name": cfg.name,
-            "description": cfg.description,
-            "methods": [m.name for m in cfg.methods],
-            "labels": {m.name: m.label or m.name for m in cfg.methods},
-            "seeds": cfg.seeds,
-            "geofl_version": __version__,
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-            "paper": {k: v.model_dump() for k, v in cfg.paper.items()},
-            "figures": [f.model_dump() for f in cfg.figures],
-            "task": task.to_json(),
-            **kept,
-        },
-    )

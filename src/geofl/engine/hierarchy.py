@@ -31,8 +31,6 @@ Every random draw comes from generators keyed by (seed, round, tractor/cluster, 
 
 from __future__ import annotations
 
-import logging
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,38 +42,34 @@ from geofl.config.hierarchy import HierarchyConfig
 from geofl.engine.clock import (
     Downlink,
     DriverDeadline,
-    Event,
     EventQueue,
     LeoArrival,
-    Relay,
-    SpacePacket,
     TierModel,
     TractorArrival,
     TractorUpdate,
 )
 from geofl.engine.components import RunComponents
-from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
+from geofl.engine.hierarchy_contacts import Contacts
 from geofl.engine.hierarchy_drivers import DriverStations
+from geofl.engine.hierarchy_events import HierarchyEvents
 from geofl.engine.hierarchy_links import SpaceLinks, driver_compresses
 from geofl.engine.hierarchy_personal import Personalization
 from geofl.engine.hierarchy_record import HierarchyStats
 from geofl.engine.hierarchy_round import Topology, build_record
-from geofl.engine.hierarchy_tiers import driver_fedavg, geo_aggregate, leo_regional
+from geofl.engine.hierarchy_tiers import GeoResult, geo_aggregate
 from geofl.engine.scheduler import ClientRunner, RoundOutcome, SyncScheduler, _Collected
 from geofl.engine.uplink import TransmitStatus
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.payload import encode_raw
-from geofl.network.rural import sample_link_states
 from geofl.security.envelope import OVERHEAD_BYTES
 
 __all__ = ["HierarchicalScheduler"]
 
-log = logging.getLogger("geofl")
 
 _NQI_LOST = (TransmitStatus.SKIPPED, TransmitStatus.OUTAGE)
 
 
-class HierarchicalScheduler:
+class HierarchicalScheduler(HierarchyEvents):
     """Tractor → driver → LEO → GEO on a simulated clock (module docstring).
 
     Args:
@@ -151,56 +145,20 @@ class HierarchicalScheduler:
     def round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome:
         """Round ``round_idx`` from the GEO's model ``global_params`` (``[D]``)."""
         t0_wall = time.perf_counter()
-        self._stats = stats = HierarchyStats()
-        self.versions.setdefault(round_idx - 1, global_params.clone())
-        self.links.begin_round(round_idx)
-        start, end = (round_idx - 1) * self.cfg.round_s, round_idx * self.cfg.round_s
-        before = self.monitor.drivers
-        failovers = self.monitor.health_check(round_idx)
-        for f in failovers:
-            stats.failovers.append(
-                {"cluster": f.cluster, "failed": f.failed, "driver": f.driver,
-                 "handed_over": f.handed_over,
-                 "residual_handed_over": f.cluster in self.links.residual}
-            )  # fmt: skip
-        self.stations.follow(before, failovers, round_idx, start, stats)
-        if self.cfg.mode == "async":
-            self._advance(start, inclusive=True)  # downlinks arriving at the boundary
+        start, end = self._begin_round(global_params, round_idx)
+        stats = self._stats
         cohort = self.sync.cohort(round_idx)
         excluded = [k for k in cohort.clients if not self.sync.allowed(k, round_idx)]
         down = self.monitor.down
         trained = [k for k in cohort.clients if k not in excluded and k not in down]
         stats.down = len(down)
-        sync = self.cfg.mode == "sync"
         t_train0 = time.perf_counter()
         got = self.sync._collect(global_params, trained, round_idx, held=self._held)
         t_train = time.perf_counter()
         self._upload(got, round_idx, start)
-        if sync:
-            regionals = self._sync_tiers(start + self.cfg.driver_deadline_s)
-        else:
-            for c in range(self.topo.clusters.num_clusters):
-                self.queue.push(start + self.cfg.driver_deadline_s, DriverDeadline(c, round_idx))
-            self._advance(end)
-            regionals, self.geo_inbox = self.geo_inbox, []
+        regionals = self._run_tiers(round_idx, start, end)
         t_agg = time.perf_counter()
-        params, geo = global_params, None
-        if regionals:
-            regionals.sort(key=lambda item: (item[0], item[1].created_s))
-            geo = geo_aggregate(
-                global_params, [m for _, m in regionals], round_idx, kappa=self.cfg.kappa,
-                clip=self.cfg.clip, trim_fraction=self.cfg.trim_fraction,
-                fairness=self.cfg.fairness, geo_delta=self.cfg.geo_delta,
-            )  # fmt: skip
-            params = geo.params
-            stats.event(end, "geo")
-        self.versions[round_idx] = params
-        if self.personal is not None and geo is not None:
-            self.personal.publish(round_idx, params, [m for _, m in regionals])
-        if sync:
-            self._adopt_all(round_idx, params if geo is not None else None)
-        elif geo is not None:
-            self.stations.schedule_downlink(round_idx, end, self._stats)
+        params, geo = self._geo_step(global_params, regionals, round_idx, end)
         self._prune()
         stats.rejections = self.links.take_rejections()
         regional_metric = None
@@ -219,6 +177,67 @@ class HierarchicalScheduler:
             total=t1 - t0_wall,
         )
         return RoundOutcome(params, record)
+
+    def _begin_round(self, global_params: torch.Tensor, round_idx: int) -> tuple[float, float]:
+        """Fresh round statistics, the drivers' health check and failovers (§2.1.6), and in
+        the asynchronous mode the downlinks arriving at the round's start; returns the
+        round's simulated ``(start, end)`` in seconds."""
+        self._stats = stats = HierarchyStats()
+        self.versions.setdefault(round_idx - 1, global_params.clone())
+        self.links.begin_round(round_idx)
+        start, end = (round_idx - 1) * self.cfg.round_s, round_idx * self.cfg.round_s
+        before = self.monitor.drivers
+        failovers = self.monitor.health_check(round_idx)
+        for f in failovers:
+            stats.failovers.append(
+                {"cluster": f.cluster, "failed": f.failed, "driver": f.driver,
+                 "handed_over": f.handed_over,
+                 "residual_handed_over": f.cluster in self.links.residual}
+            )  # fmt: skip
+        self.stations.follow(before, failovers, round_idx, start, stats)
+        if self.cfg.mode == "async":
+            self._advance(start, inclusive=True)  # downlinks arriving at the boundary
+        return start, end
+
+    def _run_tiers(self, round_idx: int, start: float, end: float) -> list[tuple[int, TierModel]]:
+        """The ``(LEO, regional model)`` pairs the GEO received this round: every tier at
+        the driver deadline in the synchronous reference, else the clock run to ``end``."""
+        if self.cfg.mode == "sync":
+            return self._sync_tiers(start + self.cfg.driver_deadline_s)
+        for c in range(self.topo.clusters.num_clusters):
+            self.queue.push(start + self.cfg.driver_deadline_s, DriverDeadline(c, round_idx))
+        self._advance(end)
+        regionals, self.geo_inbox = self.geo_inbox, []
+        return regionals
+
+    def _geo_step(
+        self,
+        global_params: torch.Tensor,
+        regionals: list[tuple[int, TierModel]],
+        round_idx: int,
+        end: float,
+    ) -> tuple[torch.Tensor, GeoResult | None]:
+        """GEO aggregation over ``regionals`` (sorted here in place by LEO, then creation
+        time; Eq. 8 × Eq. 11, normalised Eq. 12, RobustAvg), the new version published,
+        and its way down: adopted at once in the synchronous reference, else scheduled."""
+        params, geo = global_params, None
+        if regionals:
+            regionals.sort(key=lambda item: (item[0], item[1].created_s))
+            geo = geo_aggregate(
+                global_params, [m for _, m in regionals], round_idx, kappa=self.cfg.kappa,
+                clip=self.cfg.clip, trim_fraction=self.cfg.trim_fraction,
+                fairness=self.cfg.fairness, geo_delta=self.cfg.geo_delta,
+            )  # fmt: skip
+            params = geo.params
+            self._stats.event(end, "geo")
+        self.versions[round_idx] = params
+        if self.personal is not None and geo is not None:
+            self.personal.publish(round_idx, params, [m for _, m in regionals])
+        if self.cfg.mode == "sync":
+            self._adopt_all(round_idx, params if geo is not None else None)
+        elif geo is not None:
+            self.stations.schedule_downlink(round_idx, end, self._stats)
+        return params, geo
 
     def _held(self, client: int) -> torch.Tensor:
         """The model tractor ``client`` trains from: its personalized model, or the global
@@ -242,17 +261,6 @@ class HierarchicalScheduler:
                 self.tractor_version[k] = version
                 if self.personal is not None:
                     self.personal.adopt(k, version, params)
-
-    def _downlink_opens(self, cluster: int, version: int) -> bool:
-        """Whether ``version`` sealed by the GEO for ``cluster``'s driver opens there (the
-        LEO relays the envelope; refusals are logged and counted by the links)."""
-        return self.links.downlink(self._driver_id(cluster), self.versions[version])
-
-    def _driver_id(self, cluster: int) -> int:
-        """The node id of ``cluster``'s driver (its tractor; the initial one while every
-        member is down)."""
-        driver = self.monitor.driver(cluster)
-        return int(self.topo.clusters.driver[cluster]) if driver is None else driver
 
     def _upload(self, got: _Collected, round_idx: int, start: float) -> None:
         """Each accepted update leaves for its driver; attempts and NQI losses counted per
@@ -282,186 +290,6 @@ class HierarchicalScheduler:
             latency = 0.0 if sent is None else sent.latency_s
             stats.bytes["tractor_driver"] += u.meta.bytes_sent
             self.queue.push(sent_at + latency, TractorArrival(int(cluster_of[k]), upd))
-
-    # ---------------------------------------------------------------- the clock
-    def _advance(self, until: float, *, inclusive: bool = False) -> None:
-        for now, event in self.queue.pop_until(until, inclusive=inclusive):
-            self._handle(now, event)
-
-    def _handle(self, now: float, event: Event) -> None:
-        if isinstance(event, TractorArrival):
-            self._arrive(now, event)
-        elif isinstance(event, DriverDeadline):
-            self._driver(now, event.cluster)
-        elif isinstance(event, LeoArrival):
-            self._leo(now, event)
-        elif isinstance(event, Relay):
-            self._relay(now, event.sat)
-        else:
-            self._downlink(now, event)
-
-    def _arrive(self, now: float, ev: TractorArrival) -> None:
-        u = ev.update
-        if u.client in self.monitor.down:  # it went down while its update was in flight
-            log.warning("tractor %d is down; its in-flight update is lost", u.client)
-            return
-        self.monitor.submit(u.client, u)
-        self._stats.hop("tractor_driver", delivered=1)
-        self._stats.latency("terrestrial", now - u.created_s)
-
-    def _slot(self, now: float) -> int:
-        return int(now // self.contacts.slot_s)
-
-    def _cluster_model(self, now: float, cluster: int) -> TierModel | None:
-        """Driver FedAvg over the cluster's buffer (None when it is empty or the cluster
-        has no driver up; the buffer then waits)."""
-        items = self.monitor.drain(cluster)
-        if not items:
-            return None
-        model = driver_fedavg(
-            items, cluster=cluster, farm=self.topo.farm, context_bin=self.topo.context_bin,
-            attempts=int(self.attempts[cluster]), nqi_lost=int(self.nqi_lost[cluster]),
-            now_s=now,
-        )  # fmt: skip
-        self.attempts[cluster] = self.nqi_lost[cluster] = 0
-        return model
-
-    def _driver(self, now: float, cluster: int) -> None:
-        """Driver FedAvg, then on to the next LEO contact (buffered on the ground until)."""
-        model = self._cluster_model(now, cluster)
-        if model is None:
-            return
-        contact = self.stations.contact(now, cluster)
-        if contact is None:
-            self._stats.hop("driver_leo", sent=1)
-            self._stats.stranded += 1
-            log.info("cluster %d: no LEO contact left in the plan; model stays buffered", cluster)
-            return
-        station, slot, sat = contact
-        packet = self._send_driver(now, cluster, model, sat)
-        self.stations.push_up(now, slot, sat, packet, station)
-
-    def _send_driver(self, now: float, cluster: int, model: TierModel, sat: int) -> SpacePacket:
-        """The driver's encoded, sealed upload to LEO ``sat`` (relative to the global version
-        the cluster holds), counted on the driver → LEO hop."""
-        version = int(self.cluster_version[cluster])
-        sender = self._driver_id(cluster)
-        p = self.links.driver_send(cluster, sender, model, self.versions[version], version, sat,
-                                   now)  # fmt: skip
-        self._stats.hop("driver_leo", sent=1, nbytes=p.nbytes, airtime_s=p.airtime_s,
-                        energy=p.energy)  # fmt: skip
-        return p
-
-    def _leo(self, now: float, ev: LeoArrival) -> None:
-        p = ev.packet
-        model = self.links.leo_receive(p, self.versions[p.base_version])
-        if model is None:  # refused (logged and counted by the links)
-            return
-        self.leo_buffer[ev.sat].append((now, model))
-        self._stats.hop("driver_leo", delivered=1)
-        self._stats.event(now, "uplink", leo=ev.sat, cluster=model.clusters[0], station=ev.station)
-        self._stats.latency("pass_wait", now - model.created_s)
-        if self.relay_pending[ev.sat]:
-            return
-        slot = self.contacts.next_relay(ev.sat, self._slot(now))
-        if slot is not None:
-            self.relay_pending[ev.sat] = True
-            self.queue.push(max(now, slot * self.contacts.slot_s), Relay(ev.sat))
-
-    def _relay(self, now: float, sat: int) -> None:
-        self.relay_pending[sat] = False
-        items, self.leo_buffer[sat] = self.leo_buffer[sat], []
-        if not items:
-            return
-        for arrived, _ in items:
-            self._stats.latency("relay_wait", now - arrived)
-        regional = leo_regional(
-            [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now
-        )
-        self._stats.event(now, "relay", leo=sat)
-        received = self._forward(sat, regional)
-        if received is not None:
-            self.geo_inbox.append((sat, received))
-
-    def _forward(self, sat: int, regional: TierModel) -> TierModel | None:
-        """LEO ``sat`` → GEO: the sealed regional model as the GEO decodes it (None when
-        refused), counted on the LEO → GEO hop."""
-        p = self.links.leo_send(sat, regional)
-        received = self.links.geo_receive(p)
-        self._stats.hop("leo_geo", sent=1, delivered=int(received is not None), nbytes=p.nbytes,
-                        airtime_s=p.airtime_s, energy=p.energy)  # fmt: skip
-        return received
-
-    def _sync_tiers(self, now: float) -> list[tuple[int, TierModel]]:
-        """The synchronous reference: every arrival, every driver, then the LEOs (cluster
-        c → LEO c mod n, as :class:`IdealContacts`), all at ``now``."""
-        ideal = IdealContacts(self.contacts.slot_s, self.contacts.n_leo)
-        for arrived, ev in self.queue.pop_until(math.inf):
-            if isinstance(ev, TractorArrival):
-                self._arrive(arrived, ev)
-        by_leo: dict[int, list[TierModel]] = {}
-        for c in range(self.topo.clusters.num_clusters):
-            m = self._cluster_model(now, c)
-            if m is None:
-                continue
-            sat = ideal.leo_of(c)
-            p = self._send_driver(now, c, m, sat)
-            got = self.links.leo_receive(p, self.versions[p.base_version])
-            if got is not None:
-                by_leo.setdefault(sat, []).append(got)
-                self._stats.hop("driver_leo", delivered=1)
-        stats, n_t, nd = self._stats, len(self.c.clients), self.down_bytes
-        thr = self.cfg.redundancy_threshold
-        out = []
-        for sat, ms in sorted(by_leo.items()):
-            received = self._forward(sat, leo_regional(ms, threshold=thr, now_s=now))
-            if received is not None:
-                out.append((sat, received))
-        stats.hop("geo_leo", sent=len(by_leo), delivered=len(by_leo), nbytes=nd * len(by_leo))
-        n_c = self.topo.clusters.num_clusters
-        stats.hop("leo_driver", sent=n_c, delivered=n_c, nbytes=nd * n_c)
-        stats.hop("driver_tractor", sent=n_t, delivered=n_t, nbytes=self.model_bytes * n_t)
-        return out
-
-    # ---------------------------------------------------------------- downlink
-    def _downlink(self, now: float, ev: Downlink) -> None:
-        """``ev.version`` reaches a driver and, over the ground, its members that are up
-        and not in an outage; the others keep their last model (§2.1.2(4))."""
-        stats = self._stats
-        stats.hop("leo_driver", sent=1, nbytes=self.down_bytes)
-        stats.event(now, "downlink", leo=ev.sat, cluster=ev.cluster, station=ev.station)
-        if not self._downlink_opens(ev.cluster, ev.version):
-            return  # refused: the driver keeps its last model
-        stats.hop("leo_driver", delivered=1)
-        stats.latency("downlink", now - ev.version * self.cfg.round_s)
-        if ev.version <= self.cluster_version[ev.cluster]:
-            return  # an older model overtaken by a newer one
-        self.cluster_version[ev.cluster] = ev.version
-        outage = self._outage(int(now // self.cfg.round_s) + 1)
-        down = self.monitor.down
-        for k in self.topo.clusters.members[ev.cluster]:
-            stats.hop("driver_tractor", sent=1)
-            if k in down or outage[k]:
-                stats.missed_downlink += 1
-                continue
-            stats.hop("driver_tractor", delivered=1, nbytes=self.model_bytes)
-            if ev.version > self.tractor_version[k]:
-                self.tractor_version[k] = ev.version
-                if self.personal is not None:
-                    self.personal.adopt(k, ev.version, self.versions[ev.version])
-
-    def _outage(self, round_idx: int) -> np.ndarray:
-        """``[T]`` terrestrial outages of ``round_idx``: the uplink's link states (the same
-        draw its ``begin_round`` makes), none without an uplink."""
-        if round_idx not in self._outages:
-            up = self.c.uplink
-            n = len(self.c.clients)
-            self._outages = {
-                round_idx: np.zeros(n, dtype=bool)
-                if up is None
-                else sample_link_states(up.profiles, up.cfg.network, self.seed, round_idx).outage
-            }
-        return self._outages[round_idx]
 
     def _prune(self) -> None:
         """Forget model versions no tractor holds and no downlink in flight carries."""

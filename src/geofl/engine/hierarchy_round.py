@@ -70,26 +70,9 @@ def build_record(
     participants: list[int] = []
     weights: list[float] = []
     if geo is not None:
-        values = (
-            list(regional_metric) if regional_metric is not None else [math.nan] * len(regionals)
+        participants, weights = _credit_regionals(
+            geo, regionals, stats, round_idx, end_s, regional_metric
         )
-        for (sat, m), w, eff, fair, stale, s, value in zip(
-            regionals, geo.weights.tolist(), geo.effective.tolist(), geo.fair.tolist(),
-            geo.stale.tolist(), geo.staleness, values, strict=True,
-        ):  # fmt: skip
-            participants.extend(m.clients)
-            stats.update_metric.extend([value] * len(m.client_rounds))
-            weights.extend(eff * share for share in m.tractor_weights)
-            stats.staleness.extend(round_idx - r for r in m.client_rounds)
-            stats.geo_weight.extend(eff * share for share in m.tractor_weights)
-            stats.regions.append(
-                {"leo": sat, "produced_round": m.produced_round, "staleness": s,
-                 "stale": stale, "fair": fair, "weight": w, "effective": eff,
-                 "clusters": list(m.clusters), "tractors": len(m.clients),
-                 "test_metric": value if math.isfinite(value) else None}
-            )  # fmt: skip
-            for created in m.client_created:
-                stats.latency("end_to_end", end_s - created)
     metas = [u.meta for u in got.accepted]
     n = np.array([m.num_samples for m in metas], dtype=np.float64)
     primary = sync.c.task.primary_metric
@@ -118,3 +101,38 @@ def build_record(
         model_sha256=params_sha256(params),
         update_set_sha256=update_set_sha256([s for s, _ in regionals], deltas),
     )
+
+
+def _credit_regionals(
+    geo: GeoResult,
+    regionals: Sequence[tuple[int, TierModel]],
+    stats: HierarchyStats,
+    round_idx: int,
+    end_s: float,
+    regional_metric: Sequence[float] | None,
+) -> tuple[list[int], list[float]]:
+    """The tractors the GEO incorporated and each one's share of the GEO update (effective
+    GEO weight × regional share); records per regional model its weights (Eq. 8, 11, 12),
+    staleness and test metric, and per tractor update its staleness, weight, metric and
+    end-to-end latency, in ``stats``."""
+    participants: list[int] = []
+    weights: list[float] = []
+    values = list(regional_metric) if regional_metric is not None else [math.nan] * len(regionals)
+    for (sat, m), w, eff, fair, stale, s, value in zip(
+        regionals, geo.weights.tolist(), geo.effective.tolist(), geo.fair.tolist(),
+        geo.stale.tolist(), geo.staleness, values, strict=True,
+    ):  # fmt: skip
+        participants.extend(m.clients)
+        stats.update_metric.extend([value] * len(m.client_rounds))
+        weights.extend(eff * share for share in m.tractor_weights)
+        stats.staleness.extend(round_idx - r for r in m.client_rounds)
+        stats.geo_weight.extend(eff * share for share in m.tractor_weights)
+        stats.regions.append(
+            {"leo": sat, "produced_round": m.produced_round, "staleness": s,
+             "stale": stale, "fair": fair, "weight": w, "effective": eff,
+             "clusters": list(m.clusters), "tractors": len(m.clients),
+             "test_metric": value if math.isfinite(value) else None}
+        )  # fmt: skip
+        for created in m.client_created:
+            stats.latency("end_to_end", end_s - created)
+    return participants, weights

@@ -213,34 +213,16 @@ def fleet_from_context(
     Raises:
         HierarchyError: on inconsistent rows, a missing tractor, a bad task or location.
     """
-    tractor = np.asarray(tractor, dtype=np.int64)
-    if tractor.size == 0 or tractor.min() < 0:
-        raise HierarchyError("context.tractor: need ≥ 1 row and tractor ids ≥ 0")
-    t = int(tractor.max()) + 1
-    seen = np.bincount(tractor, minlength=t)
-    if not seen.all():
-        raise HierarchyError(f"context.tractor: tractor {int(np.argmin(seen))} has no rows")
+    tractor, t = _tractor_ids(tractor)
     farm_t = _per_tractor(tractor, np.asarray(farm, dtype=np.int64), "farm", t)
     region_t = _per_tractor(tractor, np.asarray(region, dtype=np.int64), "region", t)
     profile_t = _per_tractor(tractor, np.asarray(link_profile, dtype=np.int64), "link_profile", t)
-    centres = np.asarray(region_centres, dtype=np.float64).reshape(-1, 2)
-    check_locations(centres[:, 0], centres[:, 1], field="region_centres")
-    if region_t.min() < 0 or region_t.max() >= centres.shape[0]:
-        raise HierarchyError(
-            f"region_centres: {centres.shape[0]} centres but region ids up to {region_t.max()}"
-        )
+    centres = _centres(region_centres, region_t)
     bins = context_bins(crop, texture, climate)
     n_bins = len(CROPS) * len(TEXTURES) * len(CLIMATES)
     counts = np.zeros((t, n_bins), dtype=np.int64)
     np.add.at(counts, (tractor, bins), 1)
-    n_farms = int(farm_t.max()) + 1
-    farm_region = np.zeros(n_farms, dtype=np.int64)
-    farm_region[farm_t] = region_t
-    f_lat, f_lon = _move(centres[farm_region, 0], centres[farm_region, 1],
-                         _offsets_km(numpy_generator(seed, _NAME, "farm_location"), n_farms,
-                                     farm_spread_km))  # fmt: skip
-    rng_t = numpy_generator(seed, _NAME, "tractor_location")
-    lat, lon = _move(f_lat[farm_t], f_lon[farm_t], _offsets_km(rng_t, t, tractor_spread_km))
+    lat, lon = _locations(seed, farm_t, region_t, centres, farm_spread_km, tractor_spread_km)
     return Fleet(
         farm=farm_t,
         region=region_t,
@@ -251,6 +233,50 @@ def fleet_from_context(
         context_bin=np.asarray(np.argmax(counts, axis=1), dtype=np.int64),
         link_profile=profile_t,
     )
+
+
+def _tractor_ids(tractor: np.ndarray) -> tuple[np.ndarray, int]:
+    """``[N]`` int64 tractor ids and their count T, checked to be 0 … T−1, each with a row."""
+    tractor = np.asarray(tractor, dtype=np.int64)
+    if tractor.size == 0 or tractor.min() < 0:
+        raise HierarchyError("context.tractor: need ≥ 1 row and tractor ids ≥ 0")
+    t = int(tractor.max()) + 1
+    seen = np.bincount(tractor, minlength=t)
+    if not seen.all():
+        raise HierarchyError(f"context.tractor: tractor {int(np.argmin(seen))} has no rows")
+    return tractor, t
+
+
+def _centres(region_centres: Sequence[tuple[float, float]], region_t: np.ndarray) -> np.ndarray:
+    """``[R, 2]`` float64 (lat, lon) of the region centres, checked to be valid locations
+    and to cover every region id in ``region_t``."""
+    centres = np.asarray(region_centres, dtype=np.float64).reshape(-1, 2)
+    check_locations(centres[:, 0], centres[:, 1], field="region_centres")
+    if region_t.min() < 0 or region_t.max() >= centres.shape[0]:
+        raise HierarchyError(
+            f"region_centres: {centres.shape[0]} centres but region ids up to {region_t.max()}"
+        )
+    return centres
+
+
+def _locations(
+    seed: int,
+    farm_t: np.ndarray,
+    region_t: np.ndarray,
+    centres: np.ndarray,
+    farm_spread_km: float,
+    tractor_spread_km: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[T]`` latitudes and longitudes: each farm offset from its region's centre (σ
+    ``farm_spread_km``), each tractor from its farm (σ ``tractor_spread_km``)."""
+    n_farms = int(farm_t.max()) + 1
+    farm_region = np.zeros(n_farms, dtype=np.int64)
+    farm_region[farm_t] = region_t
+    f_lat, f_lon = _move(centres[farm_region, 0], centres[farm_region, 1],
+                         _offsets_km(numpy_generator(seed, _NAME, "farm_location"), n_farms,
+                                     farm_spread_km))  # fmt: skip
+    rng_t = numpy_generator(seed, _NAME, "tractor_location")
+    return _move(f_lat[farm_t], f_lon[farm_t], _offsets_km(rng_t, len(farm_t), tractor_spread_km))
 
 
 def _model_types(task: str, model_type: Sequence[int] | np.ndarray | None, t: int) -> np.ndarray:

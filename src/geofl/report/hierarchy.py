@@ -146,30 +146,60 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary], out: Path | 
         if not figs:
             continue
         stat: dict[str, Stat] = {k: make_stat([f[k] for f in figs]) for k in figs[0]}
-        cells = [f"<td>{escape(names.get(method, method))}</td>"]
-        cells += [f'<td class="num">{format_pm(stat[k], scale=1.0)}</td>'
-                  for k in ("staleness", "staleness_weighted")]  # fmt: skip
-        cells += [f'<td class="num">{format_pm(stat[f"weight_{k}"], digits=1)}</td>'
-                  for k in BUCKETS]  # fmt: skip
-        for label in T10:
-            cells += [f'<td class="num">{format_pm(stat[f"t10_{k}_{label}"], digits=1)}</td>'
-                      for k in ("fraction", "contribution")]  # fmt: skip
-            cells.append(
-                f'<td class="num">{format_pm(stat[f"t10_metric_{label}"], scale=1.0)}</td>'
-            )
-        cells += [f'<td class="num">{format_pm(stat[f"delivery_{h}"], digits=1)}</td>'
-                  for h in DELIVERY]  # fmt: skip
-        cells += [f'<td class="num">{format_pm(stat[f"latency_{h}"], scale=1.0, digits=1)}</td>'
-                  for h in LATENCY]  # fmt: skip
-        cells += [f'<td class="num">{format_pm(stat[f"bytes_{h}"], scale=1e-3, digits=1)}</td>'
-                  for h in BYTES]  # fmt: skip
-        cells += [f'<td class="num">{format_pm(stat[k], scale=1.0, digits=4)}</td>'
-                  for k in (*(f"energy_{h}" for h in ENERGY), "energy_uplink")]  # fmt: skip
-        cells.append(f'<td class="num">{format_pm(stat["refused"], scale=1.0, digits=0)}</td>')
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+        rows.append(_method_row(names.get(method, method), stat))
     if not rows:
         return ""
-    head = [
+    header = "".join(f"<th>{h}</th>" for h in _table_head())
+    figures = "" if out is None else "\n".join(timeline_figures(run, out))
+    return (
+        f"<h2>Hierarchy</h2>\n<p>{_INTRO}.</p>\n<table><thead><tr>{header}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>\n{figures}"
+    )
+
+
+#: The paragraph above the hierarchy table.
+_INTRO = (
+    "003 space-assisted hierarchy: staleness t − t' of the tractor updates the GEO "
+    "incorporated and the share of the GEO update at each staleness; Table 10 per "
+    "bucket 0-1 / 2-3 / 4+ rounds: share of the updates, share of the GEO update and the "
+    "test metric (AUC for Task B) of the regional models w̄_l that carried them, "
+    "weighted by their update counts (the paper does not define its AUC per bucket); "
+    "delivery "
+    "ratio per hop, simulated latency per hop (terrestrial uplink, waiting for a LEO "
+    "pass, waiting for a relay slot, GEO aggregation → driver, creation → incorporation; "
+    "§3.1.4's decomposition), encoded and sealed bytes per sampled tractor and round per "
+    "hop, and the energy proxy Σ P_tx·t of the uplink hops per sampled tractor and round "
+    "(the satellite hops' rates and powers are configuration, hierarchy.links: the paper "
+    "gives none)"
+)
+
+
+def _method_row(name: str, stat: dict[str, Stat]) -> str:
+    """One method's ``<tr>``: mean ± sd over its seeds of every column of :func:`_table_head`."""
+    cells = [f"<td>{escape(name)}</td>"]
+    cells += [f'<td class="num">{format_pm(stat[k], scale=1.0)}</td>'
+              for k in ("staleness", "staleness_weighted")]  # fmt: skip
+    cells += [f'<td class="num">{format_pm(stat[f"weight_{k}"], digits=1)}</td>'
+              for k in BUCKETS]  # fmt: skip
+    for label in T10:
+        cells += [f'<td class="num">{format_pm(stat[f"t10_{k}_{label}"], digits=1)}</td>'
+                  for k in ("fraction", "contribution")]  # fmt: skip
+        cells.append(f'<td class="num">{format_pm(stat[f"t10_metric_{label}"], scale=1.0)}</td>')
+    cells += [f'<td class="num">{format_pm(stat[f"delivery_{h}"], digits=1)}</td>'
+              for h in DELIVERY]  # fmt: skip
+    cells += [f'<td class="num">{format_pm(stat[f"latency_{h}"], scale=1.0, digits=1)}</td>'
+              for h in LATENCY]  # fmt: skip
+    cells += [f'<td class="num">{format_pm(stat[f"bytes_{h}"], scale=1e-3, digits=1)}</td>'
+              for h in BYTES]  # fmt: skip
+    cells += [f'<td class="num">{format_pm(stat[k], scale=1.0, digits=4)}</td>'
+              for k in (*(f"energy_{h}" for h in ENERGY), "energy_uplink")]  # fmt: skip
+    cells.append(f'<td class="num">{format_pm(stat["refused"], scale=1.0, digits=0)}</td>')
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def _table_head() -> list[str]:
+    """The hierarchy table's column headings."""
+    return [
         "method", "staleness (rounds)", "GEO-weighted staleness",
         *(f"GEO weight at staleness {k}{'+' if k == BUCKETS[-1] else ''} %" for k in BUCKETS),
         *(h for label in T10 for h in (
@@ -180,23 +210,3 @@ def hierarchy_html(run: RunData, methods: dict[str, MethodSummary], out: Path | 
         *(f"energy (J / tractor·round) {_arrow(h)}" for h in ENERGY),
         "energy (J / tractor·round) uplink total", "space-hop envelopes refused",
     ]  # fmt: skip
-    header = "".join(f"<th>{h}</th>" for h in head)
-    intro = (
-        "003 space-assisted hierarchy: staleness t − t' of the tractor updates the GEO "
-        "incorporated and the share of the GEO update at each staleness; Table 10 per "
-        "bucket 0-1 / 2-3 / 4+ rounds: share of the updates, share of the GEO update and the "
-        "test metric (AUC for Task B) of the regional models w̄_l that carried them, "
-        "weighted by their update counts (the paper does not define its AUC per bucket); "
-        "delivery "
-        "ratio per hop, simulated latency per hop (terrestrial uplink, waiting for a LEO "
-        "pass, waiting for a relay slot, GEO aggregation → driver, creation → incorporation; "
-        "§3.1.4's decomposition), encoded and sealed bytes per sampled tractor and round per "
-        "hop, and the energy proxy Σ P_tx·t of the uplink hops per sampled tractor and round "
-        "(the satellite hops' rates and powers are configuration, hierarchy.links: the paper "
-        "gives none)"
-    )
-    figures = "" if out is None else "\n".join(timeline_figures(run, out))
-    return (
-        f"<h2>Hierarchy</h2>\n<p>{intro}.</p>\n<table><thead><tr>{header}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>\n{figures}"
-    )

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from geofl.server.robust import _blockwise_sum
+from geofl.server.robust.distances import _blockwise_sum
 
 __all__ = ["FLAME_LAMBDA_IC", "FlameResult", "cosine_distance_matrix", "flame", "flame_mask"]
 
