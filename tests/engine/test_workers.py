@@ -59,12 +59,24 @@ def _records(run: Path, method: str) -> list[dict[str, Any]]:
     return out
 
 
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Paths (``[2].client_log.1.dp_sgd.clip``) where two JSON values differ, with both values:
+    a failure names the field rather than a truncated record."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b), key=str)
+        return [d for k in keys for d in _differences(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        pairs = enumerate(zip(a, b, strict=True))
+        return [d for i, (x, y) in pairs for d in _differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
 def test_two_workers_bit_identical_to_in_process(tmp_path: Path) -> None:
     one, two = _run(tmp_path, 1), _run(tmp_path, 2)
     for method in ("scaffold", "gauss", "dpsgd"):
         a, b = _records(one, method), _records(two, method)
         assert len(a) == 3
-        assert a == b, method
+        assert a == b, f"{method}: {_differences(a, b)}"
         assert all(r["model_sha256"] for r in a)
         fa = torch.load(seed_dir(one, method, SEED) / "checkpoint.pt", weights_only=False)
         fb = torch.load(seed_dir(two, method, SEED) / "checkpoint.pt", weights_only=False)
