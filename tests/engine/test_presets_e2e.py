@@ -11,15 +11,27 @@ from typer.testing import CliRunner
 from geofl.cli import app
 
 
-@pytest.mark.slow
-def test_demo_preset_end_to_end_with_report(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
-    result = CliRunner().invoke(
-        app,
-        ["run", "demo", "--out", str(out), "--no-progress",
-         "--set", "federation.rounds=3", "--set", "data.params.num_samples=1200"],
-    )  # fmt: skip
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shortened demo (3 rounds, 1,200 patches) with its report, run once for the two
+    tests below (one xdist group: ``pytest -n 2 --dist loadgroup`` runs them on one worker;
+    without the group option each worker runs it once)."""
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    with pytest.MonkeyPatch.context() as mp:  # tests/conftest.py's cache (function-scoped)
+        mp.setenv("GEOFL_CACHE", str(tmp_path_factory.getbasetemp() / "geofl-cache"))
+        result = CliRunner().invoke(
+            app,
+            ["run", "demo", "--out", str(out), "--no-progress",
+             "--set", "federation.rounds=3", "--set", "data.params.num_samples=1200"],
+        )  # fmt: skip
     assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("demo")
+def test_demo_preset_end_to_end_with_report(demo_run: Path) -> None:
+    out = demo_run
     summary = json.loads((out / "summary.json").read_text())
     accs = {m: s["final_test_accuracy"]["mean"] for m, s in summary["methods"].items()}
     assert set(accs) == {"centralized", "fedavg-iid", "fedavg-dir0.1"}
@@ -57,7 +69,8 @@ DEMO_PIN = {
 
 
 @pytest.mark.slow
-def test_demo_final_numbers_are_pinned(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("demo")
+def test_demo_final_numbers_are_pinned(demo_run: Path) -> None:
     import torch
 
     isa = torch.backends.cpu.get_cpu_capability()
@@ -65,13 +78,7 @@ def test_demo_final_numbers_are_pinned(tmp_path: Path) -> None:
         pytest.skip(
             f"no pinned demo numbers for CPU capability {isa!r} (pinned: {sorted(DEMO_PIN)})"
         )
-    out = tmp_path / "pin"
-    result = CliRunner().invoke(
-        app,
-        ["run", "demo", "--out", str(out), "--no-progress", "--no-report",
-         "--set", "federation.rounds=3", "--set", "data.params.num_samples=1200"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    out = demo_run  # the report is written after the runs: final.json is the run's own
     for method, (acc, loss) in DEMO_PIN[isa].items():
         final = json.loads((out / "methods" / method / "seed-1" / "final.json").read_text())
         test = final["final"]["test"]
