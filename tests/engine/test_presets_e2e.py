@@ -11,27 +11,18 @@ from typer.testing import CliRunner
 from geofl.cli import app
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shortened demo (3 rounds, 1,200 patches) with its report, run once for the two
-    tests below (one xdist group: ``pytest -n 2 --dist loadgroup`` runs them on one worker;
-    without the group option each worker runs it once)."""
-    out = tmp_path_factory.mktemp("demo") / "demo"
-    with pytest.MonkeyPatch.context() as mp:  # tests/conftest.py's cache (function-scoped)
-        mp.setenv("GEOFL_CACHE", str(tmp_path_factory.getbasetemp() / "geofl-cache"))
-        result = CliRunner().invoke(
-            app,
-            ["run", "demo", "--out", str(out), "--no-progress",
-             "--set", "federation.rounds=3", "--set", "data.params.num_samples=1200"],
-        )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    return out
-
-
 @pytest.mark.slow
-@pytest.mark.xdist_group("demo")
-def test_demo_preset_end_to_end_with_report(demo_run: Path) -> None:
-    out = demo_run
+def test_demo_preset_end_to_end_with_report_and_pinned_numbers(tmp_path: Path) -> None:
+    """One run of the shortened demo (3 rounds, 1,200 patches) checks the report and the
+    pinned final numbers (:data:`DEMO_PIN`; the report is written after the runs, so
+    ``final.json`` is the run's own)."""
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(
+        app,
+        ["run", "demo", "--out", str(out), "--no-progress",
+         "--set", "federation.rounds=3", "--set", "data.params.num_samples=1200"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     accs = {m: s["final_test_accuracy"]["mean"] for m, s in summary["methods"].items()}
     assert set(accs) == {"centralized", "fedavg-iid", "fedavg-dir0.1"}
@@ -43,9 +34,10 @@ def test_demo_preset_end_to_end_with_report(demo_run: Path) -> None:
     # 3 rounds < the rolling window (10): no empty rolling-std figure, a note instead
     assert "rolling_std.png" not in html and "not drawn, it needs ≥ 10 evaluated" in html
     assert "FedAvg (Dirichlet α=0.1)" in html and "n = 1" in html  # labels, one seed
+    _assert_pinned_final_numbers(out)
 
 
-#: Final test (accuracy, loss) of the shortened demo below, per CPU instruction set torch
+#: Final test (accuracy, loss) of the shortened demo above, per CPU instruction set torch
 #: dispatches to (``torch.backends.cpu.get_cpu_capability()``). Measured with one torch
 #: thread, as the test suite runs (tests/conftest.py); other thread counts reduce in another
 #: order and give other last digits, and so do other vector kernels: the AVX-512 and AVX2
@@ -68,17 +60,15 @@ DEMO_PIN = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("demo")
-def test_demo_final_numbers_are_pinned(demo_run: Path) -> None:
+def _assert_pinned_final_numbers(out: Path) -> None:
     import torch
 
     isa = torch.backends.cpu.get_cpu_capability()
     if isa not in DEMO_PIN:
         pytest.skip(
-            f"no pinned demo numbers for CPU capability {isa!r} (pinned: {sorted(DEMO_PIN)})"
+            f"end to end and report checked; no pinned demo numbers for CPU capability "
+            f"{isa!r} (pinned: {sorted(DEMO_PIN)})"
         )
-    out = demo_run  # the report is written after the runs: final.json is the run's own
     for method, (acc, loss) in DEMO_PIN[isa].items():
         final = json.loads((out / "methods" / method / "seed-1" / "final.json").read_text())
         test = final["final"]["test"]
