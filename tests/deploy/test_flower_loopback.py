@@ -2,9 +2,14 @@
 site hosting one client) run 2 rounds of a small config through ``flwr run``; the global
 model after every round equals the simulator's bit for bit (same seed and config: the
 sites run the simulator's client step with the same generators, arrays travel as raw
-float32). Bad input ends in one clear error within bounded time: a site pointing at a
-missing config/data, a site whose config differs from the server's, a SuperNode pointing
-at a SuperLink that is not there.
+float32). The equivalence runs with TLS and SuperNode authentication (Flower 1.42:
+``--enable-supernode-auth``, each site's public key registered with ``flwr supernode
+register``): a SuperNode whose key was never registered, and one without a key, are refused
+when they connect (they exit with Flower's one-line reason), and the runs complete with the
+two registered sites — the README's two-site walkthrough, on one machine. Bad input ends
+in one clear error within bounded time: a site pointing at a missing config/data, a site
+whose config differs from the server's, a SuperNode pointing at a SuperLink that is not
+there.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import yaml
 pytest.importorskip("flwr")
 
 from geofl.config.load import load_config
+from geofl.deploy.certs import write_node_key
 from geofl.deploy.flower import ERROR_FILE
 from geofl.deploy.loopback import Loopback, free_port
 from geofl.engine.experiment import run_experiment
@@ -91,21 +97,53 @@ def test_two_supernodes_match_the_simulator(tmp_path: Path) -> None:
     """Both data modes on one SuperLink and two SuperNodes (each node config names its
     client for the shared dataset and its site for site-local data): the shared dataset
     partitioned over clients, then each site's own data (the server loads none, sites send
-    band statistics and evaluation statistics)."""
+    band statistics and evaluation statistics). Only the two registered SuperNodes join."""
     config = _write(tmp_path / "exp.yaml", _raw())
     local = _write(tmp_path / "sites.yaml", _sites_raw())
     sim = run_experiment(load_config(config), tmp_path / "sim")
     sim_local = run_experiment(load_config(local), tmp_path / "sim-sites")
     sites = [{"clients": "0", "site": "north"}, {"clients": "1", "site": "south"}]
-    with Loopback(tmp_path / "flwr", sites, tls=True) as lb:  # TLS with generated certs
+    work = tmp_path / "flwr"
+    with Loopback(work, sites, auth=True) as lb:  # TLS with generated certs, registered keys
+        _strangers_are_refused(lb, work)
         output = lb.run(_run_config(config, tmp_path / "dep"), timeout=600)
         output_local = lb.run(_run_config(local, tmp_path / "dep-sites"), timeout=600)
-    assert "https://127.0.0.1" in (tmp_path / "flwr" / "superlink.log").read_text()
+        listed = subprocess.run(
+            [lb.flwr, "supernode", "list", "loop", "--format", "json"],
+            capture_output=True, timeout=60, env=lb.env, cwd=lb.workdir,
+        )  # fmt: skip
+    assert "https://127.0.0.1" in (work / "superlink.log").read_text()
     _assert_same_run(sim, tmp_path / "dep", output)
     _assert_same_run(sim_local, tmp_path / "dep-sites", output_local)
     rec = json.loads((seed_dir(tmp_path / "dep-sites", "dpsgd", SEED) / "rounds.jsonl")
                      .read_text().splitlines()[-1])  # fmt: skip
     assert rec["test"]["n"] > 0 and rec["participants"] == [0, 1]  # evaluated at the sites
+    text = listed.stdout.decode()
+    nodes = json.loads(text[text.index("{") :])["nodes"]
+    assert len(nodes) == 2, nodes
+
+
+def _strangers_are_refused(lb: Loopback, work: Path) -> None:
+    """A third site claiming client 1 (were it admitted, the run would stop on a client
+    hosted twice) with a key that was never registered, and a fourth without a key: the
+    SuperLink refuses both (they are started together, and must both exit)."""
+    stranger = write_node_key(work / "keys", "stranger")  # never registered
+    unknown = lb.start_supernode(2, {"clients": "1"}, key=stranger.private)
+    keyless = lb.start_supernode(3, {"clients": "1"}, key=None)
+    log = _refused(unknown, work / "supernode2.log")
+    assert "Failed to activate SuperNode" in log, log[-2000:]
+    log = _refused(keyless, work / "supernode3.log")
+    assert "must be registered via the CLI" in log, log[-2000:]
+
+
+def _refused(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """The log of a SuperNode that must exit with an error (within 120 s)."""
+    try:
+        rc = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a SuperNode the SuperLink should refuse still runs after 120 s: {log}")
+    assert rc != 0
+    return log.read_text(errors="replace")
 
 
 def _assert_same_run(sim: Path, dep: Path, output: str) -> None:
@@ -127,6 +165,8 @@ def _assert_same_run(sim: Path, dep: Path, output: str) -> None:
 
 
 def test_bad_sites_end_in_one_clear_error(tmp_path: Path) -> None:
+    """Site 1 first points at a missing config, then (restarted) at one that differs from
+    the server's: each run stops before any round with one line naming the cause."""
     config = _write(tmp_path / "exp.yaml", _raw())
     other = _write(tmp_path / "other.yaml", _raw(width=6))
     missing = tmp_path / "missing.yaml"
@@ -135,15 +175,16 @@ def test_bad_sites_end_in_one_clear_error(tmp_path: Path) -> None:
         t0 = time.monotonic()
         output = lb.run(_run_config(config, tmp_path / "dep"), timeout=300)
         assert time.monotonic() - t0 < 300
-    # the log stream shows it too, when Flower delivers the stream's tail before it ends
-    error = (tmp_path / "dep" / ERROR_FILE).read_text()
-    assert "geofl deploy error" in output or error, output[-3000:]
-    assert error.count("\n") == 1 and f"{missing} not found" in error
-    sites = [{"clients": "0"}, {"clients": "1", "config": str(other)}]
-    with Loopback(tmp_path / "flwr2", sites) as lb:
+        # the log stream shows it too, when Flower delivers the stream's tail before it ends
+        error = (tmp_path / "dep" / ERROR_FILE).read_text()
+        assert "geofl deploy error" in output or error, output[-3000:]
+        assert error.count("\n") == 1 and f"{missing} not found" in error
+        lb.stop_supernode(1)  # it leaves the SuperLink's node list
+        lb.start_supernode(1, {**lb.sites[1], "config": str(other)})
         lb.run(_run_config(config, tmp_path / "dep2"), timeout=300)
     error = (tmp_path / "dep2" / ERROR_FILE).read_text()
-    assert "config differs from the server's in model" in error
+    assert error.count("\n") == 1 and "config differs from the server's in model" in error
+    assert not (tmp_path / "dep2" / "methods").exists()  # stopped before any round
 
 
 def test_unreachable_superlink_fails_within_its_retry_bound(tmp_path: Path) -> None:

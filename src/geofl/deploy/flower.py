@@ -37,7 +37,6 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from geofl.deploy.server import run_server
 from geofl.deploy.setup import fingerprint_mismatch, load_setup
 from geofl.deploy.site import Site, parse_clients
 from geofl.deploy.sitedata import LocalSite, decode_eval_request, encode_eval_reply
@@ -68,6 +67,8 @@ def _run_setting(context: Context) -> tuple[str, str | None, int | None]:
 @server_app.main()
 def server_main(grid: Grid, context: Context) -> None:
     """Run the configured (method, seed) over the connected sites."""
+    from geofl.deploy.server import run_server  # the server side only: sites skip it
+
     rc = context.run_config
     config, method, seed = _run_setting(context)
     (Path(str(rc["out"])) / ERROR_FILE).unlink(missing_ok=True)  # a resumed run's old error

@@ -81,9 +81,16 @@ def write_app(path: Path) -> Path:
     return path
 
 
+#: Seconds between a SuperExec's polls for a task to launch (Flower's default: 1 s). A
+#: SuperNode's SuperExec starts a ClientApp process per message, so on loopback, where
+#: polling is free, the default would add up to 1 s to every message.
+SUPEREXEC_POLL_S = 0.1
+
+
 def _env(home: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(FLWR_TELEMETRY_ENABLED="0", FLWR_HOME=str(home), PYTHONUNBUFFERED="1")
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", str(SUPEREXEC_POLL_S))
     # Flower starts its helpers (flower-superexec, flwr-serverapp, …) by name.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env

@@ -37,7 +37,7 @@ from geofl.client.state import ClientStateStore
 from geofl.config.load import dump_config
 from geofl.deploy.setup import DeploySetup, fingerprint
 from geofl.deploy.sitedata import FlowerSiteEvaluator, site_federation
-from geofl.deploy.wire import decode_reply, encode_request
+from geofl.deploy.wire import decode_reply, encode_request, exchange
 from geofl.engine.checkpoint import load_checkpoint
 from geofl.engine.run import FederatedRun
 from geofl.engine.scheduler import ClientJob, LostUpload, StepOutcome
@@ -124,7 +124,8 @@ def discover_sites(
         query.update(resume_round=plan.checkpoint, resume_plan=json.dumps(rows))
     content = RecordDict({"query": ConfigRecord(query)})
     msgs = [Message(content, dst_node_id=n, message_type=QUERY, group_id="0") for n in nodes]
-    replies = {r.metadata.src_node_id: r for r in grid.send_and_receive(msgs, timeout=timeout)}
+    ids, got = exchange(grid, msgs, timeout)
+    replies = {node: got[mid] for node, mid in zip(nodes, ids, strict=True) if mid in got}
     hosts: dict[int, int] = {}
     silent = [n for n in nodes if n not in replies]
     for node in silent:
@@ -202,22 +203,9 @@ class FlowerRunner:
                     group_id=str(d.round),
                 )
             )
-        ids = list(self.grid.push_messages(msgs))
-        replies = self._pull(ids)
+        ids, replies = exchange(self.grid, msgs, self.timeout)
         for job, mid in zip(jobs, ids, strict=True):
             yield self._outcome(job.directives.client_id, replies.get(mid))
-
-    def _pull(self, ids: list[str]) -> dict[str, Message]:
-        """Replies by request id, until all arrived or the round's deadline passed."""
-        got: dict[str, Message] = {}
-        deadline = time.monotonic() + self.timeout
-        while len(got) < len(ids) and time.monotonic() < deadline:
-            pending = [i for i in ids if i not in got]
-            for rep in self.grid.pull_messages(pending):
-                got[rep.metadata.reply_to_message_id] = rep
-            if len(got) < len(ids):
-                time.sleep(0.05)
-        return got
 
     def _outcome(self, client: int, rep: Message | None) -> StepOutcome:
         node = self.hosts[client]

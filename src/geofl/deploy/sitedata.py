@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,7 +43,7 @@ from geofl.config.schema import ExperimentConfig, SiteDataConfig
 from geofl.data.partition import Partition
 from geofl.deploy.setup import DeploySetup, fingerprint
 from geofl.deploy.site import Site
-from geofl.deploy.wire import NORM_MEAN, NORM_STD, decode_norm
+from geofl.deploy.wire import NORM_MEAN, NORM_STD, decode_norm, exchange
 from geofl.engine.components import PreparedData
 from geofl.engine.site_eval import LocalSiteEvaluator, SiteEvalStats, SiteHeldOut
 from geofl.engine.sites import (
@@ -341,14 +340,7 @@ class FlowerSiteEvaluator:
         content = encode_eval_request(params, self.fp, self.norm)
         msgs = [Message(content, dst_node_id=n, message_type=EVALUATE, group_id="eval")
                 for n in self.nodes]  # fmt: skip
-        ids = list(self.grid.push_messages(msgs))
-        got: dict[str, Message] = {}
-        deadline = time.monotonic() + self.timeout
-        while len(got) < len(ids) and time.monotonic() < deadline:
-            for rep in self.grid.pull_messages([i for i in ids if i not in got]):
-                got[rep.metadata.reply_to_message_id] = rep
-            if len(got) < len(ids):
-                time.sleep(0.05)
+        ids, got = exchange(self.grid, msgs, self.timeout)
         out = []
         for name, mid in zip(self.names, ids, strict=True):
             reply = got.get(mid)

@@ -32,13 +32,15 @@ Arrays travel as raw float32 bytes, so values are bit-exact on both sides.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
 
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult
@@ -53,10 +55,36 @@ __all__ = [
     "encode_declined",
     "encode_reply",
     "encode_request",
+    "exchange",
 ]
 
 PARAMS, PAYLOAD, UPLOAD, EXTRA = "params", "payload.", "upload.", "extra."
 NORM_MEAN, NORM_STD = "norm.mean", "norm.std"
+
+
+#: Seconds between two pulls of pending replies (Flower's ``Grid.send_and_receive`` waits
+#: 3 s between pulls, which would add up to 3 s to every exchange).
+PULL_INTERVAL = 0.05
+
+
+def exchange(
+    grid: Grid, msgs: Sequence[Message], timeout: float
+) -> tuple[list[str], dict[str, Message]]:
+    """Push ``msgs`` and pull their replies until all arrived or ``timeout`` seconds passed.
+
+    Returns:
+        The pushed messages' ids (in order) and the replies that arrived, by the id of the
+        message they answer.
+    """
+    ids = list(grid.push_messages(msgs))
+    got: dict[str, Message] = {}
+    deadline = time.monotonic() + timeout
+    while len(got) < len(ids) and time.monotonic() < deadline:
+        for rep in grid.pull_messages([i for i in ids if i not in got]):
+            got[rep.metadata.reply_to_message_id] = rep
+        if len(got) < len(ids):
+            time.sleep(PULL_INTERVAL)
+    return ids, got
 
 
 def _array(t: torch.Tensor | np.ndarray) -> Array:

@@ -24,7 +24,7 @@ import numpy as np
 from geofl.errors import GovernanceError
 from geofl.events import SUBSCRIBERS, RunInfo, Subscriber
 from geofl.governance.config import GovernanceConfig
-from geofl.governance.ledger import EmbeddedLedger, Ledger, RpcLedger
+from geofl.governance.ledger import Ledger
 from geofl.governance.process import COORDINATOR, GovernanceProcess, rule_document
 from geofl.io import append_jsonl, write_json_atomic
 from geofl.records import RoundRecord, read_rounds
@@ -40,6 +40,9 @@ RULE_FILE = "governance.rule.json"
 
 def open_ledger(cfg: GovernanceConfig, seed_dir: Path, seed: int) -> Ledger:
     """A fresh ledger for one run: embedded in ``seed_dir/ledger`` or on a JSON-RPC node."""
+    # the backends import web3 (seconds): only a governed run pays for them
+    from geofl.governance.ledger import EmbeddedLedger, RpcLedger
+
     backend = cfg.backend
     if backend.name == "embedded":
         path = seed_dir / LEDGER_DIR

@@ -9,11 +9,10 @@ Example:
     'rule_A_seed1'
 """
 
-from typing import TYPE_CHECKING
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from geofl.governance.ledger.artifact import Artifact, load_artifact
-from geofl.governance.ledger.base import Web3Ledger
-from geofl.governance.ledger.embedded import EmbeddedLedger
 from geofl.governance.ledger.hashing import (
     Hash32,
     as_bytes32,
@@ -21,7 +20,6 @@ from geofl.governance.ledger.hashing import (
     hash_bytes,
     hash_json,
 )
-from geofl.governance.ledger.identity import Identities, derive_private_key
 from geofl.governance.ledger.protocol import Ledger
 from geofl.governance.ledger.records import (
     AggregationCommitted,
@@ -42,10 +40,32 @@ from geofl.governance.ledger.records import (
     RuleCommitted,
     RuleRecord,
 )
-from geofl.governance.ledger.rpc import RpcLedger
 
 if TYPE_CHECKING:  # mypy checks that both backends implement the Ledger protocol
+    from geofl.governance.ledger.base import Web3Ledger
+    from geofl.governance.ledger.embedded import EmbeddedLedger
+    from geofl.governance.ledger.identity import Identities, derive_private_key
+    from geofl.governance.ledger.rpc import RpcLedger
+
     _BACKENDS: tuple[type[Ledger], ...] = (EmbeddedLedger, RpcLedger)
+
+#: The backends and identities, by the module that defines them: imported on first use
+#: (PEP 562), because they import web3 and eth-account (seconds), which a process that
+#: only loads the plug-ins (a Flower ClientApp, one process per message) never needs.
+_LAZY = {
+    "Web3Ledger": "base",
+    "EmbeddedLedger": "embedded",
+    "Identities": "identity",
+    "derive_private_key": "identity",
+    "RpcLedger": "rpc",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AggregationCommitted",
