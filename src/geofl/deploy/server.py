@@ -108,6 +108,30 @@ def discover_sites(
             runs another config or cannot restore its clients as of ``plan``'s
             checkpoint, or clients that no site (or two sites) host.
     """
+    nodes = _wait_for_nodes(grid, expected, timeout)
+    query: dict[str, Any] = {"fingerprint": json.dumps(fp)}
+    if plan is not None and plan.checkpoint:
+        rows = {k: (plan.admitted.get(k, 0), plan.ledger.get(k, 0)) for k in range(num_clients)}
+        query.update(resume_round=plan.checkpoint, resume_plan=json.dumps(rows))
+    content = RecordDict({"query": ConfigRecord(query)})
+    msgs = [Message(content, dst_node_id=n, message_type=QUERY, group_id="0") for n in nodes]
+    ids, got = exchange(grid, msgs, timeout)
+    replies = {node: got[mid] for node, mid in zip(nodes, ids, strict=True) if mid in got}
+    silent = [n for n in nodes if n not in replies]
+    for node in silent:
+        log.warning("site node %d did not answer within %g s; passed over", node, timeout)
+    hosts = _hosts_from_replies(nodes, replies, infos)
+    missing = sorted(set(range(num_clients)) - set(hosts))
+    if missing:
+        quiet = f" (nodes {silent} did not answer within {timeout:g} s)" if silent else ""
+        raise DeployError(
+            f"no site hosts clients {missing}{quiet}; give each in some node config clients="
+        )
+    return hosts
+
+
+def _wait_for_nodes(grid: Grid, expected: int, timeout: float) -> list[int]:
+    """The SuperLink's node ids once ``expected`` are listed (polled every 0.2 s)."""
     deadline = time.monotonic() + timeout
     nodes = list(grid.get_node_ids())
     while len(nodes) < expected and time.monotonic() < deadline:
@@ -118,18 +142,15 @@ def discover_sites(
             f"only {len(nodes)} of {expected} sites connected within {timeout:g} s; check "
             "that every SuperNode runs and points --superlink at this SuperLink"
         )
-    query: dict[str, Any] = {"fingerprint": json.dumps(fp)}
-    if plan is not None and plan.checkpoint:
-        rows = {k: (plan.admitted.get(k, 0), plan.ledger.get(k, 0)) for k in range(num_clients)}
-        query.update(resume_round=plan.checkpoint, resume_plan=json.dumps(rows))
-    content = RecordDict({"query": ConfigRecord(query)})
-    msgs = [Message(content, dst_node_id=n, message_type=QUERY, group_id="0") for n in nodes]
-    ids, got = exchange(grid, msgs, timeout)
-    replies = {node: got[mid] for node, mid in zip(nodes, ids, strict=True) if mid in got}
+    return nodes
+
+
+def _hosts_from_replies(
+    nodes: list[int], replies: Mapping[int, Message], infos: dict[int, ConfigRecord] | None
+) -> dict[int, int]:
+    """client → node from the answering nodes' site records, in node order; a site's
+    error, or a client two sites claim, raises :class:`DeployError`."""
     hosts: dict[int, int] = {}
-    silent = [n for n in nodes if n not in replies]
-    for node in silent:
-        log.warning("site node %d did not answer within %g s; passed over", node, timeout)
     for node in nodes:
         rep = replies.get(node)
         if rep is None:
@@ -145,12 +166,6 @@ def discover_sites(
             if k in hosts:
                 raise DeployError(f"client {k} is hosted by two sites (nodes {hosts[k]}, {node})")
             hosts[int(k)] = node
-    missing = sorted(set(range(num_clients)) - set(hosts))
-    if missing:
-        quiet = f" (nodes {silent} did not answer within {timeout:g} s)" if silent else ""
-        raise DeployError(
-            f"no site hosts clients {missing}{quiet}; give each in some node config clients="
-        )
     return hosts
 
 
