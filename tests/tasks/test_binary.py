@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import struct
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from tests.tasks.helpers import assert_same_metrics
 
 from geofl.errors import ConfigError, RegistryError
 from geofl.tasks import TASKS, common
-from geofl.tasks.binary import BinaryTask, build_binary
+from geofl.tasks.binary import BinaryTask, build_binary, logit_cut
 
 TRAIN = torch.tensor([0, 0, 1, 0])
 
@@ -114,23 +113,18 @@ def test_builder_and_registry_checks() -> None:
 
 
 @pytest.mark.parametrize("flush", [None, 300])
-@pytest.mark.parametrize("threads", [1, 4])
 @pytest.mark.parametrize("pos_weight", ["none", 2.7, 0.3])
 @pytest.mark.parametrize(
     "sizes", [[256, 256, 100], [64, 1, 63, 4096], [7], [33] * 9 + [5], [4096] * 9 + [999]]
 )
 def test_accumulator_owns_the_loss_equal_to_per_batch_loss_sum(
-    sizes: list[int],
-    pos_weight: object,
-    threads: int,
-    flush: int | None,
-    monkeypatch: pytest.MonkeyPatch,
+    sizes: list[int], pos_weight: object, flush: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The split's loss is the in-order sum of each batch's ``loss_sum`` (torch's
-    ``binary_cross_entropy_with_logits``), to the bit, although ``bce_sums`` runs log σ
-    once over the split and sums once per run of equal batches (odd sizes: vector
-    kernels' tails; saturated, zero and NaN logits; with ``flush``, pending batches
-    reduced every 300 logits); a loss given to ``update`` is ignored."""
+    """The split's loss is the sum of each batch's ``loss_sum`` (torch's float32
+    ``binary_cross_entropy_with_logits``) to float32 rounding, summed in float64 once over
+    the split (saturated, zero and large negative logits; with ``flush``, pending batches
+    reduced every 300 logits); a loss given to ``update`` is ignored; a NaN logit makes
+    the loss NaN."""
     if flush is not None:
         monkeypatch.setattr(common, "FLUSH_ENTRIES", flush)
     gen = torch.Generator().manual_seed(sum(sizes))
@@ -142,18 +136,57 @@ def test_accumulator_owns_the_loss_equal_to_per_batch_loss_sum(
     batches[0][0][::3] = 0.0
     batches[0][0][1::5] = 110.0
     batches[-1][0][::4] = -95.0
-    batches[-1][0][1] = math.nan
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)  # a split above torch's grain size runs on several threads
-    try:
+    acc = task.accumulator()
+    assert acc.owns_loss
+    want = 0.0
+    for out, y in batches:
+        acc.update(out, y, 1e9)
+        want += task.loss_sum(out, y)
+    got = acc.compute()["loss"]
+    assert got == pytest.approx(want / sum(sizes), rel=1e-5)
+    # float64 reference: the per-sample losses of torch's own call, summed in float64
+    logits, labels = torch.cat([o for o, _ in batches])[:, 0], torch.cat([y for _, y in batches])
+    per_sample = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits.double(), labels.double(), pos_weight=task.pos_weight, reduction="none"
+    )
+    assert got == pytest.approx(float(per_sample.sum()) / sum(sizes), rel=1e-6)
+    nan_acc = task.accumulator()
+    bad = batches[-1][0].clone()
+    bad[1] = math.nan
+    nan_acc.update(bad, batches[-1][1], None)
+    assert math.isnan(nan_acc.compute()["loss"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_metrics_do_not_depend_on_the_evaluation_batch_size(seed: int) -> None:
+    """The split's logits are reduced together: the same metrics, to the bit, however the
+    split is cut into batches (under the flush size)."""
+    gen = torch.Generator().manual_seed(seed)
+    task = _build(pos_weight=2.0)
+    out, y = torch.randn(1000, 1, generator=gen) * 3, (torch.rand(1000, generator=gen) < 0.4).long()
+    got = []
+    for size in (1000, 256, 7):
         acc = task.accumulator()
-        assert acc.owns_loss
-        want = 0.0
-        for out, y in batches:
-            acc.update(out, y, None)
-            want += task.loss_sum(out, y)
-        got = acc.compute()["loss"]
-    finally:
-        torch.set_num_threads(before)
-    # the same float, NaN included (its sign and payload: torch's NaN)
-    assert struct.pack("<d", got) == struct.pack("<d", want / sum(sizes))
+        for o, t in zip(out.split(size), y.split(size), strict=True):
+            acc.update(o, t, None)
+        got.append(acc.compute().values)
+    assert got[0] == got[1] == got[2]
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.3, 0.9, 0.123456789])
+def test_threshold_on_the_logit_is_exact(threshold: float) -> None:
+    """``logit_cut``: a float32 logit is positive exactly when, in float64, it reaches
+    log(t / (1 − t)) (checked on the float32 neighbours of the cut), and the accumulator's
+    predictions are ``BinaryTask.predict``'s."""
+    cut64 = math.log(threshold / (1 - threshold))
+    c32 = logit_cut(threshold)
+    assert np.float32(c32) == c32 and c32 >= cut64
+    below = float(np.nextafter(np.float32(c32), np.float32(-np.inf)))
+    assert below < cut64
+    assert logit_cut(threshold, torch.float64) == cut64
+    task = _build(threshold=threshold)
+    z = torch.tensor([below, c32, float(np.nextafter(np.float32(c32), np.float32(np.inf)))])
+    assert task.predict(z[:, None]).tolist() == [0, 1, 1]
+    acc = task.accumulator()
+    acc.update(z[:, None], torch.tensor([0, 1, 1]), None)
+    assert acc.compute()["accuracy"] == 1.0

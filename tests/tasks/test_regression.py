@@ -153,10 +153,10 @@ def test_large_offset_and_shifted_split_keep_their_digits() -> None:
     assert got["rmse"] == pytest.approx(root_mean_squared_error(y.numpy(), y_hat), rel=1e-9)
 
 
-def _per_batch_reference(
+def _float64_reference(
     task: RegressionTask, batches: list[tuple[torch.Tensor, torch.Tensor]]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-    """Running sums batch by batch (the accumulator's arithmetic before it kept batches)."""
+    """Running sums batch by batch in float64 torch, and the summed float32 ``loss_sum``."""
     t = task.num_outputs
     sums = torch.zeros(4, t, dtype=torch.float64)
     low = torch.full((t,), math.inf, dtype=torch.float64)
@@ -174,15 +174,14 @@ def _per_batch_reference(
 
 
 @pytest.mark.parametrize("flush", [None, 5000])
-@pytest.mark.parametrize("threads", [1, 4])
 @pytest.mark.parametrize("seed", range(4))
-def test_accumulator_equals_per_batch_accumulation_to_the_bit(
-    seed: int, threads: int, flush: int | None, monkeypatch: pytest.MonkeyPatch
+def test_accumulator_sums_and_owned_loss_match_a_per_batch_reference(
+    seed: int, flush: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The split-wide vectorised pass gives the running per-batch sums and the summed
-    ``loss_sum`` exactly (ragged batches, blocks large enough to be reduced by
-    several threads; with ``flush``, pending batches reduced every 5,000 entries), and
-    owns the loss: a loss given to ``update`` is ignored."""
+    """The split-wide float64 pass gives the per-batch float64 sums to rounding and the
+    range exactly; it owns the loss (a loss given to ``update`` is ignored), which is the
+    summed float32 ``loss_sum`` to float32 rounding (ragged batches; with ``flush``,
+    pending batches reduced every 5,000 entries)."""
     if flush is not None:
         monkeypatch.setattr(common, "FLUSH_ENTRIES", flush)
     gen = torch_generator(seed, "test_regression_blocks")
@@ -193,21 +192,35 @@ def test_accumulator_equals_per_batch_accumulation_to_the_bit(
         (torch.randn(b, t, generator=gen), 300.0 + 25.0 * torch.randn(b, t, generator=gen))
         for b in sizes
     ]
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        acc = task.accumulator()
-        assert acc.owns_loss
-        for out, y in batches:
-            acc.update(out, y, 1e9)
-        got = acc._sums_now()
-        want = _per_batch_reference(task, batches)
-    finally:
-        torch.set_num_threads(before)
-    for a, b in zip(got[:3], want[:3], strict=True):
+    acc = task.accumulator()
+    assert acc.owns_loss
+    for out, y in batches:
+        acc.update(out, y, 1e9)
+    got = acc._sums_now()
+    want = _float64_reference(task, batches)
+    np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-11, atol=1e-9)
+    for a, b in zip(got[1:3], want[1:3], strict=True):
         assert np.array_equal(a, b.numpy())
-    assert got[3] == want[3]
-    assert acc.compute()["loss"] == want[3] / sum(sizes)
+    assert got[3] == pytest.approx(want[3], rel=1e-6)
+    assert acc.compute()["loss"] == got[3] / sum(sizes)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_metrics_do_not_depend_on_the_evaluation_batch_size(seed: int) -> None:
+    """A split's batches are reduced together: the same metrics, to the bit, however the
+    split is cut into batches (under the flush size)."""
+    gen = torch_generator(seed, "test_regression_batching")
+    t = 1 + seed % 3
+    task = _build(40.0 + 5.0 * torch.randn(300, t, generator=gen))
+    out, y = torch.randn(900, t, generator=gen), 41.0 + 5.0 * torch.randn(900, t, generator=gen)
+    got = []
+    for size in (900, 256, 5):
+        acc = task.accumulator()
+        for o, target in zip(out.split(size), y.split(size), strict=True):
+            acc.update(o, target)
+        got.append(acc.compute())
+    assert got[0].values == got[1].values == got[2].values
+    assert got[0].per_class == got[1].per_class == got[2].per_class
 
 
 @pytest.mark.parametrize("seed", range(6))

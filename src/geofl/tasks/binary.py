@@ -14,6 +14,8 @@ NaN when there are neither positives nor predicted positives (``zero_division=np
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -28,14 +30,20 @@ from geofl.tasks.common import (
     BatchStore,
     PosWeight,
     auto_pos_weight,
-    block_sums,
     describe,
     parse_pos_weight,
     require_tensor,
 )
 from geofl.tasks.scoring import roc_auc, roc_auc_float32
 
-__all__ = ["BinaryAccumulator", "BinaryParams", "BinaryTask", "bce_sums", "build_binary"]
+__all__ = [
+    "BinaryAccumulator",
+    "BinaryParams",
+    "BinaryTask",
+    "bce_sum",
+    "build_binary",
+    "logit_cut",
+]
 
 
 class BinaryParams(BaseModel):
@@ -60,10 +68,33 @@ class BinaryParams(BaseModel):
 def _logit(output: torch.Tensor) -> torch.Tensor:
     """``[B]`` logits from ``[B, 1]`` or ``[B]`` model output."""
     if output.ndim == 2 and output.shape[1] == 1:
-        return output[:, 0]
+        return output.reshape(-1)
     if output.ndim != 1:
         raise ValueError(f"binary task: model output must be [B, 1] or [B], got {output.shape}")
     return output
+
+
+@functools.lru_cache(maxsize=64)
+def logit_cut(threshold: float, dtype: torch.dtype = torch.float32) -> float:
+    """The logit at or above which a sample is positive: σ(z) ≥ t ⟺ z ≥ log(t / (1 − t)).
+
+    σ is increasing, so thresholding the logit is the rule itself, without rounding σ(z) to
+    the logits' precision first (which moves samples within a rounding step of the cut).
+    The cut is computed in float64 and, for float32 logits, rounded up to the next float32
+    (a float32 z reaches the float64 cut exactly when it reaches that float32 value), so
+    comparing it with a float32 tensor or array is exact.
+
+    Args:
+        threshold: t in (0, 1).
+        dtype: The logits' dtype (float32 or float64).
+    """
+    cut = math.log(threshold / (1.0 - threshold))
+    if dtype == torch.float64:
+        return cut
+    c32 = np.float32(cut)
+    if float(c32) < cut:
+        c32 = np.nextafter(c32, np.float32(np.inf))
+    return float(c32)
 
 
 class BinaryTask:
@@ -120,7 +151,7 @@ class BinaryTask:
 
     def loss_sum(self, output: torch.Tensor, target: torch.Tensor) -> float:
         """Summed per-sample BCE-with-logits of a batch (the accumulator's loss is the sum
-        of these over the batches, computed per split by :func:`bce_sums`)."""
+        of these over the batches, computed per split by :func:`bce_sum`)."""
         with torch.no_grad():
             z = _logit(output)
             total = F.binary_cross_entropy_with_logits(
@@ -129,8 +160,12 @@ class BinaryTask:
         return float(total)
 
     def predict(self, output: torch.Tensor) -> torch.Tensor:
-        """``[B]`` int64 labels: 1 where ``sigmoid(logit) ≥ threshold``."""
-        return (torch.sigmoid(_logit(output)) >= self.threshold).to(torch.int64)
+        """``[B]`` int64 labels: 1 where ``sigmoid(logit) ≥ threshold``, decided on the
+        logit (:func:`logit_cut`)."""
+        z = _logit(output)
+        if z.dtype not in (torch.float32, torch.float64):
+            z = z.float()
+        return (z >= logit_cut(self.threshold, z.dtype)).to(torch.int64)
 
     def accumulator(self) -> BinaryAccumulator:
         """A fresh accumulator for one split."""
@@ -150,54 +185,36 @@ class BinaryTask:
         return {}
 
 
-def bce_sums(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    sizes: list[int],
-    pos_weight: torch.Tensor | None,
-    start: float = 0.0,
-) -> float:
-    """``start`` plus, block by block in order, each block of ``sizes`` samples' summed
-    BCE-with-logits.
+def bce_sum(logits: torch.Tensor, positive: np.ndarray, pos_weight: float | None) -> float:
+    """Summed BCE-with-logits of ``[N]`` logits, in float64, from two sums and one product.
 
-    Equal to adding ``binary_cross_entropy_with_logits(block, reduction="sum")`` of each
-    block in turn, to the bit, in a fixed number of operations: torch computes that loss as
+    Per sample torch's ``binary_cross_entropy_with_logits`` computes
 
-        ℓ = (1 − y)·z − log σ(z)·((p − 1)·y + 1)        (p: ``pos_weight``, 1 if None)
+        ℓ = (1 − y)·z − w·log σ(z),    w = 1 + (p − 1)·y
 
-    (``binary_cross_entropy_with_logits`` in ATen's ``Loss.cpp``). Every step is
-    elementwise and independent of where a block starts: the products and differences are
-    IEEE operations, and ATen's ``log_sigmoid`` CPU kernel runs the same vector code on a
-    partial last vector (``Vec::loadu(ptr, count)``) as on full ones, so one call on the
-    whole split gives each element the bits of its batch's own call (also when the call
-    is split across threads). Only the sums follow the blocks (:func:`block_sums`: one
-    float32 reduction per run of equal blocks). ``tests/tasks/test_binary.py`` checks the
-    equality against per-batch :meth:`BinaryTask.loss_sum` (torch's own call) on odd
-    block sizes at 1 and 4 threads.
+    (ATen's ``Loss.cpp``; p = ``pos_weight``, 1 if None), so over a split
+
+        Σℓ = Σz − Σ_{y=1} z − Σ log σ(z) − (p − 1)·Σ_{y=1} log σ(z).
+
+    log σ is torch's kernel; the sums run in float64 over the whole split, so the total
+    does not depend on how the split was cut into batches (it agrees with the sum of
+    per-batch float32 ``loss_sum`` calls to float32 rounding, ``tests/tasks/test_binary.py``).
 
     Args:
-        logits: ``[N]`` logits.
-        targets: ``[N]`` 0/1 labels in the logits' dtype.
-        sizes: Block sizes, summing to N.
-        pos_weight: ``[1]`` weight of the positive term, or None.
-        start: The running total the block sums are added to (a previous chunk's).
+        logits: ``[N]`` float32 or float64 logits.
+        positive: ``[N]`` bool labels.
+        pos_weight: Weight p of the positive term, or None.
     """
-    z = logits.numpy()
-    y = targets.numpy().astype(z.dtype, copy=False)
-    log_sig_t = F.logsigmoid(logits)  # torch's kernel (its bits); the rest is IEEE arithmetic
-    log_sig = log_sig_t.numpy()
-    with np.errstate(all="ignore"):  # inf / NaN as torch gives them, without warnings
-        if pos_weight is not None:
-            weight = (pos_weight.numpy() - 1) * y
-            weight += 1
-            log_sig *= weight
-        loss = 1 - y
-        loss *= z
-    # torch's subtraction: where both terms are NaN (a NaN logit) it keeps log σ's NaN
-    torch.from_numpy(loss).sub_(log_sig_t)
-    total = start
-    for value in block_sums(loss, sizes):
-        total += value
+    # [2, N] float64 rows z and log σ(z): their sums, and their sums over the positives
+    # as one matrix-vector product
+    rows = np.empty((2, logits.shape[0]))
+    rows[0], rows[1] = logits.numpy(), F.logsigmoid(logits).numpy()
+    with np.errstate(all="ignore"):  # inf / NaN logits give inf / NaN, without warnings
+        sum_z, sum_ls = rows.sum(axis=1).tolist()
+        pos_z, pos_ls = (rows @ positive.astype(np.float64)).tolist()
+    total: float = sum_z - pos_z - sum_ls
+    if pos_weight is not None:
+        total -= (pos_weight - 1.0) * pos_ls
     return total
 
 
@@ -206,10 +223,11 @@ class BinaryAccumulator:
 
     It owns the loss (``owns_loss``): ``update`` only keeps the batch; once the pending
     batches hold :data:`~geofl.tasks.common.FLUSH_ENTRIES` logits (and in
-    :meth:`compute`) they are reduced: their BCE summed per batch block
-    (:func:`bce_sums`, the value per-batch ``loss_sum`` calls give), their logits and
-    labels kept as ``[n]`` logits and ``[n]`` bool (5 bytes per sample in float32, the
-    memory exact ROC-AUC needs). :meth:`compute` then thresholds and ranks the split once.
+    :meth:`compute`) they are reduced: their BCE summed in float64 (:func:`bce_sum`),
+    their logits and labels kept as ``[n]`` logits and ``[n]`` bool (5 bytes per sample in
+    float32, the memory exact ROC-AUC needs). :meth:`compute` then thresholds (on the
+    logit, :func:`logit_cut`) and ranks the split once. Nothing follows the batches, so the
+    metrics do not depend on the evaluation batch size (to the bit, below the flush size).
 
     Args:
         threshold: Sigmoid threshold of a positive prediction.
@@ -221,6 +239,7 @@ class BinaryAccumulator:
     def __init__(self, threshold: float, pos_weight: torch.Tensor | None = None) -> None:
         self.threshold = threshold
         self.pos_weight = pos_weight
+        self._pos_weight = None if pos_weight is None else float(pos_weight)
         self._store = BatchStore(owns_loss=True)
         self._loss = 0.0
         self._logits: list[torch.Tensor] = []
@@ -233,11 +252,14 @@ class BinaryAccumulator:
 
     def _reduce(self) -> None:
         """Sum the pending batches' loss; keep their logits and labels."""
-        outputs, targets, sizes = self._store.take()
+        outputs, targets = self._store.take()
         logits = _logit(outputs)
-        self._loss = bce_sums(logits, targets, sizes, self.pos_weight, self._loss)
+        if logits.dtype not in (torch.float32, torch.float64):
+            logits = logits.float()  # float16 / bfloat16 outputs (numpy has no bfloat16)
+        truth = targets.numpy() != 0
+        self._loss += bce_sum(logits, truth, self._pos_weight)
         self._logits.append(logits)
-        self._truth.append(targets.numpy() != 0)
+        self._truth.append(truth)
 
     def compute(self) -> SplitMetrics:
         """ROC-AUC, F1, precision, recall, accuracy and mean loss of the split."""
@@ -245,15 +267,13 @@ class BinaryAccumulator:
         if self._store.n == 0:
             keys = ("roc_auc", "f1", "precision", "recall", "accuracy", "loss")
             return SplitMetrics(dict.fromkeys(keys, nan))
-        if self._store.sizes:
+        if self._store.pending:
             self._reduce()
         if len(self._logits) > 1:
             self._logits, self._truth = [torch.cat(self._logits)], [np.concatenate(self._truth)]
         logits, truth = self._logits[0], self._truth[0]
-        # torch's sigmoid (its bits); the comparison in numpy, with the threshold a Python
-        # float on both sides (cast to the logits' dtype, as torch's comparison casts it)
-        pred_np = torch.sigmoid(logits).numpy() >= self.threshold
         truth_np, logits_np = truth, logits.numpy()
+        pred_np = logits_np >= logit_cut(self.threshold, logits.dtype)  # as BinaryTask.predict
         n, n_pos = int(truth_np.size), int(np.count_nonzero(truth_np))
         tp = int(np.count_nonzero(truth_np & pred_np))
         fp, fn = int(np.count_nonzero(pred_np)) - tp, n_pos - tp

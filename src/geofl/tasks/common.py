@@ -10,24 +10,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 
 from geofl.errors import ConfigError
 
 __all__ = [
     "FLUSH_ENTRIES",
-    "GRAIN_SIZE",
     "TARGETS_FIELD",
     "BatchStore",
     "PosWeight",
     "auto_pos_weight",
     "batch_loss",
-    "block_sums",
     "describe",
     "parse_pos_weight",
     "require_tensor",
-    "runs",
 ]
 
 #: Config path that target mismatches are reported under (the task is the thing to change).
@@ -123,59 +119,13 @@ def batch_loss(loss_sum: float | None) -> float:
 #: reduces them (:meth:`BatchStore.add` says so): a bound on its memory for splits of any size.
 FLUSH_ENTRIES = 1 << 17
 
-#: Elements up to which a torch CPU reduction runs on one thread (``at::internal::GRAIN_SIZE``):
-#: its summation order is then that of one block alone, whatever the thread count.
-GRAIN_SIZE = 32768
-
-
-def runs(sizes: list[int]) -> list[tuple[int, int, int]]:
-    """``(start, b, k)`` for each run of ``k`` consecutive equal batch sizes ``b`` starting at
-    sample ``start`` (an evaluation's batches: one run, plus a shorter last batch)."""
-    out, start, i = [], 0, 0
-    while i < len(sizes):
-        b, k = sizes[i], 1
-        while i + k < len(sizes) and sizes[i + k] == b:
-            k += 1
-        out.append((start, b, k))
-        start, i = start + b * k, i + k
-    return out
-
-
-def block_sums(values: np.ndarray, sizes: list[int]) -> list[float]:
-    """Each consecutive block of ``sizes`` rows of ``values`` summed whole, in block order:
-    the value torch's ``block.sum()`` gives per block, to the bit, in one reduction per run.
-
-    A run of k equal blocks of w elements is one ``[k, w]`` view reduced along its rows;
-    torch reduces each row as it reduces a lone block (the same vectorised inner sum)
-    unless w exceeds :data:`GRAIN_SIZE`, where a lone block's sum is split across
-    threads, so larger blocks are summed one by one (``tests/tasks/test_common.py``).
-
-    Args:
-        values: ``[N, ...]`` C-contiguous array (torch sums it through a shared view).
-        sizes: Block sizes (rows), summing to N.
-
-    Returns:
-        ``len(sizes)`` sums as Python floats (of the values' dtype).
-    """
-    flat = values.reshape(-1)
-    width = flat.size // max(values.shape[0], 1)
-    sums: list[float] = []
-    for start, b, k in runs(sizes):
-        w = b * width
-        block = flat[start * width : (start + b * k) * width]
-        if w <= GRAIN_SIZE:
-            sums += torch.from_numpy(block.reshape(k, w)).sum(dim=1).tolist()
-        else:
-            sums += [float(torch.from_numpy(block[i * w : (i + 1) * w]).sum()) for i in range(k)]
-    return sums
-
 
 class BatchStore:
     """Outputs and targets of a split's batches, concatenated once when reduced.
 
-    Rank-based metrics (AP, ROC-AUC) need the whole split's scores; appending detached
-    batch tensors to a list and concatenating once costs one copy per sample. The batch
-    sizes are kept too (:attr:`sizes`), for metrics whose summation follows the batches.
+    Rank-based metrics (AP, ROC-AUC) need the whole split's scores, and sums over a whole
+    split cost a fixed number of library calls instead of a dozen per batch; appending
+    detached batch tensors to a list and concatenating once costs one copy per sample.
     An accumulator that reduces as it goes (:meth:`take`) does so when :meth:`add` says
     the store is full, which bounds what is pending to :data:`FLUSH_ENTRIES` output entries
     plus one batch.
@@ -187,11 +137,15 @@ class BatchStore:
     def __init__(self, *, owns_loss: bool = False) -> None:
         self._outputs: list[torch.Tensor] = []
         self._targets: list[torch.Tensor] = []
-        self.sizes: list[int] = []
         self.n = 0
         self.pending_entries = 0
         self.loss_sum = 0.0
         self.owns_loss = owns_loss
+
+    @property
+    def pending(self) -> bool:
+        """True if batches were added since the last :meth:`take`."""
+        return bool(self._outputs)
 
     def add(self, output: torch.Tensor, target: torch.Tensor, loss_sum: float | None) -> bool:
         """Keep one batch (no copy of the data; detached if it carries a graph).
@@ -202,9 +156,7 @@ class BatchStore:
         """
         self._outputs.append(output.detach() if output.requires_grad else output)
         self._targets.append(target)
-        b = target.shape[0]
-        self.sizes.append(b)
-        self.n += b
+        self.n += target.shape[0]
         self.pending_entries += output.numel()
         if not self.owns_loss:
             self.loss_sum += batch_loss(loss_sum)
@@ -218,14 +170,13 @@ class BatchStore:
             return self._outputs[0].contiguous(), self._targets[0].contiguous()
         return torch.cat(self._outputs), torch.cat(self._targets)
 
-    def take(self) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-        """``(outputs, targets, sizes)`` of the pending batches (concatenated, on the CPU),
-        which the store then forgets (:attr:`n` keeps counting every sample added)."""
+    def take(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(outputs, targets)`` of the pending batches (concatenated, on the CPU), which
+        the store then forgets (:attr:`n` keeps counting every sample added)."""
         outputs, targets = self.tensors()
-        sizes = self.sizes
-        self._outputs, self._targets, self.sizes = [], [], []
+        self._outputs, self._targets = [], []
         self.pending_entries = 0
-        return outputs.cpu(), targets.cpu(), sizes
+        return outputs.cpu(), targets.cpu()
 
     def mean_loss(self) -> float:
         """Mean per-sample loss (NaN for an empty split)."""

@@ -14,8 +14,9 @@ uniformly over outputs as scikit-learn's ``multioutput="uniform_average"``: ``rm
 ``mae``, ``r2`` (``r2_score``, constant-target convention in
 :func:`geofl.tasks.scoring.r2_from_sums`) and ``loss`` (the standardised MSE the
 network is trained on). The accumulator keeps the batches' outputs and targets and reduces
-them together once per split, or every :data:`~geofl.tasks.common.FLUSH_ENTRIES` output
-entries on a large one (:class:`RegressionAccumulator`).
+them together in float64 once per split, or every
+:data:`~geofl.tasks.common.FLUSH_ENTRIES` output entries on a large one
+(:class:`RegressionAccumulator`).
 
 Label summary: label-skew partitioners and consistency weighting need discrete classes.
 Output ``bin_output`` is cut into ``bins`` quantile bins whose edges are numpy's default
@@ -29,6 +30,7 @@ draws over) and :meth:`RegressionTask.label_summary` counts them, so the summary
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -40,10 +42,8 @@ from geofl.tasks.base import TASKS, Direction, SplitMetrics, declare_metrics
 from geofl.tasks.common import (
     TARGETS_FIELD,
     BatchStore,
-    block_sums,
     describe,
     require_tensor,
-    runs,
 )
 from geofl.tasks.scoring import mse_mae_r2, mse_mae_r2_scalar
 
@@ -209,17 +209,14 @@ class RegressionAccumulator:
     Cost: ``update`` only keeps the batch. Pending batches are reduced together once they
     hold :data:`~geofl.tasks.common.FLUSH_ENTRIES` output entries (2¹⁷: for 3 outputs
     ≈ 43,700 samples, 171 batches of 256; memory stays bounded on any split) and at
-    :meth:`compute`: d, e, the four terms ``[4, n, T]`` and the standardised squared
-    errors of :meth:`RegressionTask.squared_errors` are computed for all pending entries
-    in a dozen numpy operations (IEEE arithmetic: the bits do not depend on how a split is
-    cut into batches, nor on numpy or torch doing it). Only the sums follow the batches,
-    in batch order, each over its ``[B, T]`` block — the reduction per-batch accumulation
-    made, in torch, one call per run of equal batches (:func:`_block_sums`,
-    :func:`~geofl.tasks.common.block_sums`) — and the accumulator owns the loss
-    (``owns_loss``): the batch's :meth:`RegressionTask.loss_sum`, from the same float32
-    sum per block. Every metric and the loss are those of per-batch accumulation to the
-    bit (``tests/tasks/test_regression.py``), at a fixed cost of ~50 library calls per
-    split instead of ~25 torch operations per batch (``benchmarks/README.md``).
+    :meth:`compute`: d, e and the four terms are computed on ``[T, n]`` float64 rows and
+    summed along them (numpy's pairwise sums) in about fifteen numpy operations, whatever
+    the number of batches. So the metrics do not depend on how the split was cut into
+    batches (to the bit, below the flush size), and the sums are float64 ones, more
+    accurate than float32 per-batch accumulation. The accumulator owns the loss
+    (``owns_loss``): Σe² / T, the standardised MSE summed over samples, which equals the
+    sum of the batches' float32 :meth:`RegressionTask.loss_sum` to float32 rounding
+    (``tests/tasks/test_regression.py``; cost in ``benchmarks/README.md``).
 
     Args:
         task: The regression task (μ, σ, the standardised loss).
@@ -254,45 +251,38 @@ class RegressionAccumulator:
     def _reduce(self) -> None:
         """Fold the pending batches into the running sums, range and loss."""
         task = self.task
-        outputs, targets, sizes = self._store.take()
-        out_t = task._rows(outputs)
+        outputs, targets = self._store.take()
+        out_t, y_t = task._rows(outputs), task._rows(targets)
         if out_t.dtype not in (torch.float32, torch.float64):
-            out_t = out_t.float()  # what torch's promotion against float32 targets does
-        out = out_t.numpy()
-        y = task._rows(targets)
-        if y.dtype not in (torch.float32, torch.float64):
-            y = y.to(torch.float64)
-        n, t = out.shape
-        # Per-output constants broadcast along contiguous rows of a [T, n] copy (numpy
-        # broadcasting a [T] vector over [n, T] runs an inner loop of T elements).
-        y_rows = y.numpy().T.astype(np.float64, order="C")
-        with np.errstate(all="ignore"):  # inf / NaN as torch gives them, without warnings
-            centred = y_rows - self._mu[:, None]
-            z = np.empty((t, n), dtype=np.float32)  # (y − μ) / σ in float64, then rounded
-            np.divide(centred, self._sigma[:, None], out=z, casting="same_kind")
-            d_rows = np.multiply(centred, self._inv_sigma[:, None], out=centred)
-            terms = np.empty((4, n, t))
-            d = terms[0]
-            np.copyto(d, d_rows.T)
-            # the standardised squared errors that ``RegressionTask.squared_errors`` gives
-            sq = out - z.T
-            np.multiply(sq, sq, out=sq)
-            e = d - out
+            out_t = out_t.float()  # float16 / bfloat16 outputs (numpy has no bfloat16)
+        if y_t.dtype not in (torch.float32, torch.float64):
+            y_t = y_t.to(torch.float64)
+        # [T, n] float64 copies: numpy broadcasts a per-output constant along a contiguous
+        # row and reduces a row in pairwise blocks, where [n, T] would run strided inner
+        # loops of T elements (~10× slower for a few outputs).
+        d = y_t.numpy().T.astype(np.float64, order="C")
+        e = out_t.numpy().T.astype(np.float64, order="C")
+        n = d.shape[1]
+        terms = np.empty((4, task.num_outputs, n))
+        with np.errstate(all="ignore"):  # inf / NaN propagate, without warnings
+            d -= self._mu[:, None]
+            d *= self._inv_sigma[:, None]  # d = (y − μ)·(1/σ)
+            np.subtract(d, e, out=e)  # e = d − ẑ
+            np.copyto(terms[0], d)
             np.multiply(d, d, out=terms[1])
             np.multiply(e, e, out=terms[2])
             np.abs(e, out=terms[3])
-            self._low = np.minimum(self._low, d_rows.min(axis=1))
-            self._high = np.maximum(self._high, d_rows.max(axis=1))
-        # running sums added in batch order (cumsum adds sequentially: Σ + s₁, then + s₂, …)
-        sums = np.concatenate((self._sums[:, None], *_block_sums(terms, sizes)), axis=1)
-        self._sums = np.cumsum(sums, axis=1)[:, -1]
-        for value in block_sums(sq, sizes):
-            self._loss += value / task.num_outputs
+            sums = terms.sum(axis=2)
+            self._sums = self._sums + sums
+            self._low = np.minimum(self._low, d.min(axis=1))
+            self._high = np.maximum(self._high, d.max(axis=1))
+        # Σ over samples of the per-sample standardised MSE (mean over the T outputs)
+        self._loss += float(sums[2].sum()) / task.num_outputs
 
     def _sums_now(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """``([4, T] Σd, Σd², Σe², Σ|e|; [T] min d; [T] max d; summed loss)`` of every
         batch added (pending ones reduced first)."""
-        if self._store.sizes:
+        if self._store.pending:
             self._reduce()
         return self._sums, self._low, self._high, self._loss
 
@@ -306,20 +296,12 @@ class RegressionAccumulator:
         constant = low == high
         task = self.task
         if task.num_outputs <= SCALAR_OUTPUTS:
-            rows = mse_mae_r2_scalar(sums.tolist(), constant.tolist(), task._var_sigma, n)
-            per_output = torch.from_numpy(np.array(rows))  # cheaper than torch.tensor(rows)
+            mse, mae, r2 = mse_mae_r2_scalar(sums.tolist(), constant.tolist(), task._var_sigma, n)
         else:
-            errors = mse_mae_r2(sums, constant, task._var_np, task._sigma_np, n)
-            per_output = torch.from_numpy(errors)
-        # torch's square root (its float64 sqrt is not always IEEE's correctly rounded one,
-        # which numpy's and Python's are) and mean of each [T] row (its summation order):
-        # what the metrics have always been. The mean of one value is that value.
-        per_output[0].sqrt_()
-        rmse, mae, r2 = per_output.tolist()
-        if task.num_outputs > 1:
-            means = per_output.mean(dim=1).tolist()
-        else:
-            means = [rmse[0], mae[0], r2[0]]
+            mse, mae, r2 = mse_mae_r2(sums, constant, task._var_np, task._sigma_np, n).tolist()
+        rmse = [math.sqrt(v) for v in mse]  # MSE ≥ 0, or NaN / inf, which sqrt keeps
+        # uniform average over outputs (scikit-learn's np.average; in order, on floats)
+        means = [sum(row) / len(row) for row in (rmse, mae, r2)]
         values = {"rmse": means[0], "mae": means[1], "r2": means[2], "loss": loss_sum / n}
         notes: tuple[str, ...] = ()
         if n < 2:
@@ -338,22 +320,6 @@ class RegressionAccumulator:
 #: vectors (:func:`~geofl.tasks.scoring.mse_mae_r2`, ~20 calls whatever T): the same IEEE
 #: operations either way.
 SCALAR_OUTPUTS = 8
-
-
-def _block_sums(terms: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
-    """``[4, k, T]`` per run of k equal batches: each batch's block of ``terms`` ``[4, N, T]``
-    summed over its samples by torch, the reduction per-batch accumulation made on its
-    ``[4, B, T]`` stack.
-
-    A run is one ``[4, k, B, T]`` view reduced over its B axis (one call instead of k; the
-    same outer reduction of B rows per output, which ``tests/tasks/test_regression.py``
-    checks to the bit against per-batch stacks, at 1 and 4 threads).
-    """
-    t = terms.shape[2]
-    return [
-        torch.from_numpy(terms[:, start : start + b * k].reshape(4, k, b, t)).sum(dim=2).numpy()
-        for start, b, k in runs(sizes)
-    ]
 
 
 declare_metrics("regression", {"rmse": "min", "mae": "min", "r2": "max", "loss": "min"})
