@@ -62,35 +62,53 @@ def run_cmd(
     try:
         seed_list = parse_seeds(seeds)
         cfg = load_config(source, [*(set_ or []), *_track_overrides(track)], seed_list)
-        if out is None:
-            if resume:
-                raise ConfigError("--out", "--resume needs the run directory as --out")
-            out = Path("runs") / f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}"
+        out = out if out is not None else _default_out(cfg.name, resume)
         provenance = Provenance.from_cli(set_, seed_list)
         run_dir = _run(cfg, out, resume, rebuild_log, progress, provenance)
-        if report:
-            from geofl.report import write_report
-
-            index = write_report(run_dir)
-            console.print(f"report: {escape(str(index))}")
-            _log_report(run_dir)
-        _print_summary(run_dir)
+        _finish(run_dir, report)
     except RunStoppedError as err:
-        where = out if out is not None else "RUN_DIR"
-        console.print(
-            escape(f"{err}; resume with: geofl run {where}/config.yaml --out {where} --resume"),
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(code=128 + err.signum) from None
+        raise _stopped(err, out) from None
     except GeoflError as err:
         raise fail(str(err)) from None
     except OSError as err:  # disk full, permissions: nothing half-written (atomic writes)
-        where = f"{err.filename}: " if err.filename else ""
-        raise fail(
-            f"{where}{err.strerror or err}; fix it (free space, permissions) and rerun with "
-            "--resume"
-        ) from None
+        raise _os_failure(err) from None
+
+
+def _default_out(name: str, resume: bool) -> Path:
+    """``runs/NAME-YYYYmmdd-HHMMSS`` for a new run; a resumed run must name its ``--out``."""
+    if resume:
+        raise ConfigError("--out", "--resume needs the run directory as --out")
+    return Path("runs") / f"{name}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def _finish(run_dir: Path, report: bool) -> None:
+    """Write the HTML report (when asked) and log it to the trackers; print the summary."""
+    if report:
+        from geofl.report import write_report
+
+        index = write_report(run_dir)
+        console.print(f"report: {escape(str(index))}")
+        _log_report(run_dir)
+    _print_summary(run_dir)
+
+
+def _stopped(err: RunStoppedError, out: Path | None) -> typer.Exit:
+    """Print how to resume a run stopped by a signal; return the ``128 + signum`` exit."""
+    where = out if out is not None else "RUN_DIR"
+    console.print(
+        escape(f"{err}; resume with: geofl run {where}/config.yaml --out {where} --resume"),
+        highlight=False,
+        soft_wrap=True,
+    )
+    return typer.Exit(code=128 + err.signum)
+
+
+def _os_failure(err: OSError) -> typer.Exit:
+    """:func:`fail` with the file and cause of a disk or permission error."""
+    where = f"{err.filename}: " if err.filename else ""
+    return fail(
+        f"{where}{err.strerror or err}; fix it (free space, permissions) and rerun with --resume"
+    )
 
 
 #: Trackers ``--track`` accepts (fields of the config's ``tracking`` section).
@@ -193,11 +211,7 @@ def report_cmd(run_dir: RunDirArg) -> None:
     except GeoflError as err:
         raise fail(str(err)) from None
     except OSError as err:  # disk full, permissions: nothing half-written (atomic writes)
-        where = f"{err.filename}: " if err.filename else ""
-        raise fail(
-            f"{where}{err.strerror or err}; fix it (free space, permissions) and rerun with "
-            "--resume"
-        ) from None
+        raise _os_failure(err) from None
 
 
 def presets_cmd() -> None:

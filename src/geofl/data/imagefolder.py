@@ -470,6 +470,56 @@ def run_parallel(count: int, work: Callable[[int], None], workers: int = 0) -> N
             raise
 
 
+def _cached_folder(
+    spec: FolderSpec,
+    folder: ImageFolder,
+    *,
+    size: int,
+    cache_dir: Path,
+    decode: Decoder,
+    cache_mode: CacheMode,
+) -> tuple[dict[str, np.ndarray], Inputs]:
+    """The folder's decode-once cache (decoded now if absent) and its scaled images.
+
+    Args:
+        spec: The dataset's layout and band description.
+        folder: The scanned folder (its root and fingerprint key the cache).
+        size: Output height and width in pixels.
+        cache_dir: Directory of the decode-once cache.
+        decode: Per-file decoder returning ``[C, size, size]`` of ``spec.dtype``.
+        cache_mode: ``memory`` or ``mmap`` (see :func:`load_folder_dataset`).
+
+    Returns:
+        ``(arrays, images)``: the cached ``images``, ``labels`` and ``paths`` arrays, and
+        ``images [N, C, size, size]`` float32 (stored values / ``spec.scale``), a tensor
+        or a :class:`~geofl.data.lazy.StoredRows` view.
+    """
+    key_spec: dict[str, Any] = {
+        "root": str(folder.root),
+        "size": size,
+        "source": folder.fingerprint,
+        "format": _CACHE_FORMAT,
+    }
+
+    def build() -> dict[str, np.ndarray]:
+        return {
+            "images": decode_folder(folder, spec, decode, size=size),
+            "labels": np.asarray(folder.labels, dtype=np.int64),
+            "paths": np.asarray(folder.paths, dtype=np.str_),
+        }
+
+    key = cache_key(spec.name, key_spec)
+    images: Inputs
+    if cache_mode == "mmap":
+        meta = {"bands": spec.bands, "classes": spec.classes, "source": key_spec}
+        arrays, _ = cached_store(cache_dir, key, lambda w: w.put_all(build()), meta)
+        images = StoredRows(arrays["images"], scale=spec.scale)
+    else:
+        arrays = cached_arrays(cache_dir, key, build)
+        images = torch.from_numpy(arrays["images"]).to(torch.float32).div_(spec.scale)
+    return arrays, images
+
+
 def load_folder_dataset(
     spec: FolderSpec,
     root: Path,
@@ -496,29 +546,9 @@ def load_folder_dataset(
         ``metadata["path"] [N]`` (file paths relative to ``root``).
     """
     folder = scan_folder(spec, root)
-    key_spec: dict[str, Any] = {
-        "root": str(folder.root),
-        "size": size,
-        "source": folder.fingerprint,
-        "format": _CACHE_FORMAT,
-    }
-
-    def build() -> dict[str, np.ndarray]:
-        return {
-            "images": decode_folder(folder, spec, decode, size=size),
-            "labels": np.asarray(folder.labels, dtype=np.int64),
-            "paths": np.asarray(folder.paths, dtype=np.str_),
-        }
-
-    key = cache_key(spec.name, key_spec)
-    images: Inputs
-    if cache_mode == "mmap":
-        meta = {"bands": spec.bands, "classes": spec.classes, "source": key_spec}
-        arrays, _ = cached_store(cache_dir, key, lambda w: w.put_all(build()), meta)
-        images = StoredRows(arrays["images"], scale=spec.scale)
-    else:
-        arrays = cached_arrays(cache_dir, key, build)
-        images = torch.from_numpy(arrays["images"]).to(torch.float32).div_(spec.scale)
+    arrays, images = _cached_folder(
+        spec, folder, size=size, cache_dir=cache_dir, decode=decode, cache_mode=cache_mode
+    )
     n = images.shape[0]
     return ArrayDataset(
         inputs=images,

@@ -235,30 +235,13 @@ def generate_stress(params: StressParams) -> dict[str, np.ndarray]:
     crop = (farm // params.num_regions) % len(_CROPS)  # each farm grows one crop
     base = np.asarray(_CROP_NDVI)[crop] - 0.04 * (region % 3) + rng.normal(0.0, 0.04, n)
     sigma = rng.uniform(0.03, 0.07, n)
-    temp = clim[region, 1] + 9.0 + rng.normal(0.0, 3.5, n)
-    rain = rng.gamma(1.5, clim[region, 0] / 40.0, n)
-    moist = 0.1 + 0.005 * rain - 0.07 * farms.sand[farm] + rng.normal(0.0, 0.03, n)
-    moist = np.clip(moist, 0.03, 0.45)
-    heat, drought = np.maximum(temp - 30.0, 0) / 3.0, np.maximum(0.15 - moist, 0) / 0.05
-    z = np.log(params.stress_rate / (1 - params.stress_rate)) + 1.2 * heat + 1.3 * drought
-    event = rng.random(n) < 1 / (1 + np.exp(-z))
-    drop = event * rng.uniform(0.02, 0.25, n)
-    weekly = base[:, None] + sigma[:, None] * rng.normal(0.0, 1.0, (n, 3))
-    ndvi = weekly - drop[:, None] * np.array([1.0, 0.5, 0.0])  # columns t, t-1, t-2
-    evi = 0.62 * ndvi[:, :2] - 0.03 + rng.normal(0.0, 0.01, (n, 2))
+    temp, rain, moist = _stress_weather(rng, clim, region, farms.sand[farm])
+    ndvi, evi = _stress_indices(rng, params.stress_rate, base, sigma, temp, moist)
     evi_base = 0.62 * base - 0.03
     q20 = _group_quantile(ndvi[:, 0], crop * params.num_regions + region, 0.2)
     y = (ndvi[:, 0] < base - sigma) & (evi[:, 0] < evi_base - 0.08) & (ndvi[:, 0] < q20)
-    obs = params.observation_noise
-    # Residual cloud lowers both indices of a week's composite, mimicking a stress drop.
-    cloud = (rng.random((n, 3)) < params.cloud_rate) * rng.uniform(0.05, 0.2, (n, 3))
-    seen_ndvi = ndvi - cloud + rng.normal(0.0, obs, ndvi.shape)
-    seen_evi = evi - 0.62 * cloud[:, :2] + rng.normal(0.0, obs, evi.shape)
-    base_seen = base + rng.normal(0.0, obs / 2, n)  # an 8-week mean: less noisy
-    cols = [
-        *seen_ndvi.T, *seen_evi.T, base_seen, sigma, evi_base + rng.normal(0.0, obs / 2, n),
-        temp, rain, moist,
-    ]  # fmt: skip
+    seen = _stress_observed(rng, params, ndvi, evi, base, sigma, evi_base)
+    cols = [*seen, temp, rain, moist]
     x = np.concatenate([np.stack(cols, axis=1), _one_hot(crop, len(_CROPS))], axis=1)
     return {
         "features": x.astype(np.float32),
@@ -267,6 +250,90 @@ def generate_stress(params: StressParams) -> dict[str, np.ndarray]:
         "farm": farm.astype(np.int64),
         "crop": crop.astype(np.int64),
     }
+
+
+def _stress_weather(
+    rng: np.random.Generator, clim: np.ndarray, region: np.ndarray, sand: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The week's maximum temperature (°C), rain (mm) and soil moisture, each ``[N]``.
+
+    Args:
+        rng: The samples' generator (three draws of ``N``: temperature, rain, moisture).
+        clim: ``[R, 3]`` region climates (rain, temperature, elevation).
+        region: ``[N]`` region of each sample.
+        sand: ``[N]`` sand fraction of each sample's farm.
+    """
+    n = region.shape[0]
+    temp = clim[region, 1] + 9.0 + rng.normal(0.0, 3.5, n)
+    rain = rng.gamma(1.5, clim[region, 0] / 40.0, n)
+    moist = 0.1 + 0.005 * rain - 0.07 * sand + rng.normal(0.0, 0.03, n)
+    moist = np.clip(moist, 0.03, 0.45)
+    return temp, rain, moist
+
+
+def _stress_indices(
+    rng: np.random.Generator,
+    stress_rate: float,
+    base: np.ndarray,
+    sigma: np.ndarray,
+    temp: np.ndarray,
+    moist: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """True NDVI ``[N, 3]`` (weeks t, t−1, t−2) and EVI ``[N, 2]`` (t, t−1), stress drops in.
+
+    A stress event happens with probability ``sigmoid(logit(stress_rate) + 1.2·heat +
+    1.3·drought)`` and lowers NDVI by its drop at ``t``, half of it at ``t−1``.
+
+    Args:
+        rng: The samples' generator (event, drop, weekly noise, EVI noise, in order).
+        stress_rate: Base probability of a stress event.
+        base: ``[N]`` 8-week NDVI baseline μ.
+        sigma: ``[N]`` week-to-week NDVI std σ.
+        temp: ``[N]`` maximum temperature (°C).
+        moist: ``[N]`` soil moisture.
+    """
+    n = base.shape[0]
+    heat, drought = np.maximum(temp - 30.0, 0) / 3.0, np.maximum(0.15 - moist, 0) / 0.05
+    z = np.log(stress_rate / (1 - stress_rate)) + 1.2 * heat + 1.3 * drought
+    event = rng.random(n) < 1 / (1 + np.exp(-z))
+    drop = event * rng.uniform(0.02, 0.25, n)
+    weekly = base[:, None] + sigma[:, None] * rng.normal(0.0, 1.0, (n, 3))
+    ndvi = weekly - drop[:, None] * np.array([1.0, 0.5, 0.0])  # columns t, t-1, t-2
+    evi = 0.62 * ndvi[:, :2] - 0.03 + rng.normal(0.0, 0.01, (n, 2))
+    return ndvi, evi
+
+
+def _stress_observed(
+    rng: np.random.Generator,
+    params: StressParams,
+    ndvi: np.ndarray,
+    evi: np.ndarray,
+    base: np.ndarray,
+    sigma: np.ndarray,
+    evi_base: np.ndarray,
+) -> list[np.ndarray]:
+    """The index feature columns as observed: residual cloud and sensor noise added.
+
+    Args:
+        rng: The samples' generator (cloud, then the noise of each column, in order).
+        params: Dataset parameters (``cloud_rate``, ``observation_noise``).
+        ndvi: ``[N, 3]`` true NDVI of weeks t, t−1, t−2.
+        evi: ``[N, 2]`` true EVI of weeks t, t−1.
+        base: ``[N]`` NDVI baseline μ.
+        sigma: ``[N]`` NDVI week-to-week std σ.
+        evi_base: ``[N]`` EVI baseline μ_EVI.
+
+    Returns:
+        Eight ``[N]`` columns: NDVI t, t−1, t−2, EVI t, t−1, μ, σ, μ_EVI.
+    """
+    n = base.shape[0]
+    obs = params.observation_noise
+    # Residual cloud lowers both indices of a week's composite, mimicking a stress drop.
+    cloud = (rng.random((n, 3)) < params.cloud_rate) * rng.uniform(0.05, 0.2, (n, 3))
+    seen_ndvi = ndvi - cloud + rng.normal(0.0, obs, ndvi.shape)
+    seen_evi = evi - 0.62 * cloud[:, :2] + rng.normal(0.0, obs, evi.shape)
+    base_seen = base + rng.normal(0.0, obs / 2, n)  # an 8-week mean: less noisy
+    return [*seen_ndvi.T, *seen_evi.T, base_seen, sigma, evi_base + rng.normal(0.0, obs / 2, n)]
 
 
 def _group_quantile(values: np.ndarray, group: np.ndarray, q: float) -> np.ndarray:

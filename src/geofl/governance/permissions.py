@@ -246,10 +246,28 @@ class PermissionPolicy:
     def _propose(
         self, round_id: int, node: int, old: PermissionLevel, obs: PermissionObservation
     ) -> Proposal | None:
-        r = self.rules
+        """The one proposal the rules make for ``node`` this round (000 §3.5.3, Eq. 24).
+
+        The most severe escalation above ``old`` (the first triggered cause on a tie,
+        every cause in ``detail``), else a periodic-review restoration, else None; a
+        removed node gets none.
+        """
         if old == PermissionLevel.REMOVED:
             return None
-        # escalations: (target, reason, detail), in tie-break order
+        hits = [h for h in self._escalations(obs) if h[0] > old]
+        if hits:
+            top = max(h[0] for h in hits)
+            chosen = next(h for h in hits if h[0] == top)
+            detail = "; ".join(h[2] for h in hits)
+            return Proposal(node, old, top, chosen[1], round_id, detail)
+        return self._restoration(round_id, node, old, obs)
+
+    def _escalations(
+        self, obs: PermissionObservation
+    ) -> list[tuple[PermissionLevel, ProposalReason, str]]:
+        """Every escalation ``obs`` triggers, as (target, reason, detail) in tie-break
+        order: consecutive failures, validation rejection, reputation degradation."""
+        r = self.rules
         hits: list[tuple[PermissionLevel, ProposalReason, str]] = []
         if r.failure_streak is not None and obs.failure_streak >= r.failure_streak:
             hits.append(
@@ -285,12 +303,15 @@ class PermissionPolicy:
                         f"reputation {rep:.3f} < {r.watchlist_below:g}",
                     )
                 )
-        hits = [h for h in hits if h[0] > old]
-        if hits:
-            top = max(h[0] for h in hits)
-            chosen = next(h for h in hits if h[0] == top)
-            detail = "; ".join(h[2] for h in hits)
-            return Proposal(node, old, top, chosen[1], round_id, detail)
+        return hits
+
+    def _restoration(
+        self, round_id: int, node: int, old: PermissionLevel, obs: PermissionObservation
+    ) -> Proposal | None:
+        """Watchlist → active at a review round for a node that did not fail this round
+        and whose Rep ≥ ``restore_above`` (§3.5.3 periodic review), else None."""
+        r = self.rules
+        rep = obs.reputation
         if (
             old == PermissionLevel.WATCHLIST
             and self.is_review_round(round_id)

@@ -71,6 +71,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from geofl.errors import GovernanceError
@@ -300,70 +301,12 @@ class ReputationTracker:
             GovernanceError: on a non-increasing round id or an out-of-range observation.
         """
         p = self.params
-        if self._last_round is not None and round_id <= self._last_round:
-            raise GovernanceError(
-                f"round_id {round_id} must exceed the previous round {self._last_round}"
-            )
-        for node, obs in observations.items():
-            obs.check(node)
-        self._last_round = round_id
-        for node in observations:
-            if node not in self._ratio:
-                self._ratio[node] = p.participation_init
-                self._streak[node] = 0
-        self._nodes = sorted(self._ratio)
-        self._window.append((round_id, dict(observations)))
+        self._admit_round(round_id, observations)
         nodes = self._nodes
-
-        # participation: one EMA step for every known node
-        x_now = np.array([self._participation(observations.get(n)) for n in nodes])
-        r, m, part = participation_step(
-            ratio=np.array([self._ratio[n] for n in nodes]),
-            streak=np.array([self._streak[n] for n in nodes], dtype=np.int64),
-            participated=x_now,
-            recovery=p.participation_recovery,
-            decay=p.participation_decay,
-            streak_penalty=p.miss_streak_penalty,
-        )
-        for k, n in enumerate(nodes):
-            self._ratio[n] = float(r[k])
-            self._streak[n] = int(m[k])
-
-        # window arrays [N, T]
-        def grid(field: str) -> FloatArray:
-            return np.array(
-                [[_nan(getattr(obs.get(n), field, None)) for _, obs in self._window] for n in nodes]
-            )
-
+        r, m, part = self._step_participation(observations)
         x = np.array([[self._participation(obs.get(n)) for _, obs in self._window] for n in nodes])
-        delivered = x == 1.0
-        quality = update_quality(
-            delta_acc=np.where(delivered, grid("delta_acc"), np.nan),
-            consistency=np.where(delivered, grid("consistency"), np.nan),
-            lambda_acc=p.lambda_acc,
-            lambda_consistency=p.lambda_consistency,
-            mapping=p.delta_acc_map,
-            scale=p.delta_acc_scale,
-        )
-        if p.missing_quality is not None:
-            quality = np.where(x == 0.0, p.missing_quality, quality)
-        contrib = contribution_reputation(quality=quality, default=p.contribution_default)
-
-        behavior = normalize_behavior(
-            behavior=behavior_matrix(
-                update_norm=grid("update_norm"), noise_sigma=grid("noise_sigma"), participated=x
-            )
-        )
-        var = behavior_variance(behavior=behavior, weights=p.behavior_weights)
-        expected = (~np.isnan(x)).sum(axis=1)
-        misses = (x == 0.0).sum(axis=1)
-        miss_frac = np.where(expected > 0, misses / np.maximum(expected, 1), 0.0)
-        consist = consistency_reputation(
-            variance=var,
-            miss_fraction=miss_frac,
-            variance_floor=p.variance_floor,
-            inactivity_penalty=p.inactivity_penalty,
-        )
+        contrib = self._window_contribution(x)
+        var, consist = self._window_consistency(x)
         rep = total_reputation(
             contribution=contrib,
             participation=part,
@@ -386,6 +329,119 @@ class ReputationTracker:
         }
         self._history.extend(out.values())
         return out
+
+    def _admit_round(self, round_id: int, observations: Mapping[int, NodeObservation]) -> None:
+        """Check the round and its observations, register new nodes, push the window.
+
+        Nothing changes if a check fails.
+
+        Raises:
+            GovernanceError: on a non-increasing round id or an out-of-range observation.
+        """
+        if self._last_round is not None and round_id <= self._last_round:
+            raise GovernanceError(
+                f"round_id {round_id} must exceed the previous round {self._last_round}"
+            )
+        for node, obs in observations.items():
+            obs.check(node)
+        self._last_round = round_id
+        for node in observations:
+            if node not in self._ratio:
+                self._ratio[node] = self.params.participation_init
+                self._streak[node] = 0
+        self._nodes = sorted(self._ratio)
+        self._window.append((round_id, dict(observations)))
+
+    def _step_participation(
+        self, observations: Mapping[int, NodeObservation]
+    ) -> tuple[FloatArray, npt.NDArray[np.int64], FloatArray]:
+        """One participation EMA step for every known node; stores the new state.
+
+        Args:
+            observations: This round's node id → observation.
+
+        Returns:
+            ``(r, m, Rep_part)``, each ``[N]`` in :attr:`nodes` order: the smoothed ratio,
+            the consecutive-miss streak and ``r·exp(−κ·m)``.
+        """
+        p = self.params
+        nodes = self._nodes
+        x_now = np.array([self._participation(observations.get(n)) for n in nodes])
+        r, m, part = participation_step(
+            ratio=np.array([self._ratio[n] for n in nodes]),
+            streak=np.array([self._streak[n] for n in nodes], dtype=np.int64),
+            participated=x_now,
+            recovery=p.participation_recovery,
+            decay=p.participation_decay,
+            streak_penalty=p.miss_streak_penalty,
+        )
+        for k, n in enumerate(nodes):
+            self._ratio[n] = float(r[k])
+            self._streak[n] = int(m[k])
+        return r, m, part
+
+    def _grid(self, field: str) -> FloatArray:
+        """``[N, T]`` values of one :class:`NodeObservation` field over the window (NaN =
+        not observed)."""
+        return np.array(
+            [
+                [_nan(getattr(obs.get(n), field, None)) for _, obs in self._window]
+                for n in self._nodes
+            ]
+        )
+
+    def _window_contribution(self, x: FloatArray) -> FloatArray:
+        """Rep_contrib of every node (000 Eq. 18–19) over the window.
+
+        Args:
+            x: ``[N, T]`` participation indicators (1 delivered, 0 failed, NaN not expected).
+
+        Returns:
+            ``[N]`` mean update quality of the rounds with a quality, or the default.
+        """
+        p = self.params
+        delivered = x == 1.0
+        quality = update_quality(
+            delta_acc=np.where(delivered, self._grid("delta_acc"), np.nan),
+            consistency=np.where(delivered, self._grid("consistency"), np.nan),
+            lambda_acc=p.lambda_acc,
+            lambda_consistency=p.lambda_consistency,
+            mapping=p.delta_acc_map,
+            scale=p.delta_acc_scale,
+        )
+        if p.missing_quality is not None:
+            quality = np.where(x == 0.0, p.missing_quality, quality)
+        return contribution_reputation(quality=quality, default=p.contribution_default)
+
+    def _window_consistency(self, x: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Var(Behavior_i) and Rep_consist of every node (000 Eq. 20–21) over the window.
+
+        Args:
+            x: ``[N, T]`` participation indicators (1 delivered, 0 failed, NaN not expected).
+
+        Returns:
+            ``(variance, Rep_consist)``, each ``[N]``; Rep_consist carries the
+            inactivity penalty for the failed fraction of the expected rounds.
+        """
+        p = self.params
+        behavior = normalize_behavior(
+            behavior=behavior_matrix(
+                update_norm=self._grid("update_norm"),
+                noise_sigma=self._grid("noise_sigma"),
+                participated=x,
+            )
+        )
+        var = behavior_variance(behavior=behavior, weights=p.behavior_weights)
+        expected = (~np.isnan(x)).sum(axis=1)
+        misses = (x == 0.0).sum(axis=1)
+        miss_frac = np.where(expected > 0, misses / np.maximum(expected, 1), 0.0)
+        consist = consistency_reputation(
+            variance=var,
+            miss_fraction=miss_frac,
+            variance_floor=p.variance_floor,
+            inactivity_penalty=p.inactivity_penalty,
+        )
+        return var, consist
 
     @staticmethod
     def _participation(obs: NodeObservation | None) -> float:

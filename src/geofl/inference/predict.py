@@ -139,6 +139,58 @@ def _predict_batch(
     return out
 
 
+def _decode_or_reason(path: Path, model: GeoflModel) -> torch.Tensor | str:
+    """:func:`decode_image`'s tensor, or its one-line :class:`DataError` message."""
+    try:
+        return decode_image(path, model)
+    except DataError as err:
+        return str(err)
+
+
+def _write_rows(
+    fh: IO[bytes],
+    model: GeoflModel,
+    files: Sequence[Path],
+    batch_size: int,
+    on_skip: Callable[[str], None],
+    workers: int,
+) -> int:
+    """Decode, predict and write the CSV rows (header before the first row) to ``fh``.
+
+    Args:
+        fh: Binary file the UTF-8 CSV goes to (left open).
+        model: The model predicting.
+        files: Image files, predicted and written in this order.
+        batch_size: Files per forward pass.
+        on_skip: Called with ``"skipped <reason>"`` for each file that fails, in order.
+        workers: Decoding threads (0: up to 4, at most the CPU count).
+
+    Returns:
+        The number of rows written (no header either if 0).
+    """
+    written = 0
+    text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
+    writer = csv.writer(text)
+    threads = workers or min(4, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for chunk in _batches(files, batch_size):
+            decoded = list(pool.map(lambda path: _decode_or_reason(path, model), chunk))
+            ok = [(i, x) for i, x in enumerate(decoded) if isinstance(x, torch.Tensor)]
+            rows = _predict_batch(model, ok) if ok else {}
+            for i, path in enumerate(chunk):
+                if i not in rows:
+                    on_skip(f"skipped {decoded[i]}")
+                    continue
+                pred, names, values = rows[i]
+                if written == 0:
+                    writer.writerow(["path", "prediction", *names])
+                writer.writerow([str(path), pred, *(f"{v:.9g}" for v in values)])
+                written += 1
+    text.flush()
+    text.detach()
+    return written
+
+
 def predict_to_csv(
     model: GeoflModel,
     files: Sequence[Path],
@@ -168,33 +220,9 @@ def predict_to_csv(
     _file_format(model)  # fails before any decoding
     written = 0
 
-    def decode(path: Path) -> torch.Tensor | str:
-        try:
-            return decode_image(path, model)
-        except DataError as err:
-            return str(err)
-
     def write(fh: IO[bytes]) -> None:
         nonlocal written
-        text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
-        writer = csv.writer(text)
-        threads = workers or min(4, os.cpu_count() or 1)
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            for chunk in _batches(files, batch_size):
-                decoded = list(pool.map(decode, chunk))
-                ok = [(i, x) for i, x in enumerate(decoded) if isinstance(x, torch.Tensor)]
-                rows = _predict_batch(model, ok) if ok else {}
-                for i, path in enumerate(chunk):
-                    if i not in rows:
-                        on_skip(f"skipped {decoded[i]}")
-                        continue
-                    pred, names, values = rows[i]
-                    if written == 0:
-                        writer.writerow(["path", "prediction", *names])
-                    writer.writerow([str(path), pred, *(f"{v:.9g}" for v in values)])
-                    written += 1
-        text.flush()
-        text.detach()
+        written = _write_rows(fh, model, files, batch_size, on_skip, workers)
         if written == 0:
             raise _NothingWrittenError
 

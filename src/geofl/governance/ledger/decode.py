@@ -98,6 +98,15 @@ class EventDecoder:
         return tuple(out)
 
     def _decode(self, name: str, log: Mapping[str, Any]) -> LedgerEvent:
+        """The record of one contract log whose event is ``name``.
+
+        Args:
+            name: Event name, a key of :data:`EVENT_TYPES`.
+            log: The raw web3 log.
+
+        Returns:
+            The event's record, with the log's block number, transaction hash and index.
+        """
         data = self.contract.events[name]().process_log(cast(Any, log))
         a = data["args"]
         meta: dict[str, Any] = {
@@ -105,6 +114,22 @@ class EventDecoder:
             "tx_hash": _topic_hex(log["transactionHash"]),
             "log_index": int(log["logIndex"]),
         }
+        if name in ("RoleGranted", "RoleRevoked"):
+            return self._role_event(name, a, meta)
+        if name in ("RuleCommitted", "AggregationCommitted", "CommitteeElected"):
+            return self._commit_event(name, a, meta)
+        return self._permission_event(name, a, meta)
+
+    def _role_event(
+        self, name: str, a: Mapping[str, Any], meta: dict[str, Any]
+    ) -> RoleGranted | RoleRevoked:
+        """``RoleGranted`` (which binds the account to its node id) or ``RoleRevoked``.
+
+        Args:
+            name: ``"RoleGranted"`` or ``"RoleRevoked"``.
+            a: The decoded event arguments.
+            meta: Block number, transaction hash and log index of the log.
+        """
         if name == "RoleGranted":
             self.bind(a["account"], a["nodeId"])
             return RoleGranted(
@@ -114,14 +139,24 @@ class EventDecoder:
                 roles=Role(a["roles"]),
                 **meta,
             )
-        if name == "RoleRevoked":
-            return RoleRevoked(
-                node=self.node(a["account"]),
-                account=a["account"],
-                role=Role(a["role"]),
-                roles=Role(a["roles"]),
-                **meta,
-            )
+        return RoleRevoked(
+            node=self.node(a["account"]),
+            account=a["account"],
+            role=Role(a["role"]),
+            roles=Role(a["roles"]),
+            **meta,
+        )
+
+    def _commit_event(
+        self, name: str, a: Mapping[str, Any], meta: dict[str, Any]
+    ) -> RuleCommitted | AggregationCommitted | CommitteeElected:
+        """``RuleCommitted``, ``AggregationCommitted`` or ``CommitteeElected``.
+
+        Args:
+            name: One of the three event names.
+            a: The decoded event arguments.
+            meta: Block number, transaction hash and log index of the log.
+        """
         if name == "RuleCommitted":
             return RuleCommitted(
                 index=a["index"], rule_hash=to_hex(a["ruleHash"]), label=a["label"], **meta
@@ -134,16 +169,27 @@ class EventDecoder:
                 rule_index=a["ruleIndex"],
                 **meta,
             )
-        if name == "CommitteeElected":
-            accounts = tuple(str(m) for m in a["members"])
-            return CommitteeElected(
-                election_id=a["electionId"],
-                round_id=a["roundId"],
-                members=tuple(self.node(m) for m in accounts),
-                accounts=accounts,
-                seed_hash=to_hex(a["seed"]),
-                **meta,
-            )
+        accounts = tuple(str(m) for m in a["members"])
+        return CommitteeElected(
+            election_id=a["electionId"],
+            round_id=a["roundId"],
+            members=tuple(self.node(m) for m in accounts),
+            accounts=accounts,
+            seed_hash=to_hex(a["seed"]),
+            **meta,
+        )
+
+    def _permission_event(
+        self, name: str, a: Mapping[str, Any], meta: dict[str, Any]
+    ) -> PermissionProposed | PermissionApproved | PermissionChanged | ProposalCancelled:
+        """A permission proposal's event: proposed, approved, changed or (any other
+        name) cancelled.
+
+        Args:
+            name: The event name.
+            a: The decoded event arguments.
+            meta: Block number, transaction hash and log index of the log.
+        """
         if name == "PermissionProposed":
             return PermissionProposed(
                 proposal_id=a["proposalId"],
