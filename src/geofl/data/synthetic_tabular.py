@@ -209,7 +209,7 @@ def generate_stress(params: StressParams) -> dict[str, np.ndarray]:
     baseline μ = NDVI_c − 0.04·(r mod 3) + N(0, 0.04) with week-to-week std σ ~ U(0.03,
     0.07); EVI ≈ 0.62·NDVI − 0.03. A stress event (drought, heat, disease) happens with
     probability ``sigmoid(logit(stress_rate) + 1.2·heat + 1.3·drought)`` from the week's
-    maximum temperature and soil moisture; it lowers NDVI by d ~ U(0.05, 0.3) at ``t``,
+    maximum temperature and soil moisture; it lowers NDVI by d ~ U(0.02, 0.25) at ``t``,
     half of that at ``t−1`` and nothing at ``t−2``. The label is paper 003's rule on the
     *true* indices:
 
