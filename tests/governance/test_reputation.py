@@ -226,3 +226,12 @@ def test_scenario_b_shape_of_fig13() -> None:
     assert int(np.argmin(rep)) == 4  # lowest at round 5
     assert rep[9] > rep[4] and rep[9] < rep[2] - 0.05  # recovers to a lower level
     assert part[9] < 0.9
+
+
+def test_a_round_with_no_observation_before_any_node_is_known() -> None:
+    """A first round where nobody was expected (every sampled client dropped before the
+    record) gives no components instead of failing; the next round starts the nodes."""
+    tr = ReputationTracker(EXAMPLE)
+    assert tr.update(1, {}) == {}
+    out = tr.update(2, {7: Ob(True, 0.0, 1.0, 1.0, 0.1)})
+    assert list(out) == [7] and out[7].participation_ratio == 1.0

@@ -303,6 +303,8 @@ class ReputationTracker:
         p = self.params
         self._admit_round(round_id, observations)
         nodes = self._nodes
+        if not nodes:  # nothing observed yet (e.g. every client of round 1 dropped)
+            return {}
         r, m, part = self._step_participation(observations)
         x = np.array([[self._participation(obs.get(n)) for _, obs in self._window] for n in nodes])
         contrib = self._window_contribution(x)
