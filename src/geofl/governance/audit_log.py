@@ -9,11 +9,11 @@ produce.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from geofl.governance.audit_chain import ChainRecords, Finding
-from geofl.governance.audit_read import _align, _hex, _read_log, _short, _why
+from geofl.governance.audit_read import _align, _hex, _Lines, _read_log, _short, _why
 from geofl.governance.ledger import CommitteeElected, PermissionProposed
 from geofl.governance.permissions import PermissionLevel
 from geofl.governance.subscriber import LOG_FILE
@@ -109,6 +109,30 @@ def _check_committee(
             return
 
 
+def _check_committees(
+    where: str,
+    r: int,
+    e: dict[str, Any],
+    chain: ChainRecords,
+    by_eid: Mapping[int, CommitteeElected],
+) -> Iterator[Finding]:
+    """A round entry's committee election, and the round's elections the log leaves out."""
+    com = e.get("committee")
+    logged_eids: set[int] = set()
+    if com is not None:
+        logged_eids.add(int(com["election_id"]))
+        yield from _check_committee(where, r, com, by_eid)
+    for ev in (c for c in chain.committees if c.round_id == r):
+        if ev.election_id not in logged_eids:
+            yield Finding(
+                where,
+                f"round {r}: committee election {ev.election_id} "
+                f"({', '.join(ev.members)}; tx {_short(ev.tx_hash)}) is on chain but not in "
+                "the log",
+                r,
+            )
+
+
 def _check_permission(
     where: str, r: int, p: dict[str, Any], ev: PermissionProposed, chain: ChainRecords
 ) -> Iterator[Finding]:
@@ -132,37 +156,14 @@ def _check_permission(
             yield Finding(where, f"permission proposal #{pid}: {_diff(what, mine, theirs)}", r)
 
 
-def _levels_after(chain: ChainRecords, r: int) -> dict[str, PermissionLevel]:
-    out: dict[str, PermissionLevel] = {}
-    for ch in sorted(chain.changes.values(), key=lambda c: (c.block_number, c.log_index)):
-        if ch.round_id <= r:
-            out[ch.node] = ch.new
-    return out
-
-
-def _check_round_entry(
+def _check_permissions(
     where: str,
     r: int,
     e: dict[str, Any],
     chain: ChainRecords,
-    by_eid: Mapping[int, CommitteeElected],
     by_pid: Mapping[int, PermissionProposed],
 ) -> Iterator[Finding]:
-    yield from _check_aggregation(where, r, e, chain)
-    com = e.get("committee")
-    logged_eids: set[int] = set()
-    if com is not None:
-        logged_eids.add(int(com["election_id"]))
-        yield from _check_committee(where, r, com, by_eid)
-    for ev in (c for c in chain.committees if c.round_id == r):
-        if ev.election_id not in logged_eids:
-            yield Finding(
-                where,
-                f"round {r}: committee election {ev.election_id} "
-                f"({', '.join(ev.members)}; tx {_short(ev.tx_hash)}) is on chain but not in "
-                "the log",
-                r,
-            )
+    """A round entry's permission proposals, and the round's proposals the log leaves out."""
     logged_pids: set[int] = set()
     for p in e.get("permissions") or []:
         pid = int(p["proposal_id"])
@@ -186,6 +187,18 @@ def _check_round_entry(
                 "the log",
                 r,
             )
+
+
+def _levels_after(chain: ChainRecords, r: int) -> dict[str, PermissionLevel]:
+    out: dict[str, PermissionLevel] = {}
+    for ch in sorted(chain.changes.values(), key=lambda c: (c.block_number, c.log_index)):
+        if ch.round_id <= r:
+            out[ch.node] = ch.new
+    return out
+
+
+def _check_levels(where: str, r: int, e: dict[str, Any], chain: ChainRecords) -> Iterator[Finding]:
+    """The levels a round entry reports against those the chain's changes produce by ``r``."""
     levels = e.get("levels")
     if isinstance(levels, dict):
         onchain = _levels_after(chain, r)
@@ -200,6 +213,20 @@ def _check_round_entry(
                 )
 
 
+def _check_round_entry(
+    where: str,
+    r: int,
+    e: dict[str, Any],
+    chain: ChainRecords,
+    by_eid: Mapping[int, CommitteeElected],
+    by_pid: Mapping[int, PermissionProposed],
+) -> Iterator[Finding]:
+    yield from _check_aggregation(where, r, e, chain)
+    yield from _check_committees(where, r, e, chain, by_eid)
+    yield from _check_permissions(where, r, e, chain, by_pid)
+    yield from _check_levels(where, r, e, chain)
+
+
 def _missing_round(r: int, chain: ChainRecords) -> str:
     parts = []
     agg = chain.by_round.get(r)
@@ -210,7 +237,21 @@ def _missing_round(r: int, chain: ChainRecords) -> str:
     return f"no entry for round {r}, whose {', '.join(parts)} is on chain"
 
 
+def _check_unlogged(
+    parsed: _Lines, seen: dict[int, int], order: Sequence[int], chain: ChainRecords
+) -> Iterator[Finding]:
+    """Damaged lines (with the round each stands in for) and rounds with no entry."""
+    explained, missing = _align(seen, order, list(parsed.damaged))
+    for line, why in parsed.damaged.items():
+        r_or_none = explained.get(line)
+        note = f"; the chain has records of round {r_or_none} here" if r_or_none else ""
+        yield Finding(f"{LOG_FILE}:{line}", f"damaged entry ({why}){note}", r_or_none)
+    for r in missing:
+        yield Finding(LOG_FILE, _missing_round(r, chain), r)
+
+
 def _check_log(data: bytes | None, chain: ChainRecords) -> Iterator[Finding]:
+    """``governance.jsonl`` (its bytes, ``None`` if missing) against the chain's events."""
     order = chain.rounds()
     if data is None:
         if order or chain.rules:
@@ -242,10 +283,4 @@ def _check_log(data: bytes | None, chain: ChainRecords) -> Iterator[Finding]:
             yield from _check_round_entry(where, r, e, chain, by_eid, by_pid)
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             yield Finding(where, f"round {r}: malformed entry ({_why(err)})", r)
-    explained, missing = _align(seen, order, list(parsed.damaged))
-    for line, why in parsed.damaged.items():
-        r_or_none = explained.get(line)
-        note = f"; the chain has records of round {r_or_none} here" if r_or_none else ""
-        yield Finding(f"{LOG_FILE}:{line}", f"damaged entry ({why}){note}", r_or_none)
-    for r in missing:
-        yield Finding(LOG_FILE, _missing_round(r, chain), r)
+    yield from _check_unlogged(parsed, seen, order, chain)

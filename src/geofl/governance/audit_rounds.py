@@ -6,13 +6,51 @@ record a commitment; each record's model and update-set hashes are the committed
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from geofl.governance.audit_chain import ChainRecords, Finding
-from geofl.governance.audit_read import ROUNDS_FILE, _align, _hex, _read_rounds, _short
+from geofl.governance.audit_read import ROUNDS_FILE, _align, _hex, _Lines, _read_rounds, _short
+from geofl.governance.ledger import AggregationCommitted
+from geofl.records import RoundRecord
+
+
+def _check_hashes(where: str, rec: RoundRecord, agg: AggregationCommitted) -> Iterator[Finding]:
+    """A record's model and update-set hashes against its round's commitment."""
+    r = rec.round
+    for label, mine, theirs in (
+        ("model hash", rec.model_sha256, agg.model_hash),
+        ("update-set hash", rec.update_set_sha256, agg.update_set_hash),
+    ):
+        if _hex(mine) != theirs:
+            yield Finding(
+                where,
+                f"round {r}: {label} {_short(_hex(mine)) if mine else '(none)'} differs "
+                f"from the chain's {_short(theirs)} (agg_r{r})",
+                r,
+            )
+
+
+def _check_unaccounted(
+    parsed: _Lines, seen: dict[int, int], order: Sequence[int], chain: ChainRecords
+) -> Iterator[Finding]:
+    """Damaged lines (with the committed round each stands in for) and missing rounds."""
+    explained, missing = _align(seen, order, list(parsed.damaged))
+    for line, why in parsed.damaged.items():
+        r_or_none = explained.get(line)
+        note = f"; the chain commits round {r_or_none} here" if r_or_none is not None else ""
+        yield Finding(f"{ROUNDS_FILE}:{line}", f"damaged round record ({why}){note}", r_or_none)
+    for r in missing:
+        agg = chain.by_round[r]
+        yield Finding(
+            ROUNDS_FILE,
+            f"no record of round {r}, which the chain commits (agg_r{r} "
+            f"{_short(agg.model_hash)}, block {agg.block_number})",
+            r,
+        )
 
 
 def _check_rounds(data: bytes | None, chain: ChainRecords) -> Iterator[Finding]:
+    """``rounds.jsonl`` (its bytes, ``None`` if missing) against the chain's commitments."""
     order = [a.round_id for a in chain.aggregations]
     if data is None:
         if order:
@@ -42,27 +80,5 @@ def _check_rounds(data: bytes | None, chain: ChainRecords) -> Iterator[Finding]:
                 r,
             )
         prev = (r, line)
-        for label, mine, theirs in (
-            ("model hash", rec.model_sha256, agg.model_hash),
-            ("update-set hash", rec.update_set_sha256, agg.update_set_hash),
-        ):
-            if _hex(mine) != theirs:
-                yield Finding(
-                    where,
-                    f"round {r}: {label} {_short(_hex(mine)) if mine else '(none)'} differs "
-                    f"from the chain's {_short(theirs)} (agg_r{r})",
-                    r,
-                )
-    explained, missing = _align(seen, order, list(parsed.damaged))
-    for line, why in parsed.damaged.items():
-        r_or_none = explained.get(line)
-        note = f"; the chain commits round {r_or_none} here" if r_or_none is not None else ""
-        yield Finding(f"{ROUNDS_FILE}:{line}", f"damaged round record ({why}){note}", r_or_none)
-    for r in missing:
-        agg = chain.by_round[r]
-        yield Finding(
-            ROUNDS_FILE,
-            f"no record of round {r}, which the chain commits (agg_r{r} "
-            f"{_short(agg.model_hash)}, block {agg.block_number})",
-            r,
-        )
+        yield from _check_hashes(where, rec, agg)
+    yield from _check_unaccounted(parsed, seen, order, chain)
