@@ -1,0 +1,86 @@
+"""The sections of the training budget: ``model``, local optimisation (``train``), the
+federation (clients, participation, rounds) and privacy accounting (``privacy``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from geofl.config.base import MAX_COUNT, Component, _OmitUnset, _Strict
+
+__all__ = ["FederationConfig", "ModelConfig", "PrivacyConfig", "TrainConfig"]
+
+
+class ModelConfig(_Strict):
+    """Model family and its parameters."""
+
+    name: str = Field("small_cnn", description="model registry key")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrainConfig(_OmitUnset):
+    """Local optimisation (000 §4.1.3: SGD lr 0.01, momentum 0.9, wd 1e-4, batch 64)."""
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("lr_schedule",)
+
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(0.01, gt=0.0)
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(1e-4, ge=0.0)
+    batch_size: int = Field(64, ge=1)
+    local_epochs: int = Field(1, ge=1, description="passes over local data per round")
+    local_steps: int | None = Field(
+        None,
+        ge=1,
+        description="if set, exactly this many mini-batches per round (overrides epochs)",
+    )
+    augment: list[Component] = Field(
+        default_factory=list,
+        description="training-time augmentations in order (001 §6.1.2): band_jitter, "
+        "gaussian_noise, band_dropout, illumination_contrast; empty: none",
+    )
+    lr_schedule: Component | None = Field(
+        None,
+        description="η_l per round from train.lr (001 §6.1.2: {name: step, every: 30, "
+        "factor: 0.5}); constant, step or cosine; absent: train.lr in every round",
+    )
+
+
+class FederationConfig(_OmitUnset):
+    """Clients, participation and rounds (000 §4.1.3: K=10, q=1.0)."""
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("workers",)
+
+    num_clients: int = Field(10, ge=1, le=MAX_COUNT)
+    participation: float = Field(1.0, gt=0.0, le=1.0, description="fraction q sampled per round")
+    rounds: int = Field(20, ge=1, le=MAX_COUNT)
+    server_lr: float = Field(1.0, gt=0.0, description="w ← w + η_s · aggregate(Δw)")
+    sampling: Component = Field(
+        default_factory=lambda: Component(name="fixed"),
+        description="client sampler: fixed (q = participation), poisson {rate}, trace {path}",
+    )
+    client_state: Literal["memory", "mmap"] = Field(
+        "memory",
+        description="per-client algorithm state in RAM, or memory-mapped under the seed dir",
+    )
+    workers: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="processes running a round's client steps in parallel (results are "
+        "bit-identical to 1); absent: 1, in this process",
+    )
+
+
+class PrivacyConfig(_Strict):
+    """How ε is accounted for releases that add calibrated noise."""
+
+    accountant: Component = Field(default_factory=lambda: Component(name="rdp"))
+    delta: float = Field(1e-5, gt=0.0, lt=1.0, description="δ of the reported (ε, δ)")
+    target_epsilon: float | None = Field(
+        None,
+        gt=0.0,
+        description="a client declines any round that would take its ε(δ) past this "
+        "(logged; the run continues with the others); None: no limit",
+    )
