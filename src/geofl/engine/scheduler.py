@@ -7,16 +7,20 @@ model) → validation → the strategy aggregates the accepted updates → a typ
 business (:mod:`geofl.engine.run`), so an event-driven scheduler (the asynchronous satellite
 hierarchy of 003) can reuse every piece here without copying the client step.
 
+Where client steps run (:mod:`geofl.engine.client_runner`: :class:`ClientRunner`,
+:class:`ClientJob`, :class:`LostUpload`, :data:`StepOutcome`) and how a round's uploads are
+collected and recorded (:mod:`geofl.engine.round_record`) live in their own modules; the
+runner's names are re-exported here.
+
 Every random draw comes from a generator derived from (seed, round, client, purpose).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,18 +30,34 @@ from geofl.attacks.observe import update_statistics
 from geofl.client.data import ClientData
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
+from geofl.engine.client_runner import ClientJob, ClientRunner, LostUpload, StepOutcome
 from geofl.engine.components import RunComponents
-from geofl.engine.uplink import Transmission, TransmitStatus
+from geofl.engine.round_record import Collected, declined, reported_mean, sync_record, with_hashes
+from geofl.engine.uplink import TransmitStatus
 from geofl.errors import AggregationError, BudgetExhaustedError
-from geofl.hashing import params_sha256, update_set_sha256
 from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
 from geofl.rng import numpy_generator
 from geofl.server.sampling import Cohort
 from geofl.server.strategy import StrategyResult, UpdateBatch
 from geofl.server.validate import validate_header, validate_update
-from geofl.update import LR_DIRECTIVE, ClientDirectives, ClientUpdate, noise_scale
+from geofl.update import LR_DIRECTIVE, ClientDirectives, ClientUpdate
 
-__all__ = ["ClientJob", "ClientRunner", "LostUpload", "RoundOutcome", "Scheduler", "SyncScheduler"]
+__all__ = [
+    "ClientJob",
+    "ClientRunner",
+    "LostUpload",
+    "RoundOutcome",
+    "Scheduler",
+    "StepOutcome",
+    "SyncScheduler",
+]
+
+#: Names of :mod:`geofl.engine.round_record` other modules find here: the asynchronous
+#: hierarchy imports ``_Collected`` and ``_reported_mean``, and :meth:`SyncScheduler.round`
+#: looks ``_with_hashes`` up here (the engine-overhead benchmark times it by replacing it).
+_Collected = Collected
+_reported_mean = reported_mean
+_with_hashes = with_hashes
 
 log = logging.getLogger("geofl")
 
@@ -51,57 +71,10 @@ class RoundOutcome:
     observed: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
-class ClientJob:
-    """One client step to run: its directives and its committed state."""
-
-    directives: ClientDirectives
-    state: ClientState
-
-
-@dataclass(frozen=True)
-class LostUpload:
-    """A client step whose upload never came back (a worker or site that failed or missed
-    the round's deadline); recorded like an upload lost in transit."""
-
-    client: int
-    detail: str
-
-
-#: What a runner yields per job, in job order.
-StepOutcome = ClientResult | BudgetExhaustedError | LostUpload
-
-
-class ClientRunner(Protocol):
-    """Runs a round's client steps somewhere else (worker processes, Flower sites).
-
-    Called with the round's global model (``[D]``, read-only) and its jobs; yields one
-    outcome per job, in job order — the scheduler consumes them in that order, so the
-    round is the same whichever process ran which client.
-    """
-
-    def __call__(
-        self, global_params: torch.Tensor, jobs: Sequence[ClientJob]
-    ) -> Iterator[StepOutcome]: ...
-
-
 class Scheduler(Protocol):
     """Drives rounds over a run's components."""
 
     def round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome: ...
-
-
-@dataclass
-class _Collected:
-    """Accepted updates of a round, as they arrived."""
-
-    accepted: list[ClientUpdate] = field(default_factory=list)
-    rejected: list[Rejection] = field(default_factory=list)
-    client_log: dict[str, Any] = field(default_factory=dict)
-    epsilon: dict[str, float] = field(default_factory=dict)
-    train_time: float = 0.0
-    payload_bytes: int = 0
-    transmissions: list[Transmission] = field(default_factory=list)
 
 
 class SyncScheduler:
@@ -260,57 +233,72 @@ class SyncScheduler:
         round_idx: int,
         held: Callable[[int], torch.Tensor] | None = None,
     ) -> _Collected:
+        """Run the round's client steps (``held``: as in :meth:`_steps`) and take in their
+        uploads in cohort order: accepted ones are copied into the ``[K, D]`` buffers."""
         plan = self.c.strategy.configure(round_idx, trained)
-        names = self.c.strategy.uploads
         out = _Collected()
         out.payload_bytes = sum(t.numel() * t.element_size() for t in plan.payload.values())
         if self.c.uplink is not None:
             self.c.uplink.begin_round(round_idx)
-        lr = self.lr(round_idx)
-        directives = []
-        for k in trained:
-            extra = plan.extra.get(k, {})
-            if lr is not None:  # the round's η_l (train.lr_schedule, 001 §6.1.2)
-                extra = {**extra, LR_DIRECTIVE: lr}
-            directives.append(ClientDirectives(round_idx, k, extra, plan.payload))
+        directives = self._directives(round_idx, trained, plan.extra, plan.payload)
         steps = self._steps(global_params, directives, held)
         for k in trained:
             t0 = time.perf_counter()
             res = next(steps)
-            if isinstance(res, BudgetExhaustedError):
-                log.warning("round %d: %s; it declines the round", round_idx, res)
-                out.rejected.append(Rejection(k, RejectionReason.BUDGET_EXHAUSTED, str(res)))
-                continue
-            if isinstance(res, LostUpload):
-                log.warning("round %d: no upload from client %d: %s", round_idx, k, res.detail)
-                out.rejected.append(Rejection(k, RejectionReason.LOST_IN_TRANSIT, res.detail))
+            if isinstance(res, BudgetExhaustedError | LostUpload):
+                out.rejected.append(declined(res, k, round_idx))
                 continue
             out.train_time += time.perf_counter() - t0
-            if res.local_log:
-                out.client_log[str(k)] = dict(res.local_log)
-            if res.epsilon is not None:
-                out.epsilon[str(k)] = res.epsilon
-            update, rejection = res.update, None
-            if self.c.uplink is not None:
-                update, rejection = self._transmit(update, k, out)
-            if rejection is None:
-                rejection = self._admit(update, k, round_idx)
-            if rejection is not None:
-                self._forget_state(k)
-                log.warning(
-                    "round %d: rejected update of client %d: %s",
-                    round_idx,
-                    k,
-                    rejection.detail or rejection.reason,
-                )
-                out.rejected.append(rejection)
-                continue
-            row = len(out.accepted)
-            self._buffer("delta", len(trained))[row].copy_(update.delta)
-            for name in names:
-                self._buffer(name, len(trained))[row].copy_(update.tensors[name])
-            out.accepted.append(update)
+            self._receive(res, k, round_idx, out, len(trained))
         return out
+
+    def _directives(
+        self,
+        round_idx: int,
+        trained: list[int],
+        extra: Mapping[int, Mapping[str, Any]],
+        payload: Mapping[str, torch.Tensor],
+    ) -> list[ClientDirectives]:
+        """Each trained client's directives: the strategy's ``extra`` for it, plus the
+        round's η_l when the run schedules it (train.lr_schedule, 001 §6.1.2)."""
+        lr = self.lr(round_idx)
+        directives = []
+        for k in trained:
+            mine = extra.get(k, {})
+            if lr is not None:
+                mine = {**mine, LR_DIRECTIVE: lr}
+            directives.append(ClientDirectives(round_idx, k, mine, payload))
+        return directives
+
+    def _receive(
+        self, res: ClientResult, k: int, round_idx: int, out: _Collected, rows: int
+    ) -> None:
+        """Take in client ``k``'s step: its logs, then its upload through the uplink and
+        admission; accepted, it fills the next row of the ``[rows, D]`` buffers."""
+        if res.local_log:
+            out.client_log[str(k)] = dict(res.local_log)
+        if res.epsilon is not None:
+            out.epsilon[str(k)] = res.epsilon
+        update, rejection = res.update, None
+        if self.c.uplink is not None:
+            update, rejection = self._transmit(update, k, out)
+        if rejection is None:
+            rejection = self._admit(update, k, round_idx)
+        if rejection is not None:
+            self._forget_state(k)
+            log.warning(
+                "round %d: rejected update of client %d: %s",
+                round_idx,
+                k,
+                rejection.detail or rejection.reason,
+            )
+            out.rejected.append(rejection)
+            return
+        row = len(out.accepted)
+        self._buffer("delta", rows)[row].copy_(update.delta)
+        for name in self.c.strategy.uploads:
+            self._buffer(name, rows)[row].copy_(update.tensors[name])
+        out.accepted.append(update)
 
     def round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome:
         """Run round ``round_idx`` from ``global_params`` (``[D]``, not modified)."""
@@ -337,7 +325,20 @@ class SyncScheduler:
         observed = None
         if result is not None and self.observe_layers is not None:
             observed = self._observe(batch, result, round_idx, self.observe_layers)
-        record = self._record(round_idx, cohort, excluded, got, batch, status, result, error)
+        record = sync_record(
+            round_idx,
+            cohort,
+            excluded,
+            got,
+            batch,
+            status,
+            result,
+            error,
+            primary=self.c.task.primary_metric,
+            dim=self.dim,
+            lr=self.lr(round_idx),
+            uplink=self.c.uplink,
+        )
         record = _with_hashes(record, params, batch)
         record.time_s.update(
             train=got.train_time, aggregate=agg_time, total=time.perf_counter() - t0
@@ -359,46 +360,6 @@ class SyncScheduler:
             return RoundStatus.AGGREGATION_FAILED, None, str(err)
         return RoundStatus.AGGREGATED, res, None
 
-    def _record(
-        self,
-        round_idx: int,
-        cohort: Cohort,
-        excluded: list[int],
-        got: _Collected,
-        batch: UpdateBatch,
-        status: RoundStatus,
-        result: StrategyResult | None,
-        error: str | None,
-    ) -> RoundRecord:
-        metas = batch.metas
-        n = np.array([m.num_samples for m in metas], dtype=np.float64)
-        losses = np.array([m.train_loss for m in metas])
-        primary = self.c.task.primary_metric
-        train = np.array([m.train_metrics.get(primary, math.nan) for m in metas])
-        trained = len(cohort.clients) - len(excluded)
-        return RoundRecord(
-            round=round_idx,
-            status=status,
-            participants=[m.client_id for m in metas],
-            weights=result.weights.tolist() if result is not None else [],
-            rejected=got.rejected,
-            excluded=excluded,
-            cohort=list(cohort.clients),
-            sampling={"scheme": cohort.scheme, "rate": cohort.rate},
-            train_loss=_reported_mean(n, losses),
-            train_metrics={primary: _reported_mean(n, train)},
-            bytes_up=int(sum(m.bytes_sent for m in metas)),
-            bytes_down=trained * (self.dim * 4 + got.payload_bytes),
-            aggregation_error=error,
-            update_norms=torch.linalg.vector_norm(batch.deltas, dim=1).tolist() if metas else [],
-            update_noise=noise_scale(batch.deltas).tolist() if metas else [],
-            client_log=got.client_log,
-            strategy=dict(result.info) if result is not None else {},
-            epsilon=got.epsilon,
-            lr=self.lr(round_idx),
-            uplink=None if self.c.uplink is None else self.c.uplink.summary(got.transmissions),
-        )
-
     def _observe(
         self,
         batch: UpdateBatch,
@@ -418,15 +379,6 @@ class SyncScheduler:
         return {"round": round_idx, "clients": clients, "features": feats.tolist()}
 
 
-def _reported_mean(n: np.ndarray, values: np.ndarray) -> float | None:
-    """Sample-weighted mean over the clients that reported a value (NaN: not released, as
-    DP-SGD's training loss); None when none did."""
-    reported = ~np.isnan(values)
-    if not reported.any():
-        return None
-    return float(n[reported] @ values[reported] / n[reported].sum())
-
-
 def _class_count(clients: Sequence[ClientData]) -> int | None:
     """C, the label-histogram length all clients share, or None if they do not agree."""
     shapes = {np.shape(c.label_histogram) for c in clients}
@@ -434,14 +386,3 @@ def _class_count(clients: Sequence[ClientData]) -> int | None:
         return None
     (shape,) = shapes
     return shape[0] if len(shape) == 1 else None
-
-
-def _with_hashes(record: RoundRecord, params: torch.Tensor, batch: UpdateBatch) -> RoundRecord:
-    """Content hashes for commitments and audits (000 §3.5): the new global model and the
-    set of updates it came from."""
-    clients = [m.client_id for m in batch.metas]
-    return replace(
-        record,
-        model_sha256=params_sha256(params),
-        update_set_sha256=update_set_sha256(clients, batch.deltas),
-    )

@@ -13,11 +13,9 @@ entry ``data.sites.<i>``):
   generator (seed, ``"partition"``, ``"site"``, name)); client ids run site by site in
   config order.
 * **Normalisation** — the site computes per-band sufficient statistics of its raw train
-  split (:class:`BandStats`: count, Σx, Σx² in float64); the server adds them in site order
-  and releases the global mean and (unbiased) std (:func:`combine_band_stats`), which every
-  site applies to its splits. What a site discloses here is those 2·C + 1 numbers of its
-  train split (C bands) — aggregate statistics, *not* differentially private: with one
-  site's count known, they reveal that site's per-band mean and variance.
+  split (:class:`BandStats`); the server combines them in site order into the global mean
+  and std (:func:`combine_band_stats`), which every site applies to its splits
+  (:func:`normalised`). What a site discloses by them: :mod:`geofl.engine.site_stats`.
 * **Evaluation** — federated over the sites' own val/test splits
   (:mod:`geofl.engine.site_eval`); no central test set exists.
 
@@ -25,15 +23,15 @@ The simulator (:class:`SitesPlan`) and a deployment's sites (:mod:`geofl.deploy.
 call the same functions, so the deployment's global model equals the simulator's.
 
 Sites must agree on what they hold (:class:`DataSchema`: bands, classes, target kind and
-shape, sample shape); a task that fits statistics on the train split (regression's target
-standardisation, ``pos_weight: auto``) is refused, since each site would fit its own.
+shape, sample shape; :mod:`geofl.engine.site_schema`); a task that fits statistics on the
+train split (regression's target standardisation, ``pos_weight: auto``) is refused, since
+each site would fit its own. The schema's and the statistics' names are re-exported here.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +52,14 @@ from geofl.engine.components import (
     check_release_inputs,
 )
 from geofl.engine.site_eval import SiteHeldOut
+from geofl.engine.site_schema import DataSchema, check_schemas, empty_dataset
+from geofl.engine.site_stats import STATS_CHUNK, BandStats, band_stats, combine_band_stats
 from geofl.errors import ConfigError, GeoflError
 from geofl.records import TaskInfo
 from geofl.rng import derive_seed, numpy_generator
 
 __all__ = [
+    "STATS_CHUNK",
     "BandStats",
     "DataSchema",
     "SitePlan",
@@ -77,9 +78,6 @@ __all__ = [
     "sites_partition_json",
     "split_site",
 ]
-
-#: Samples per chunk when a site sums its band statistics (bounded float64 memory).
-STATS_CHUNK = 256
 
 
 def site_seed(seed: int, name: str) -> int:
@@ -124,85 +122,6 @@ def load_site(cfg: ExperimentConfig, i: int, spec: SiteDataConfig | None = None)
     except GeoflError as err:
         msg = str(err).replace("data.params", f"{root}.params")
         raise ConfigError(f"{root}.params", f"site {entry.name}: {msg}") from None
-
-
-@dataclass(frozen=True)
-class DataSchema:
-    """What every site must agree on (no samples): sent by each site to the server."""
-
-    bands: tuple[str, ...]
-    classes: tuple[str, ...]
-    target_kind: str
-    target_shape: tuple[int, ...]
-    target_dtype: str
-    sample_shape: tuple[int, ...]
-
-    @classmethod
-    def of(cls, ds: ArrayDataset) -> DataSchema:
-        """The schema of ``ds``."""
-        return cls(
-            tuple(ds.bands),
-            tuple(ds.classes),
-            str(ds.target_kind),
-            tuple(int(s) for s in ds.targets.shape[1:]),
-            str(ds.targets.dtype).removeprefix("torch."),
-            tuple(int(s) for s in ds.inputs.shape[1:]),
-        )
-
-    def to_json(self) -> str:
-        """JSON text (the wire form)."""
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> DataSchema:
-        """Inverse of :meth:`to_json`."""
-        d = json.loads(text)
-        return cls(
-            tuple(d["bands"]),
-            tuple(d["classes"]),
-            str(d["target_kind"]),
-            tuple(d["target_shape"]),
-            str(d["target_dtype"]),
-            tuple(d["sample_shape"]),
-        )
-
-
-def check_schemas(names: Sequence[str], schemas: Sequence[DataSchema]) -> None:
-    """Refuse sites whose data disagree (bands, classes, targets, sample shape).
-
-    Raises:
-        ConfigError: naming ``data.sites``, the first field that differs and each site's
-            value.
-    """
-    for key in ("bands", "classes", "target_kind", "target_shape", "target_dtype",
-                "sample_shape"):  # fmt: skip
-        seen = [getattr(s, key) for s in schemas]
-        if any(v != seen[0] for v in seen):
-            per = "; ".join(f"{n}: {_show(v)}" for n, v in zip(names, seen, strict=True))
-            raise ConfigError(
-                "data.sites",
-                f"sites disagree on {key.replace('_', ' ')} ({per}); every site must hold the "
-                "same bands, classes and sample shape",
-            )
-
-
-def _show(v: Any) -> str:
-    return (
-        f"{list(v)} ({len(v)})" if isinstance(v, tuple) and v and isinstance(v[0], str) else str(v)
-    )
-
-
-def empty_dataset(schema: DataSchema, name: str = "sites") -> ArrayDataset:
-    """A dataset of ``schema`` without samples: the server's view of site-local data."""
-    dtype = getattr(torch, schema.target_dtype)
-    return ArrayDataset(
-        torch.zeros((0, *schema.sample_shape)),
-        torch.zeros((0, *schema.target_shape), dtype=dtype),
-        schema.classes,
-        schema.bands,
-        name=name,
-        target_kind=schema.target_kind,  # type: ignore[arg-type]
-    )
 
 
 def check_site_data(cfg: ExperimentConfig, ds: ArrayDataset, name: str) -> TaskInfo:
@@ -253,64 +172,6 @@ def split_site(cfg: ExperimentConfig, i: int, ds: ArrayDataset, seed: int) -> Si
     except ConfigError as err:
         raise ConfigError(err.path, f"site {name}: {err.message}") from None
     return SiteSplit(name, ds.subset(s.train), ds.subset(s.val), ds.subset(s.test))
-
-
-@dataclass(frozen=True)
-class BandStats:
-    """Per-band sufficient statistics of a site's raw train split (what it releases).
-
-    Attributes:
-        count: Values per band (N·H·W for images, N for features).
-        sum: ``[C]`` float64 Σx per band.
-        sumsq: ``[C]`` float64 Σx² per band.
-    """
-
-    count: int
-    sum: np.ndarray
-    sumsq: np.ndarray
-
-
-def band_stats(inputs: torch.Tensor) -> BandStats:
-    """:class:`BandStats` of ``[N, C, H, W]`` or ``[N, F]`` float32 inputs, summed in
-    float64 over chunks of :data:`STATS_CHUNK` samples in order."""
-    dims = (0,) if inputs.ndim == 2 else (0, 2, 3)
-    c = int(inputs.shape[1])
-    s, q = torch.zeros(c, dtype=torch.float64), torch.zeros(c, dtype=torch.float64)
-    for start in range(0, int(inputs.shape[0]), STATS_CHUNK):
-        x = inputs[start : start + STATS_CHUNK].to(torch.float64)
-        s += x.sum(dim=dims)
-        q += (x * x).sum(dim=dims)
-    count = int(inputs.numel() // c) if c else 0
-    return BandStats(count, s.numpy(), q.numpy())
-
-
-def combine_band_stats(stats: Sequence[BandStats], ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global per-band mean and std from every site's :class:`BandStats`, in site order.
-
-    n = Σ count, μ = Σ sum / n, σ = √(max(Σ sumsq − n·μ², 0) / (n − 1)) clamped to ≥ 1e-6
-    (the unbiased std the central mode uses, :meth:`~geofl.data.base.ArrayDataset.input_stats`).
-
-    Args:
-        stats: One per site, in site order.
-        ndim: 4 for images (``[1, C, 1, 1]`` results), 2 for features (``[1, F]``).
-
-    Returns:
-        ``(mean, std)`` float32.
-    """
-    n = sum(int(s.count) for s in stats)
-    total = np.zeros_like(stats[0].sum)
-    squares = np.zeros_like(stats[0].sumsq)
-    for s in stats:
-        total = total + s.sum
-        squares = squares + s.sumsq
-    mean = total / max(n, 1)
-    var = np.maximum(squares - n * mean * mean, 0.0) / max(n - 1, 1)
-    std = np.maximum(np.sqrt(var), 1e-6)
-    shape = (1, -1, 1, 1) if ndim == 4 else (1, -1)
-    return (
-        torch.from_numpy(mean.astype(np.float32)).reshape(shape),
-        torch.from_numpy(std.astype(np.float32)).reshape(shape),
-    )
 
 
 def normalised(split: SiteSplit, mean: torch.Tensor, std: torch.Tensor) -> SiteSplit:
