@@ -999,7 +999,7 @@ def test_float64_delta_within_float32_is_accepted() -> None:
     ],
 )
 def test_malformed_metadata_fields_do_not_crash_the_round(field_name: str, value: Any) -> None:
-    # U4: scheduler._record, hashing.update_set_sha256 and FlatTier.combine used fields
+    # U4: round_record.sync_record, hashing.update_set_sha256 and FlatTier.combine used fields
     # validate_update never checked
     reason = validate_update(_update(**{field_name: value}), D)
     assert isinstance(reason, str) and field_name in reason

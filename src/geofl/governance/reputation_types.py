@@ -20,7 +20,8 @@ __all__ = ["NodeObservation", "ReputationComponents", "ReputationParams"]
 
 
 class ReputationParams(BaseModel):
-    """Parameters of the reputation model (000 Eq. 18–22); see the module docstring."""
+    """Parameters of the reputation model (000 Eq. 18–22); see
+    :mod:`geofl.governance.reputation`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -88,7 +89,8 @@ class NodeObservation:
     Attributes:
         participated: True = update accepted; False = expected but failed, missing or
             rejected; None = not expected this round (same as leaving the node out).
-        delta_acc: ΔAcc as a fraction (leave-one-out, see the module docstring) or None.
+        delta_acc: ΔAcc as a fraction (leave-one-out, see
+            :mod:`geofl.governance.reputation`) or None.
         consistency: S of 000 Eq. 15 in [0, 1], or None.
         update_norm: L2 norm of the released update, or None.
         noise_sigma: perturbation intensity σ of the release, or None.
