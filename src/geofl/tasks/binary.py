@@ -31,6 +31,7 @@ from geofl.tasks.common import (
     PosWeight,
     auto_pos_weight,
     describe,
+    numpy_float,
     parse_pos_weight,
     require_tensor,
 )
@@ -162,9 +163,7 @@ class BinaryTask:
     def predict(self, output: torch.Tensor) -> torch.Tensor:
         """``[B]`` int64 labels: 1 where ``sigmoid(logit) ≥ threshold``, decided on the
         logit (:func:`logit_cut`)."""
-        z = _logit(output)
-        if z.dtype not in (torch.float32, torch.float64):
-            z = z.float()
+        z = numpy_float(_logit(output))
         return (z >= logit_cut(self.threshold, z.dtype)).to(torch.int64)
 
     def accumulator(self) -> BinaryAccumulator:
@@ -253,9 +252,7 @@ class BinaryAccumulator:
     def _reduce(self) -> None:
         """Sum the pending batches' loss; keep their logits and labels."""
         outputs, targets = self._store.take()
-        logits = _logit(outputs)
-        if logits.dtype not in (torch.float32, torch.float64):
-            logits = logits.float()  # float16 / bfloat16 outputs (numpy has no bfloat16)
+        logits = numpy_float(_logit(outputs))
         truth = targets.numpy() != 0
         self._loss += bce_sum(logits, truth, self._pos_weight)
         self._logits.append(logits)

@@ -22,6 +22,7 @@ __all__ = [
     "auto_pos_weight",
     "batch_loss",
     "describe",
+    "numpy_float",
     "parse_pos_weight",
     "require_tensor",
 ]
@@ -100,6 +101,12 @@ def require_tensor(task: str, targets: Any) -> torch.Tensor:
             f"the {task} task needs a target tensor with one row per sample, got {kind}",
         )
     return targets
+
+
+def numpy_float(t: torch.Tensor) -> torch.Tensor:
+    """``t`` if it is float32 or float64, else as float32: model outputs numpy can read
+    (numpy has no bfloat16), with the precision they were computed in."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
 def batch_loss(loss_sum: float | None) -> float:

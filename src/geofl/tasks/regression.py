@@ -43,6 +43,7 @@ from geofl.tasks.common import (
     TARGETS_FIELD,
     BatchStore,
     describe,
+    numpy_float,
     require_tensor,
 )
 from geofl.tasks.scoring import mse_mae_r2, mse_mae_r2_scalar
@@ -228,7 +229,7 @@ class RegressionAccumulator:
         self.task = task
         self.mean = task.mean
         self.std = task.std
-        self._mu, self._sigma = task._mu_np, task._sigma_np
+        self._mu = task._mu_np
         self._inv_sigma = task._inv_sigma_np
         self._store = BatchStore(owns_loss=True)
         self._sums = task._zero_sums  # [4, T] Σd, Σd², Σe², Σ|e| (replaced, not mutated)
@@ -252,9 +253,7 @@ class RegressionAccumulator:
         """Fold the pending batches into the running sums, range and loss."""
         task = self.task
         outputs, targets = self._store.take()
-        out_t, y_t = task._rows(outputs), task._rows(targets)
-        if out_t.dtype not in (torch.float32, torch.float64):
-            out_t = out_t.float()  # float16 / bfloat16 outputs (numpy has no bfloat16)
+        out_t, y_t = numpy_float(task._rows(outputs)), task._rows(targets)
         if y_t.dtype not in (torch.float32, torch.float64):
             y_t = y_t.to(torch.float64)
         # [T, n] float64 copies: numpy broadcasts a per-output constant along a contiguous
