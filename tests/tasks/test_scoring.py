@@ -13,11 +13,14 @@ from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, f1_score, r2_score, roc_auc_score
 
 from geofl.tasks.scoring import (
+    SEARCH_MAX,
+    _auc_packed_float32,
+    _auc_search,
     average_precision,
     f1_from_counts,
     r2_from_sums,
     roc_auc,
-    roc_auc_float32,
+    roc_auc_1d,
     shifted_sum_of_squares,
     tie_group_bounds,
 )
@@ -196,12 +199,12 @@ def test_ranking_metrics_on_few_distinct_scores(rows: list[tuple[int, bool]]) ->
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_float32_auc_path_equals_the_general_one_to_the_bit(seed: int) -> None:
-    """``[N]`` float32 scores take the packed-key sort (``roc_auc_float32``); the general
-    path (a ``[N, 1]`` column) gives the same float64, with and without ties, and both
-    match scikit-learn."""
+def test_1d_auc_path_equals_the_general_one_to_the_bit(seed: int) -> None:
+    """``[N]`` scores take one sort and a binary search per positive (``roc_auc_1d``);
+    the general path (a ``[N, 1]`` column) gives the same float64, with and without ties,
+    in float32 and float64, and both match scikit-learn."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 3000))
+    n = int(rng.integers(1, 3000)) if seed % 5 else int(rng.integers(8193, 20000))
     scale = 10.0 ** float(rng.integers(-30, 30))  # sign-magnitude order over all exponents
     scores = (rng.normal(size=n) * scale).astype(np.float32)
     scores[: n // 7] = -np.abs(scores[: n // 7])
@@ -209,9 +212,16 @@ def test_float32_auc_path_equals_the_general_one_to_the_bit(seed: int) -> None:
         scores = np.round(scores / scale * 4).astype(np.float32)
         scores[::11] = -0.0
     targets = rng.random(n) < rng.choice([0.02, 0.3, 0.9])
+    if seed % 2:
+        scores = scores.astype(np.float64)
     s, y = torch.from_numpy(scores), torch.from_numpy(targets)
     fast, general = roc_auc(s, y), roc_auc(s[:, None], y[:, None])[0]
-    assert roc_auc_float32(scores, targets) is not None
+    one_d = roc_auc_1d(scores, targets)  # binary search ≤ SEARCH_MAX, packed float32 keys above
+    assert one_d is None if (n > SEARCH_MAX and seed % 2) else one_d is not None
+    for other in (_auc_search(scores, targets),) + (
+        (_auc_packed_float32(scores, targets),) if not seed % 2 else ()
+    ):
+        assert other == fast.item() or (math.isnan(other) and math.isnan(fast.item()))
     if 0 < targets.sum() < n:
         assert fast.dtype == torch.float64 and fast.item() == general.item()
         assert fast.item() == pytest.approx(roc_auc_score(targets, scores), rel=1e-12)
@@ -229,8 +239,14 @@ def test_auc_signed_zeros_ties_and_non_finite_leave_the_fast_path() -> None:
     assert roc_auc(tied, torch.tensor([1, 0, 0, 1])).item() == pytest.approx(0.875)
     assert math.isnan(roc_auc(torch.tensor([1.0, math.nan, 0.0], dtype=f32), y[:3]).item())
     assert math.isnan(roc_auc(torch.tensor([1.0, 2.0], dtype=f32), torch.tensor([1, 1])).item())
-    # an infinite score's key is a NaN (sorted last): NaN, as the general path gives
+    # an infinite score: NaN, as the general path gives
     for bad in (math.inf, -math.inf):
-        scores = np.array([1.0, bad, 0.0], dtype=np.float32)
-        assert math.isnan(roc_auc_float32(scores, np.array([True, False, False])) or 0.0)
-    assert roc_auc_float32(np.zeros(3), np.zeros(3, dtype=bool)) is None  # float64: general
+        for dtype in (np.float32, np.float64):
+            scores = np.array([1.0, bad, 0.0], dtype=dtype)
+            assert math.isnan(roc_auc_1d(scores, np.array([True, False, False])) or 0.0)
+            if dtype == np.float32:
+                assert math.isnan(_auc_packed_float32(scores, np.array([True, False, False])))
+            general = roc_auc(torch.from_numpy(scores)[:, None], torch.tensor([[1], [0], [0]]))
+            assert math.isnan(general.item())
+    assert math.isnan(roc_auc_1d(np.zeros(3), np.zeros(3, dtype=bool)) or 0.0)  # one class
+    assert roc_auc_1d(np.zeros(SEARCH_MAX + 1), np.ones(SEARCH_MAX + 1, dtype=bool)) is None

@@ -35,7 +35,7 @@ from geofl.tasks.common import (
     parse_pos_weight,
     require_tensor,
 )
-from geofl.tasks.scoring import roc_auc, roc_auc_float32
+from geofl.tasks.scoring import roc_auc, roc_auc_1d
 
 __all__ = [
     "BinaryAccumulator",
@@ -274,7 +274,7 @@ class BinaryAccumulator:
         n, n_pos = int(truth_np.size), int(np.count_nonzero(truth_np))
         tp = int(np.count_nonzero(truth_np & pred_np))
         fp, fn = int(np.count_nonzero(pred_np)) - tp, n_pos - tp
-        auc = roc_auc_float32(logits_np, truth_np)
+        auc = roc_auc_1d(logits_np, truth_np)
         values = {
             "roc_auc": float(roc_auc(logits, torch.from_numpy(truth))) if auc is None else auc,
             # f1_from_counts' float64 arithmetic on three Python ints (same bits, no tensors)

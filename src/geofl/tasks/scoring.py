@@ -26,7 +26,7 @@ __all__ = [
     "mse_mae_r2_scalar",
     "r2_from_sums",
     "roc_auc",
-    "roc_auc_float32",
+    "roc_auc_1d",
     "shifted_sum_of_squares",
     "tie_group_bounds",
 ]
@@ -166,7 +166,7 @@ def roc_auc(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if scores.shape[0] == 0:
         return torch.full(scores.shape[1:], _NAN, dtype=torch.float64)
     if scores.ndim == 1 and scores.shape == targets.shape:
-        fast = roc_auc_float32(scores.detach().cpu().numpy(), (targets.detach().cpu() != 0).numpy())
+        fast = roc_auc_1d(scores.detach().cpu().numpy(), (targets.detach().cpu() != 0).numpy())
         if fast is not None:
             return torch.tensor(fast, dtype=torch.float64)
     s_sorted, y, finite = _sorted_rows(scores, targets, descending=False)
@@ -183,9 +183,69 @@ def roc_auc(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return _shaped(auc, scores)
 
 
-def roc_auc_float32(scores: np.ndarray, positive: np.ndarray) -> float | None:
+#: Largest split :func:`roc_auc_1d` ranks by binary search. Up to here the searched array
+#: stays in cache and a float32 sort costs half the float64 sort of the packed keys
+#: (2,048 float32 scores: 34 µs against 43 µs on the project's 2-core VM); at 32,768
+#: the searches' cache misses make it twice as slow (2.8 ms against 1.4 ms).
+SEARCH_MAX = 8192
+
+
+def roc_auc_1d(scores: np.ndarray, positive: np.ndarray) -> float | None:
+    """ROC-AUC of ``[N]`` scores (N ≥ 1) as :func:`roc_auc` gives it, to the bit, by the
+    faster of two exact numpy paths: :func:`_auc_search` up to :data:`SEARCH_MAX` scores,
+    :func:`_auc_packed_float32` above it for float32 scores; None for larger float64
+    scores (the caller takes the general path).
+
+    Args:
+        scores: ``[N]`` real scores; larger means more likely positive.
+        positive: ``[N]`` bool labels.
+    """
+    if scores.size <= SEARCH_MAX:
+        return _auc_search(scores, positive)
+    if scores.dtype == np.float32:
+        return _auc_packed_float32(scores, positive)
+    return None
+
+
+def _auc_search(scores: np.ndarray, positive: np.ndarray) -> float:
+    """ROC-AUC of ``[N]`` scores (N ≥ 1) as :func:`roc_auc` gives it, to the bit, from one
+    sort of the scores in their own precision and one binary search per positive.
+
+    With ``s`` the sorted scores, ``left_i`` (``right_i``) the number of scores below (at or
+    below) positive i's score — the 0-based first position of its tie group and one past
+    the last —
+
+        2U = Σ_{i positive} (left_i + right_i − 1) − n_pos (n_pos − 1),
+
+    the Mann–Whitney statistic of :func:`roc_auc` with average ranks; without ties
+    ``right_i = left_i + 1``, so one search serves. U is an exact integer or half-integer
+    here as there, so the AUC U / (n_pos · n_neg) is the same float64. −0 and +0 compare
+    equal (one tie group) in the sort and the searches alike. Non-finite scores (NaN sorts
+    last) and single-class splits give NaN.
+
+    Args:
+        scores: ``[N]`` real scores; larger means more likely positive.
+        positive: ``[N]`` bool labels.
+    """
+    s = np.sort(scores)
+    if not (s[0] > -np.inf and s[-1] < np.inf):
+        return _NAN
+    pos = scores[positive]
+    n_pos = int(pos.size)
+    n_neg = int(s.size) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return _NAN
+    left = int(np.searchsorted(s, pos, side="left").sum())
+    if bool((s[1:] != s[:-1]).all()):
+        bounds = 2 * left
+    else:
+        bounds = left + int(np.searchsorted(s, pos, side="right").sum()) - n_pos
+    return (bounds - n_pos * (n_pos - 1)) / 2 / (float(n_pos) * float(n_neg))
+
+
+def _auc_packed_float32(scores: np.ndarray, positive: np.ndarray) -> float:
     """ROC-AUC of ``[N]`` float32 scores (N ≥ 1) as :func:`roc_auc` gives it, to the bit,
-    from one numpy sort; None for another dtype (the caller takes the general path).
+    from one numpy sort of float64 keys that carry the labels.
 
     Each score, −0 first turned into +0 (so that equal floats are equal), is widened to
     float64 (exact) and the label written into the lowest bit of its float64 mantissa:
@@ -204,8 +264,6 @@ def roc_auc_float32(scores: np.ndarray, positive: np.ndarray) -> float | None:
         scores: ``[N]`` scores; larger means more likely positive.
         positive: ``[N]`` bool labels.
     """
-    if scores.dtype != np.float32:
-        return None
     key = scores.astype(np.float64)
     key += 0.0  # −0 + 0 = +0
     bits = key.view(np.int64)
