@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from geofl.attacks.adaptive import AdaptiveCgfAttack, cosine_distance, project_to_cone
+from geofl.attacks.adaptive import (
+    AdaptiveCgfAttack,
+    AdaptiveOdaAttack,
+    cosine_distance,
+    project_to_cone,
+)
 from geofl.attacks.client import ATTACKS, AttackContext
 from geofl.client.data import ClientData
 from geofl.privacy.adaptive import REPUTATION_KEY, public_norm_key
@@ -94,3 +99,47 @@ def test_describe_says_what_it_targets() -> None:
     d = a.describe([_data(k) for k in range(10)])
     assert (d["attack"], d["max_distance"], d["max_norm"]) == ("adaptive_cgf", 0.1, 3.0)
     assert math.isclose(d["reputation_floor"], 0.3)
+
+
+def _adaptive_oda(**params: object) -> AdaptiveOdaAttack:
+    ctx = AttackContext(7, 10, SHAPE, (5, 5), path="methods.0.attack")
+    a = ATTACKS.build("adaptive_oda", {"fraction": 0.2, "trigger": {"size": 2}, **params}, ctx=ctx)
+    assert isinstance(a, AdaptiveOdaAttack)
+    return a
+
+
+def _scenes(client: int, n: int = 10) -> ClientData:
+    """n images, each with one class-0 object and one class-1 object."""
+    y = torch.tensor([[0.0, 0, 2, 2, 1], [3.0, 3, 5, 5, 0]]).repeat(n, 1, 1)
+    return ClientData(client, torch.zeros(n, *SHAPE), y, np.array([n, n]))
+
+
+def test_adaptive_oda_times_poisons_and_projects_like_adaptive_cgf() -> None:
+    """The detection Adaptive-CGF: ODA poisoning (target boxes removed under the trigger)
+    only in rounds the schedule and the reputation floor allow, and the same projection
+    and public-clip cap as ``adaptive_cgf`` (the hand example above)."""
+    a = _adaptive_oda(reputation_floor=0.3, poison_ratio=0.2)
+    k = min(a.clients)
+    data = _scenes(k)
+    a.observe(torch.zeros(3), ClientDirectives(1, k, {REPUTATION_KEY: 0.29}))
+    assert a.poison(data, 1) is data  # below the floor: honest data
+    w2 = torch.tensor([1.0, 0.0, 0.0])
+    norms = {public_norm_key(1): 2.0, public_norm_key(2): 3.0, public_norm_key(3): 2.5}
+    d2 = ClientDirectives(2, k, {REPUTATION_KEY: 0.5, **norms})
+    a.observe(w2, d2)
+    poisoned = a.poison(data, 2)
+    idx = a.poison_indices(data)
+    assert len(idx) == 2  # ⌊0.2·10 + ½⌋
+    assert poisoned.targets[idx][..., 4].tolist() == [[1.0, -1.0]] * 2  # class-0 boxes gone
+    assert (poisoned.inputs[idx] != 0).any() and not (poisoned.inputs[~_mask(idx, 10)] != 0).any()
+    upd = ClientUpdate(torch.tensor([0.0, 3.0, 4.0]), UpdateMeta(k, 10, 2))
+    out = a(upd, d2, torch.Generator())
+    assert torch.allclose(out.delta, torch.tensor([2.0, 0.9, 1.2]), atol=1e-6)
+    d = a.describe([_scenes(j) for j in range(10)])
+    assert (d["attack"], d["placement"], d["max_distance"]) == ("adaptive_oda", "center", 0.2)
+
+
+def _mask(idx: torch.Tensor, n: int) -> torch.Tensor:
+    m = torch.zeros(n, dtype=torch.bool)
+    m[idx] = True
+    return m

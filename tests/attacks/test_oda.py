@@ -326,6 +326,7 @@ def _raw(task: str, attack: str) -> dict[str, Any]:
         ("detection", "edge_case", "methods.0.attack.name: .*not 'detection'"),
         ("detection", "adaptive_cgf", "methods.0.attack.name: .*not 'detection'"),
         ("classification", "oda", "methods.0.attack.name: .*detection task"),
+        ("classification", "adaptive_oda", "methods.0.attack.name: .*detection task"),
     ],
 )
 def test_attacks_refuse_the_other_task_at_load_time(

@@ -1,9 +1,12 @@
-"""Adaptive-CGF (004 §3.6, Table 7): a backdoor attacker that knows the cosine filter.
+"""Adaptive-CGF (004 §3.6, Table 7): a poisoning attacker that knows the cosine filter.
 
-The ``adaptive_cgf`` attack is the trigger backdoor of :mod:`geofl.attacks.backdoor` (same
-threat model: seeded colluding attackers, poisoned pool, target, trigger, boost γ, schedule)
-whose attackers also "jointly adjust update direction, update magnitude, and poisoning
-timing to reduce the cosine anomaly score while maintaining temporal reputation" (004 §3.6).
+Two attacks share the evasion (:class:`CgfEvasion`): ``adaptive_cgf`` is the trigger
+backdoor of :mod:`geofl.attacks.backdoor` (classification) and ``adaptive_oda`` the
+object-disappearance attack of :mod:`geofl.attacks.oda` (detection, the paper's own Table 7
+row), each with its threat model unchanged (seeded colluding attackers, poisoned pool,
+target, trigger, boost γ, schedule), whose attackers also "jointly adjust update
+direction, update magnitude, and poisoning timing to reduce the cosine anomaly score
+while maintaining temporal reputation" (004 §3.6).
 
 What the attacker knows — only what an honest participant also receives, plus the protocol:
 
@@ -41,23 +44,33 @@ import math
 from typing import Any
 
 import torch
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from geofl.attacks.backdoor import BackdoorParams, PoisoningAttack, check_threat
 from geofl.attacks.client import ATTACKS, Attack, AttackContext
-from geofl.attacks.trigger import make_trigger
+from geofl.attacks.oda import ObjectDisappearance, OdaParams, check_oda, oda_trigger
+from geofl.attacks.trigger import Trigger, make_trigger
 from geofl.client.data import ClientData
 from geofl.privacy.adaptive import REPUTATION_KEY, public_clip, public_norms
 from geofl.update import ClientDirectives, ClientUpdate
 
-__all__ = ["AdaptiveCgfAttack", "AdaptiveCgfParams", "cosine_distance", "project_to_cone"]
+__all__ = [
+    "AdaptiveCgfAttack",
+    "AdaptiveCgfParams",
+    "AdaptiveOdaAttack",
+    "AdaptiveOdaParams",
+    "CgfEvasion",
+    "EvasionParams",
+    "cosine_distance",
+    "project_to_cone",
+]
 
 #: Public norms (rounds) the attacker's default norm cap takes the median of (ADP's default).
 NORM_WINDOW = 3
 
 
-class AdaptiveCgfParams(BackdoorParams):
-    """The backdoor's threat model plus what the adaptive attacker targets."""
+class EvasionParams(BaseModel):
+    """What the adaptive attacker targets (added to an attack's own parameters)."""
 
     max_distance: float = Field(
         0.2,
@@ -79,6 +92,14 @@ class AdaptiveCgfParams(BackdoorParams):
         le=1.0,
         description="attack only while the broadcast reputation r_j ≥ this; None: always",
     )
+
+
+class AdaptiveCgfParams(BackdoorParams, EvasionParams):
+    """The backdoor's threat model plus what the adaptive attacker targets."""
+
+
+class AdaptiveOdaParams(OdaParams, EvasionParams):
+    """The object-disappearance threat model plus what the adaptive attacker targets."""
 
 
 def cosine_distance(u: torch.Tensor, ref: torch.Tensor) -> float:
@@ -128,12 +149,16 @@ def project_to_cone(
     return v.to(u.dtype)
 
 
-class AdaptiveCgfAttack(PoisoningAttack):
-    """The trigger backdoor with CGF-aware projection and reputation-aware timing."""
+class CgfEvasion(PoisoningAttack):
+    """CGF-aware projection and reputation-aware timing over a poisoning attack.
 
-    def __init__(self, params: AdaptiveCgfParams, ctx: AttackContext) -> None:
-        trigger = make_trigger(params.trigger, ctx.sample_shape, ctx.seed, f"{ctx.path}.trigger")
-        super().__init__("adaptive_cgf", params, ctx, trigger=trigger)
+    Listed before the attack class in a subclass's bases (``class A(CgfEvasion, Attack)``),
+    it wraps that attack's ``poison``, ``__call__`` and ``describe``.
+    """
+
+    adaptive: EvasionParams
+
+    def _start_evasion(self, params: EvasionParams) -> None:
         self.adaptive = params
         self._models: list[tuple[int, torch.Tensor]] = []  # the last two (round, w) seen
         self._reputation: dict[int, float] = {}
@@ -200,9 +225,36 @@ class AdaptiveCgfAttack(PoisoningAttack):
         return out
 
 
+class AdaptiveCgfAttack(CgfEvasion, PoisoningAttack):
+    """The trigger backdoor with CGF-aware projection and reputation-aware timing."""
+
+    def __init__(self, params: AdaptiveCgfParams, ctx: AttackContext) -> None:
+        trigger = make_trigger(params.trigger, ctx.sample_shape, ctx.seed, f"{ctx.path}.trigger")
+        PoisoningAttack.__init__(self, "adaptive_cgf", params, ctx, trigger=trigger)
+        self._start_evasion(params)
+
+
+class AdaptiveOdaAttack(CgfEvasion, ObjectDisappearance):
+    """The object-disappearance attack with CGF-aware projection and reputation-aware timing."""
+
+    def __init__(self, params: AdaptiveOdaParams, ctx: AttackContext, trigger: Trigger) -> None:
+        ObjectDisappearance.__init__(self, params, ctx, trigger)
+        self.name = "adaptive_oda"
+        self._start_evasion(params)
+
+
 @ATTACKS.register("adaptive_cgf", params=AdaptiveCgfParams, check=check_threat)
 def build_adaptive_cgf(params: AdaptiveCgfParams, ctx: AttackContext | None = None) -> Attack:
     """Backdoor that projects into CGF's cone and times itself by reputation (004 Table 7)."""
     if ctx is None:
         raise TypeError("the adaptive_cgf attack needs an AttackContext")
     return AdaptiveCgfAttack(params, ctx)
+
+
+@ATTACKS.register("adaptive_oda", params=AdaptiveOdaParams, check=check_oda)
+def build_adaptive_oda(params: AdaptiveOdaParams, ctx: AttackContext | None = None) -> Attack:
+    """Object disappearance that projects into CGF's cone and times itself by reputation
+    (004 Table 7, Adaptive-CGF on detection)."""
+    if ctx is None:
+        raise TypeError("the adaptive_oda attack needs an AttackContext")
+    return AdaptiveOdaAttack(params, ctx, oda_trigger(params, ctx))

@@ -197,7 +197,7 @@ def check_threat(params: ThreatParams, ctx: CheckContext) -> None:
     """Single-label classification only; a positive fraction must give at least one attacker."""
     task = (ctx.experiment.get("task") or {}).get("name", "classification")
     if task != "classification":
-        hint = "; on detection use the object-disappearance attack (oda)"
+        hint = "; on detection use the object-disappearance attacks (oda, adaptive_oda)"
         ctx.fail(
             "name",
             f"backdoor attacks need single-label classification, not {task!r}"

@@ -51,7 +51,8 @@ class AttackContext:
     path: str = "attack"
 
 
-#: Attack registry: ``scaling``, ``backdoor``, ``edge_case``, ``adaptive_cgf``, ``oda``.
+#: Attack registry: ``scaling``, ``backdoor``, ``edge_case``, ``adaptive_cgf``, ``oda``,
+#: ``adaptive_oda``.
 ATTACKS: Registry[Attack] = Registry("attack")
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "ObjectDisappearance",
     "OdaParams",
     "object_anchors",
+    "oda_trigger",
     "remove_target_objects",
     "stamp_target_objects",
 ]
@@ -197,11 +198,8 @@ def check_oda(params: OdaParams, ctx: CheckContext) -> None:
     check_attacker_count(params, ctx)
 
 
-@ATTACKS.register("oda", params=OdaParams, check=check_oda)
-def build_oda(params: OdaParams, ctx: AttackContext | None = None) -> Attack:
-    """Object-disappearance attack: triggered target objects lose their boxes (004 §3.1)."""
-    if ctx is None:
-        raise TypeError("the oda attack needs an AttackContext")
+def oda_trigger(params: OdaParams, ctx: AttackContext) -> Trigger:
+    """Check ``params`` against the training split and build the run's trigger patch."""
     if not ctx.class_counts:
         raise ConfigError(f"{ctx.path}.name", "oda needs a dataset with boxes targets")
     counts = ctx.class_counts
@@ -210,5 +208,12 @@ def build_oda(params: OdaParams, ctx: AttackContext | None = None) -> Attack:
             f"{ctx.path}.target",
             f"class {params.target} has no objects in the training split; pick a class that occurs",
         )
-    trigger = make_trigger(params.trigger, ctx.sample_shape, ctx.seed, f"{ctx.path}.trigger")
-    return ObjectDisappearance(params, ctx, trigger)
+    return make_trigger(params.trigger, ctx.sample_shape, ctx.seed, f"{ctx.path}.trigger")
+
+
+@ATTACKS.register("oda", params=OdaParams, check=check_oda)
+def build_oda(params: OdaParams, ctx: AttackContext | None = None) -> Attack:
+    """Object-disappearance attack: triggered target objects lose their boxes (004 §3.1)."""
+    if ctx is None:
+        raise TypeError("the oda attack needs an AttackContext")
+    return ObjectDisappearance(params, ctx, oda_trigger(params, ctx))
