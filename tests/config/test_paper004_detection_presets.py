@@ -1,5 +1,6 @@
-"""The paper-004 detection presets (Tables 3-strong, 4, 7, 10 on detection) load, keep the
-paper's values, and run: each shrunk to a few scenes and one round."""
+"""The paper-004 detection presets (Tables 3-strong, 4, 7, 8, 10 on detection, and the NEON
+real-data comparison) load, keep the paper's values, and run: each shrunk to a few scenes
+and one round."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def test_detection_presets_share_the_strong_setting(name: str) -> None:
     assert cfg.federation.participation == 1.0 and cfg.federation.rounds == 32
     assert set(cfg.paper) <= {m.name for m in cfg.methods} and cfg.paper
     for m in cfg.methods:
-        assert m.partition.name == "iid" and m.attack is not None and m.attack.name == "oda"
+        assert m.partition.name == "iid" and m.attack is not None
+        assert m.attack.name in ("oda", "adaptive_oda")
         p = m.attack.params
         assert p["trigger"] == {"size": 8, "amplitude": 2.0, "opacity": 1.0}
         if p["fraction"] > 0:  # the paper's threat: 20 % of clients, 20 % of their pool
@@ -53,16 +55,20 @@ def test_ablation_rows_switch_the_modules() -> None:
 
 
 def test_table7_families_and_table10_lambdas() -> None:
-    t7 = {
-        m.name: m.attack.params
-        for m in load_config("paper004-detection-table7").methods
-        if m.attack
-    }
-    assert len(t7) == 12  # {FedAvg, FLAME, DUAL-SHIELD, DUAL-SHIELD + ADP} x 3 families
+    methods = load_config("paper004-detection-table7").methods
+    t7 = {m.name: m.attack.params for m in methods if m.attack}
+    attacks = {m.name: m.attack.name for m in methods if m.attack}
+    assert len(t7) == 16  # {FedAvg, FLAME, DUAL-SHIELD, DUAL-SHIELD + ADP} x 4 families
+    adaptive = {n: p for n, p in t7.items() if "adaptive" in n}
+    assert len(adaptive) == 4
+    for p in adaptive.values():
+        assert (p["max_distance"], p["reputation_floor"]) == (0.2, 0.3)
+    assert {n for n, a in attacks.items() if a == "adaptive_oda"} == set(adaptive)
     scaled = ["fedavg-scaling", "flame-scaling", "shield-scaling", "shield-adp-scaling"]
     assert {n: p.get("boost", 1.0) for n, p in t7.items() if "scaling" in n} == dict.fromkeys(
         scaled, 8.0
     )
+    assert {a for n, a in attacks.items() if "adaptive" not in n} == {"oda"}
     assert {p["target"] for n, p in t7.items() if "rare" in n} == {6}  # ground track field
     assert {p["target"] for n, p in t7.items() if "rare" not in n} == {0}
     t10 = load_config("paper004-detection-table10")
@@ -94,3 +100,54 @@ def test_detection_preset_runs_one_shrunk_round(name: str, tmp_path: Path) -> No
         assert 0.0 <= test["map_50"] <= 1.0 and 0.0 <= test["asr"] <= 1.0
         assert final["threat"]["target"] == m["attack"]["target"]
     assert (run / "summary.json").is_file()
+
+
+NEON = Path("/work/shared/data/neon_tree_crowns")
+
+
+def test_table8_and_neon_presets_compare_three_scenarios() -> None:
+    """Table 8's panel C (Faster R-CNN) and the NEON crowns panel: FedAvg clean, FedAvg +
+    ODA and DUAL-SHIELD + ODA in table3-strong's threat."""
+    for name, model, dataset in (
+        ("paper004-detection-table8-two-stage", "faster_rcnn", "synthetic_aerial"),
+        ("paper004-detection-neon", "fcos", "neon_tree_crowns"),
+    ):
+        raw = load_raw(name)
+        assert (raw["model"]["name"], raw["data"]["dataset"]) == (model, dataset)
+        names = [m["name"] for m in raw["methods"]]
+        assert names == ["fedavg-clean", "fedavg", "dual-shield"]
+        assert raw["methods"][0]["attack"]["fraction"] == 0.0
+        for m in raw["methods"][1:]:
+            a = m["attack"]
+            assert (a["name"], a["fraction"], a["poison_ratio"], a["target"]) == (
+                "oda",
+                0.2,
+                0.2,
+                0,
+            )
+        assert raw["methods"][2]["algorithm"] == {"name": "dual_shield"}
+        assert raw["federation"]["rounds"] == 32 and raw["compare_to"] == "dual-shield"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["paper004-detection-table8-two-stage", "paper004-detection-neon"])
+def test_table8_and_neon_presets_run_one_shrunk_round(name: str, tmp_path: Path) -> None:
+    raw = load_raw(name)
+    if raw["data"]["dataset"] == "neon_tree_crowns":
+        if not NEON.is_dir():
+            pytest.skip(f"{NEON} is absent (the project's real-data folder)")
+        raw["data"]["params"] = {**raw["data"]["params"], "root": str(NEON), "tile": 400}
+    else:
+        raw["data"]["params"] = {**raw["data"]["params"], "num_samples": 40}
+        small = {"head_dim": 64, "proposals": 50, "rois_per_image": 32}
+        raw["model"]["params"] = {**raw["model"]["params"], **small}
+    raw["federation"]["rounds"] = 1
+    raw["eval"] = {"every": 1, "batch_size": 16}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    run = run_experiment(load_config(path), tmp_path / "run")
+    for m in raw["methods"]:
+        final = json.loads((run / "methods" / m["name"] / "seed-2024" / "final.json").read_text())
+        test = final["final"]["test"]
+        assert 0.0 <= test["map_50"] <= 1.0 and 0.0 <= test["asr"] <= 1.0
+        assert final["threat"]["attack"] == "oda"
