@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from geofl.algorithms.backdoor_indicator import BackdoorIndicatorParams, BackdoorIndicatorStrategy
 from geofl.cli import app
-from geofl.config.load import load_config
+from geofl.config.load import load_config, load_raw
 from geofl.errors import ConfigError
 from geofl.models.base import FlatModel
 from geofl.models.cnn import SmallCNNParams, build_small_cnn
@@ -201,3 +201,34 @@ def test_bad_params_name_the_field(tmp_path: Path, params: dict[str, object], fi
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=rf"methods\.1\.algorithm\.{field}"):
         load_config(path)
+
+
+@pytest.mark.slow
+def test_detection_run_plants_and_screens_with_boxes(tmp_path: Path) -> None:
+    """On detection the same strategy plants centre boxes of the assigned classes with the
+    detector's own loss and scores each update by its most confident detections (no branch
+    on the task in the defense): two rounds of a shrunk FCOS run under ODA record planting
+    and one score per client, within [-1, 1]."""
+    raw = load_raw("paper004-detection-table3-strong")
+    raw["data"]["params"] = {**raw["data"]["params"], "num_samples": 40}
+    raw["model"]["params"] = {**raw["model"]["params"], "head_convs": 1}
+    raw["federation"].update(rounds=2, num_clients=5)
+    raw["eval"] = {"every": 2, "batch_size": 16}
+    oda = raw["methods"][1]["attack"]
+    indicator = {"name": "backdoor_indicator", "num_samples": 6, "plant_epochs": 1,
+                 "start_round": 1, "batch_size": 6}  # fmt: skip
+    raw["methods"] = [
+        {"name": "bi", "partition": {"name": "iid"}, "algorithm": indicator, "attack": oda}
+    ]
+    raw["compare_to"], raw["paper"] = None, {}
+    path = tmp_path / "bi.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    result = CliRunner().invoke(
+        app, ["run", str(path), "--out", str(tmp_path / "run"), "--no-progress", "--no-report"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(x) for x in (tmp_path / "run/methods/bi/seed-2024/rounds.jsonl").open()]
+    assert [r["strategy"]["indicator.planted"] for r in rows] == [1.0, 1.0]
+    scores = {k: v for k, v in rows[1]["strategy"].items() if k.startswith("indicator.score.")}
+    assert len(scores) == 5 and all(-1.0 <= v <= 1.0 for v in scores.values())
+    assert 0.0 <= rows[1]["test"]["map_50"] <= 1.0

@@ -97,7 +97,7 @@ def test_backdoor_indicator_refuses_a_task_without_single_labels(tmp_path: Path)
     raw["task"] = {"name": "multilabel"}
     path = tmp_path / "bi.yaml"
     path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(ConfigError, match=r"methods\.0\.algorithm.*single labels"):
+    with pytest.raises(ConfigError, match=r"methods\.0\.algorithm.*single classes"):
         load_config(path)
 
 

@@ -11,6 +11,7 @@ import torch
 from geofl.data.targets import check_targets, label_codes, label_counts
 from geofl.errors import ConfigError, DataError
 from geofl.tasks import TASKS
+from geofl.tasks.base import WHOLE_SAMPLE_TASKS, WholeSampleLabels
 from geofl.tasks.coco import ImageBoxes, coco_map
 from geofl.tasks.detection import (
     DetectionOutput,
@@ -118,3 +119,27 @@ def test_accumulator_and_task_registration() -> None:
     assert task.loss({"a": torch.tensor(1.0), "b": torch.tensor(2.0)}, target).item() == 3.0
     with pytest.raises(ConfigError, match=r"\[N, M, 5\] boxes targets"):
         TASKS.build("detection", {}, num_classes=1, train_targets=torch.zeros(4, dtype=torch.long))
+
+
+def test_whole_sample_targets_and_labels_by_hand() -> None:
+    """What BackdoorIndicator's OOD indicator reads: one centre box per image carrying the
+    assigned class, and the class of each image's most confident detection (C: none)."""
+    task = TASKS.build("detection", {}, num_classes=3, train_targets=torch.zeros(1, 1, 5))
+    assert isinstance(task, WholeSampleLabels)
+    rows = task.whole_sample_targets(torch.tensor([2, 0]), (3, 8, 12))
+    assert rows.tolist() == [[[3.0, 2.0, 9.0, 6.0, 2.0]], [[3.0, 2.0, 9.0, 6.0, 0.0]]]
+
+    def det(scores: list[float], labels: list[int]) -> dict[str, torch.Tensor]:
+        n = len(scores)
+        return {"boxes": torch.zeros(n, 4), "scores": torch.tensor(scores).reshape(n),
+                "labels": torch.tensor(labels, dtype=torch.int64).reshape(n)}  # fmt: skip
+
+    dets = [det([0.3, 0.9], [2, 1]), det([], []), det([0.5, 0.5], [0, 2])]
+    assert task.whole_sample_labels(dets).tolist() == [1, 3, 0]
+    cls = TASKS.build("classification", {}, num_classes=3, train_targets=torch.tensor([0, 1, 2]))
+    assert isinstance(cls, WholeSampleLabels)
+    assert cls.whole_sample_targets(torch.tensor([2, 0]), (3, 8, 8)).tolist() == [2, 0]
+    logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]])
+    assert cls.whole_sample_labels(logits).tolist() == [1, 0]
+    assert {"classification", "detection"} <= WHOLE_SAMPLE_TASKS
+    assert "multilabel" not in WHOLE_SAMPLE_TASKS and "regression" not in WHOLE_SAMPLE_TASKS

@@ -27,6 +27,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext
+from geofl.errors import ConfigError
 from geofl.models.base import FlatModel
 from geofl.registry import CheckContext
 from geofl.rng import torch_generator
@@ -39,6 +40,7 @@ from geofl.server.indicator import (
 from geofl.server.optimizers import PlainServerOptimizer
 from geofl.server.strategy import ComposedStrategy, StrategyResult, UpdateBatch
 from geofl.server.tier import FlatTier
+from geofl.tasks.base import WHOLE_SAMPLE_TASKS, Task, WholeSampleLabels
 
 __all__ = ["BackdoorIndicatorParams", "BackdoorIndicatorStrategy"]
 
@@ -82,6 +84,9 @@ class BackdoorIndicatorStrategy(ComposedStrategy):
         input_shape: One input's shape.
         num_classes: C.
         seed: Run seed (indicator set and planting order generators).
+        task: The run's task (targets, planting loss and whole-sample labels of the
+            indicator, :class:`~geofl.tasks.base.WholeSampleLabels`); None: classification
+            with cross-entropy and argmax.
     """
 
     def __init__(
@@ -93,15 +98,23 @@ class BackdoorIndicatorStrategy(ComposedStrategy):
         input_shape: tuple[int, ...],
         num_classes: int,
         seed: int,
+        task: Task | None = None,
     ) -> None:
         super().__init__(tier, PlainServerOptimizer(server_lr))
+        if task is not None and not isinstance(task, WholeSampleLabels):
+            raise ConfigError(
+                "task.name",
+                f"backdoor_indicator needs a task that gives whole samples one class; "
+                f"{task.name!r} does not",
+            )
+        self.task = task
         self.params = params
         self.settings = params.settings()
         self.model = model_factory()
         self.num_classes = num_classes
         self.seed = seed
         gen = torch_generator(seed, "indicator", "samples")
-        self.indicator = make_indicator_set(input_shape, num_classes, self.settings, gen)
+        self.indicator = make_indicator_set(input_shape, num_classes, self.settings, gen, task)
 
     def _screening(self, round_idx: int) -> bool:
         """Whether round ``round_idx``'s broadcast was planted (so its updates are screened)."""
@@ -122,6 +135,7 @@ class BackdoorIndicatorStrategy(ComposedStrategy):
                 self.indicator,
                 self.num_classes,
                 self.settings.score,
+                self.task if isinstance(self.task, WholeSampleLabels) else None,
             )
             clean = scores < self.settings.threshold
             ids = [batch.metas[int(i)].client_id for i in idx]
@@ -145,18 +159,20 @@ class BackdoorIndicatorStrategy(ComposedStrategy):
         planted = round_idx >= self.params.start_round
         if planted:
             gen = torch_generator(self.seed, "indicator", "plant", round_idx)
-            params = plant_indicator(self.model, params, self.indicator, self.settings, gen)
+            params = plant_indicator(
+                self.model, params, self.indicator, self.settings, gen, self.task
+            )
         info["indicator.planted"] = float(planted)
         return StrategyResult(params, delta, weights, kept, info)
 
 
 def _check(params: BackdoorIndicatorParams, ctx: CheckContext) -> None:
     task = (ctx.experiment.get("task") or {}).get("name", "classification")
-    if task != "classification":
+    if task not in WHOLE_SAMPLE_TASKS:
         ctx.fail(
             "name",
-            f"backdoor_indicator assigns one class label per OOD sample; the {task!r} task "
-            "has no single labels — use task: classification",
+            f"backdoor_indicator assigns one class per OOD sample; the {task!r} task has no "
+            f"single classes — use task {' or '.join(sorted(WHOLE_SAMPLE_TASKS))}",
         )
 
 
@@ -177,5 +193,6 @@ def build_backdoor_indicator(
         ctx.input_shape,
         ctx.num_classes,
         ctx.seed,
+        ctx.task,
     )
     return Algorithm(strategy)

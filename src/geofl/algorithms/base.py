@@ -19,6 +19,7 @@ from geofl.models.base import FlatModel
 from geofl.registry import CheckContext, Registry
 from geofl.server.strategy import Strategy
 from geofl.server.tier import FlatTier
+from geofl.tasks.base import Task
 
 __all__ = [
     "ALGORITHMS",
@@ -50,6 +51,8 @@ class AlgorithmContext:
             evaluates or trains models itself (BackdoorIndicator); None where unavailable.
         input_shape: One input's shape (``(C, H, W)``; ``()`` when unknown).
         num_classes: The task's output width (0 when unknown).
+        task: The run's learning task, for a server that trains or evaluates models itself
+            (BackdoorIndicator); None where unavailable.
     """
 
     tier: FlatTier
@@ -64,6 +67,7 @@ class AlgorithmContext:
     model_factory: Callable[[], FlatModel] | None = None
     input_shape: tuple[int, ...] = ()
     num_classes: int = 0
+    task: Task | None = None
 
 
 @dataclass(frozen=True)

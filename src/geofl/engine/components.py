@@ -246,6 +246,7 @@ def build_program(
         model_factory=make_model,
         input_shape=tuple(int(s) for s in data.train.inputs.shape[1:]),
         num_classes=num_outputs,
+        task=task,
     )
     algorithm = ALGORITHMS.build(method.algorithm.name, method.algorithm.params, ctx=ctx)
     attack = build_attack(cfg, method, seed, data.train)

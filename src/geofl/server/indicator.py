@@ -21,6 +21,14 @@ this follows the original's description:
    at which samples assigned other labels are predicted as ℓ_j:
    ``score_j = TPR_j − FPR_j`` (0 for a constant predictor, 1 for a perfect indicator).
 
+The mechanism is task-generic through :class:`~geofl.tasks.base.WholeSampleLabels`: the
+assigned labels become targets in the task's format (classification: the labels; detection:
+one box over each image's centre with its assigned class), planting minimises the task's
+own loss on them (cross-entropy; the detector's loss terms), and an updated model's label of
+a sample is the class the task reads from its output (argmax; the most confident
+detection's class, or "none" — which no sample is assigned, so a model that detects nothing
+on the indicator set scores TPR 0).
+
 Gap to the original (documented, configurable where it is a choice): the original samples
 its OOD set from another real dataset (CIFAR-10 / EMNIST for CIFAR / EMNIST tasks) and plants
 for many epochs (``retrain_no_times`` up to 200) with a milestone LR schedule and a
@@ -33,12 +41,13 @@ fields, upsampled from 4×4), planting runs ``plant_epochs`` epochs of SGD with 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from geofl.models.base import FlatModel
+from geofl.tasks.base import Task, WholeSampleLabels
 
 __all__ = [
     "IndicatorSet",
@@ -88,10 +97,17 @@ class IndicatorSet:
     Attributes:
         inputs: ``[n, C, H, W]`` float32, model-input units.
         labels: ``[n]`` int64 in [0, num_classes), balanced.
+        targets: The labels as the task's targets (``[n]`` for classification, ``[n, 1, 5]``
+            boxes for detection); the labels themselves when not given.
     """
 
     inputs: torch.Tensor
     labels: torch.Tensor
+    targets: Any = None
+
+    def target_rows(self) -> Any:
+        """The task-format targets (the labels when none were given)."""
+        return self.labels if self.targets is None else self.targets
 
 
 def make_indicator_set(
@@ -99,8 +115,10 @@ def make_indicator_set(
     num_classes: int,
     settings: IndicatorSettings,
     generator: torch.Generator,
+    task: WholeSampleLabels | None = None,
 ) -> IndicatorSet:
-    """n OOD samples of ``shape`` (``(C, H, W)``) with balanced assigned labels."""
+    """n OOD samples of ``shape`` (``(C, H, W)``) with balanced assigned labels, given as
+    ``task``'s targets when a task is given."""
     n = settings.num_samples
     if settings.ood == "blobs" and len(shape) == 3:
         c, h, w = shape
@@ -110,8 +128,9 @@ def make_indicator_set(
     else:
         x = torch.randn((n, *shape), generator=generator)
     labels = torch.arange(n) % num_classes
-    labels = labels[torch.randperm(n, generator=generator)]
-    return IndicatorSet(x.to(torch.float32).contiguous(), labels.to(torch.int64))
+    labels = labels[torch.randperm(n, generator=generator)].to(torch.int64)
+    targets = None if task is None else task.whole_sample_targets(labels, shape)
+    return IndicatorSet(x.to(torch.float32).contiguous(), labels, targets)
 
 
 def plant_indicator(
@@ -120,11 +139,13 @@ def plant_indicator(
     indicator: IndicatorSet,
     settings: IndicatorSettings,
     generator: torch.Generator,
+    task: Task | None = None,
 ) -> torch.Tensor:
     """Step 2: the planted copy of ``params`` (``[D]``); buffers restored to ``params``'.
 
-    Minimises CE(f(x̃), ỹ) + μ/2 ‖w − params‖² over the trainable entries with SGD
-    (momentum, weight decay), batches in the order of ``generator``.
+    Minimises L(f(x̃), ỹ) + μ/2 ‖w − params‖² over the trainable entries with SGD
+    (momentum, weight decay), batches in the order of ``generator``; L is ``task``'s loss
+    on the indicator's targets (cross-entropy on the labels without a task).
     """
     model.load(params)
     module = model.module
@@ -142,7 +163,7 @@ def plant_indicator(
         for a in range(0, n, settings.batch_size):
             idx = order[a : a + settings.batch_size]
             opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(module(indicator.inputs[idx]), indicator.labels[idx])
+            loss = _plant_loss(module, indicator, idx, task)
             pairs = zip(module.parameters(), anchor, strict=True)
             prox = torch.stack([(p - p0).square().sum() for p, p0 in pairs]).sum()
             total = loss + 0.5 * settings.mu * prox
@@ -161,6 +182,18 @@ def plant_indicator(
     return planted
 
 
+def _plant_loss(
+    module: nn.Module, indicator: IndicatorSet, idx: torch.Tensor, task: Task | None
+) -> torch.Tensor:
+    """The planting loss of the indicator samples ``idx`` (the trainer's own call)."""
+    x = indicator.inputs[idx]
+    if task is None:
+        loss: torch.Tensor = nn.functional.cross_entropy(module(x), indicator.labels[idx])
+        return loss
+    y = task.collate(indicator.target_rows(), idx)
+    return task.loss(module(x, y) if task.model_takes_targets else module(x), y)
+
+
 @torch.no_grad()
 def indicator_scores(
     model: FlatModel,
@@ -169,9 +202,12 @@ def indicator_scores(
     indicator: IndicatorSet,
     num_classes: int,
     score: Score = "label_corrected",
+    task: WholeSampleLabels | None = None,
 ) -> torch.Tensor:
     """Step 3: ``[K]`` float64 score_j on the label ℓ_j each updated model w̃ + Δ_j predicts
     most often (ties: the smallest label): TPR_j, minus FPR_j for ``label_corrected``.
+    A sample's predicted label is ``task``'s whole-sample label (argmax without a task),
+    in [0, C] with C meaning none (assigned to no sample).
 
     Args:
         model: A workspace of the run's architecture (its parameters are overwritten).
@@ -179,16 +215,19 @@ def indicator_scores(
         updates: ``[K, D]`` Δ_j.
         indicator: The OOD samples and assigned labels.
         num_classes: C.
+        score: ``label`` (TPR) or ``label_corrected`` (TPR − FPR).
+        task: How a sample's label is read from the model's output.
     """
     module = model.module
     module.eval()
     labels = indicator.labels
-    per_label = torch.bincount(labels, minlength=num_classes).to(torch.float64)
+    per_label = torch.bincount(labels, minlength=num_classes + 1).to(torch.float64)
     out = torch.zeros(updates.shape[0], dtype=torch.float64)
     for j in range(updates.shape[0]):
         torch.add(broadcast, updates[j], out=model.flat)
-        pred = module(indicator.inputs).argmax(1)
-        top = int(torch.bincount(pred, minlength=num_classes).argmax())
+        output = module(indicator.inputs)
+        pred = output.argmax(1) if task is None else task.whole_sample_labels(output)
+        top = int(torch.bincount(pred, minlength=num_classes + 1).argmax())
         as_top = pred == top
         tpr = float((as_top & (labels == top)).sum()) / max(float(per_label[top]), 1.0)
         others = max(float(labels.numel() - per_label[top]), 1.0)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -53,11 +53,14 @@ from geofl.registry import Registry
 __all__ = [
     "TASKS",
     "TASK_METRICS",
+    "WHOLE_SAMPLE_TASKS",
     "MetricAccumulator",
     "SplitMetrics",
     "Task",
     "TaskBuilder",
+    "WholeSampleLabels",
     "declare_metrics",
+    "declare_whole_sample_labels",
     "metric_direction",
 ]
 
@@ -161,6 +164,27 @@ class Task(Protocol):
         ...
 
 
+@runtime_checkable
+class WholeSampleLabels(Protocol):
+    """A task whose samples can each be given, and read back as, one class.
+
+    What a server-side probe that assigns classes to whole inputs needs (the OOD indicator
+    of BackdoorIndicator, :mod:`geofl.server.indicator`): classification (the sample's
+    label) and detection (one box over the image's centre; the class of the most confident
+    detection) implement it; tasks without single classes (multi-label, regression) do not.
+    """
+
+    def whole_sample_targets(self, labels: torch.Tensor, shape: tuple[int, ...]) -> Any:
+        """Targets, in the task's own format, that assign ``labels`` (``[n]`` int64 in
+        ``[0, C)``) to whole inputs of ``shape`` (``(C_in, H, W)``)."""
+        ...
+
+    def whole_sample_labels(self, output: Any) -> torch.Tensor:
+        """``[n]`` int64: the class the model's (eval-mode) ``output`` gives each whole
+        sample, in ``[0, C]`` where ``C`` (:attr:`Task.num_outputs`) means none."""
+        ...
+
+
 class TaskBuilder(Protocol):
     """``(params, *, num_classes, train_targets) -> Task`` as registered in :data:`TASKS`.
 
@@ -190,6 +214,15 @@ def declare_metrics(task: str, metrics: Mapping[str, Direction]) -> None:
     if task in TASK_METRICS:
         raise RegistryError(f"task {task!r} already declared its metrics")
     TASK_METRICS[task] = dict(metrics)
+
+
+#: Tasks that implement :class:`WholeSampleLabels`, by name (what config loading checks).
+WHOLE_SAMPLE_TASKS: set[str] = set()
+
+
+def declare_whole_sample_labels(task: str) -> None:
+    """State that ``task`` implements :class:`WholeSampleLabels` (next to its registration)."""
+    WHOLE_SAMPLE_TASKS.add(task)
 
 
 def metric_direction(task: Task, metric: str) -> Direction | None:

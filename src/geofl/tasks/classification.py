@@ -19,7 +19,14 @@ from torch.nn import functional as F
 
 from geofl.errors import ConfigError
 from geofl.registry import NoParams
-from geofl.tasks.base import TASKS, Direction, SplitMetrics, Task, declare_metrics
+from geofl.tasks.base import (
+    TASKS,
+    Direction,
+    SplitMetrics,
+    Task,
+    declare_metrics,
+    declare_whole_sample_labels,
+)
 from geofl.tasks.common import batch_loss
 from geofl.tasks.metrics import confusion_matrix, metrics_from_confusion
 
@@ -121,6 +128,14 @@ class ClassificationTask:
         """``[B]`` int64 class ids from ``[B, C]`` logits."""
         return output.argmax(dim=1)
 
+    def whole_sample_targets(self, labels: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """The labels themselves (``[n]`` int64)."""
+        return labels
+
+    def whole_sample_labels(self, output: torch.Tensor) -> torch.Tensor:
+        """``[n]`` argmax of ``[n, C]`` logits (never C: a classifier always picks one)."""
+        return output.argmax(dim=1)
+
     def accumulator(self) -> ConfusionAccumulator:
         """A fresh confusion-matrix accumulator."""
         return ConfusionAccumulator(self.num_outputs)
@@ -140,6 +155,7 @@ class ClassificationTask:
 
 
 declare_metrics("classification", {"accuracy": "max", "macro_f1": "max", "loss": "min"})
+declare_whole_sample_labels("classification")
 
 
 @TASKS.register("classification", params=NoParams)

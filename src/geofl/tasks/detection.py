@@ -26,7 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.data.targets import box_class_counts
 from geofl.errors import ConfigError
-from geofl.tasks.base import TASKS, Direction, SplitMetrics, Task, declare_metrics
+from geofl.tasks.base import (
+    TASKS,
+    Direction,
+    SplitMetrics,
+    Task,
+    declare_metrics,
+    declare_whole_sample_labels,
+)
 from geofl.tasks.coco import ImageBoxes, coco_map
 from geofl.tasks.common import TARGETS_FIELD, batch_loss, require_tensor
 
@@ -172,6 +179,25 @@ class DetectionTask:
         """Per-image detections (``boxes``, ``scores``, ``labels``)."""
         return output.detections if isinstance(output, DetectionOutput) else output
 
+    def whole_sample_targets(self, labels: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """``[n, 1, 5]``: one box over the centre half of each image (x from W/4 to 3W/4, y
+        from H/4 to 3H/4) with class ``labels[i]``."""
+        h, w = float(shape[-2]), float(shape[-1])
+        box = torch.tensor([w / 4, h / 4, 3 * w / 4, 3 * h / 4], dtype=torch.float32)
+        rows = torch.cat([box.expand(len(labels), 4), labels.to(torch.float32)[:, None]], dim=1)
+        return rows[:, None, :]
+
+    def whole_sample_labels(self, output: Any) -> torch.Tensor:
+        """``[n]``: the class of each image's most confident detection (what the detector
+        returns, i.e. above its own ``score_thresh``; the first of equal scores), or C
+        (:attr:`num_outputs`) for an image with no detection."""
+        dets = self.predict(output)
+        out = torch.full((len(dets),), self.num_outputs, dtype=torch.int64)
+        for i, d in enumerate(dets):
+            if d["scores"].numel():
+                out[i] = d["labels"][int(torch.argmax(d["scores"]))]
+        return out
+
     def accumulator(self) -> DetectionAccumulator:
         """A fresh COCO accumulator."""
         return DetectionAccumulator(self.num_outputs, self.max_detections)
@@ -192,6 +218,7 @@ class DetectionTask:
 
 
 declare_metrics("detection", {"map_50": "max", "map": "max", "map_75": "max", "loss": "min"})
+declare_whole_sample_labels("detection")
 
 
 @TASKS.register("detection", params=DetectionParams)
