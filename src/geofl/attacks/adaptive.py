@@ -44,7 +44,7 @@ import math
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.attacks.backdoor import BackdoorParams, PoisoningAttack, check_threat
 from geofl.attacks.client import ATTACKS, Attack, AttackContext
@@ -71,6 +71,8 @@ NORM_WINDOW = 3
 
 class EvasionParams(BaseModel):
     """What the adaptive attacker targets (added to an attack's own parameters)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_distance: float = Field(
         0.2,
