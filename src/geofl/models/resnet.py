@@ -61,7 +61,7 @@ from geofl.models.base import MODELS
 from geofl.models.init import init_parameters
 from geofl.models.mlp import reseed_dropout
 from geofl.models.norm import Norm
-from geofl.models.weights import load_weights, read_state_dict
+from geofl.models.weights import check_weights_file, load_weights
 
 __all__ = [
     "ResNetParams",
@@ -110,15 +110,7 @@ class ResNetParams(BaseModel):
     @classmethod
     def _weights_file_holds_a_state_dict(cls, value: str | None) -> str | None:
         """At config load: the file exists and holds a state dict (shapes: at build)."""
-        if value is None:
-            return value
-        path = Path(value).expanduser()
-        if not path.is_file():
-            raise ValueError(
-                f"no file {value!r}; give the path of a state dict saved with torch.save"
-            )
-        read_state_dict(path)
-        return value
+        return check_weights_file(value)
 
 
 def init_resnet(model: nn.Module, generator: torch.Generator) -> None:

@@ -42,7 +42,7 @@ from torch import nn
 
 from geofl.errors import ConfigError
 
-__all__ = ["WeightsReport", "load_weights", "read_state_dict"]
+__all__ = ["WeightsReport", "check_weights_file", "load_weights", "read_state_dict"]
 
 log = logging.getLogger("geofl")
 
@@ -128,6 +128,23 @@ def read_state_dict(path: Path, *, field: str = "") -> dict[str, torch.Tensor]:
     return {_strip(k): v for k, v in state.items()}
 
 
+def check_weights_file(value: str | None) -> str | None:
+    """A ``weights`` field's validation at config load: the file exists and holds a state
+    dict (shapes are checked when the model is built).
+
+    Raises:
+        ValueError: naming the missing file (pydantic reports it under the field).
+        ConfigError: the file holds no state dict (:func:`read_state_dict`).
+    """
+    if value is None:
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise ValueError(f"no file {value!r}; give the path of a state dict saved with torch.save")
+    read_state_dict(path)
+    return value
+
+
 def _unwrap(obj: Any) -> dict[str, torch.Tensor] | None:
     """The name → tensor mapping in ``obj`` (itself, or under a container key)."""
     for _ in range(4):
@@ -159,6 +176,7 @@ def load_weights(
     field: str = "",
     stem: str = "conv1.weight",
     head: str = "fc",
+    layout: str = "torchvision-layout ResNet-18",
 ) -> WeightsReport:
     """Load ``path`` into ``model`` by the module's mapping rules; log one summary line.
 
@@ -167,7 +185,9 @@ def load_weights(
         path: The weights file.
         field: Config path named in errors (``model.params.weights``).
         stem: Name of the first convolution's weight (``[64, bands, k, k]``).
-        head: Name of the classifier layer (``fc``: ``weight [classes, 512]``, ``bias``).
+        head: Name of the classifier layer (``fc``: ``weight [classes, 512]``, ``bias``);
+            for a detector, the prefix of its class-count-dependent layers.
+        layout: What the file should hold, named in errors.
 
     Returns:
         What was loaded, dropped and missing.
@@ -196,12 +216,12 @@ def load_weights(
         elif name.startswith(f"{head}."):
             head_dropped = True
         else:
-            _shape_error(name, tuple(tensor.shape), tuple(want.shape), path, field, stem)
+            _shape_error(name, tuple(tensor.shape), tuple(want.shape), path, field, stem, layout)
     if not take:
         raise ConfigError(
             field,
             f"no tensor of {path} matches the model (file names: "
-            f"{', '.join(list(source)[:3])}, …); give torchvision-layout ResNet-18 weights",
+            f"{', '.join(list(source)[:3])}, …); give {layout} weights",
         )
     missing = [n for n in target if n not in take and not (head_dropped and n.startswith(head))]
     with torch.no_grad():
@@ -221,6 +241,7 @@ def _shape_error(
     path: Path,
     field: str,
     stem: str,
+    layout: str,
 ) -> None:
     """Raise the one-line error for a tensor of the wrong shape."""
     if name == stem and len(got) == len(want) == 4:
@@ -240,5 +261,5 @@ def _shape_error(
     raise ConfigError(
         field,
         f"{path}: {name} has shape {list(got)} but the model's is {list(want)}; "
-        "the file is not a ResNet-18 of this configuration",
+        f"the file is not a {layout} of this configuration",
     )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
+from geofl.errors import ConfigError
 from geofl.models import MODELS, FlatModel
 from geofl.tasks.detection import DetectionOutput, DetectionTask, boxes_to_targets, targets_to_dicts
 
@@ -109,3 +112,35 @@ def test_64_channel_heads_keep_gn32() -> None:
     )
     head = [m for m in model.net.head.modules() if isinstance(m, torch.nn.GroupNorm)]
     assert head and all(m.num_groups == 32 and m.num_channels == 64 for m in head)
+
+
+@pytest.mark.parametrize("name", ["fcos", "faster_rcnn"])
+def test_starting_weights_from_a_local_state_dict(name: str, tmp_path: Path) -> None:
+    """A detector's own state dict starts a run (a centrally pretrained detector, the
+    paper's pretrained YOLOv5s analogue); another class count keeps the seeded class
+    layers; a file of another architecture is refused naming the field."""
+    src = _detector(name, 3, seed=1)
+    path = tmp_path / "det.pt"
+    torch.save(src.state_dict(), path)
+    same = _detector(name, 3, seed=2, weights=str(path))
+    for key, value in src.state_dict().items():
+        assert torch.equal(same.state_dict()[key], value), key
+    fresh, other = _detector(name, 5, seed=2), _detector(name, 5, seed=2, weights=str(path))
+    head = "cls_logits" if name == "fcos" else "box_predictor"
+    for key, value in other.state_dict().items():
+        expected = fresh if head in key else src
+        assert torch.equal(value, expected.state_dict()[key]), key
+    resnet = tmp_path / "resnet.pt"
+    torch.save({"conv1.weight": torch.zeros(64, 3, 7, 7)}, resnet)
+    with pytest.raises(ConfigError, match=r"model\.params\.weights: .*no tensor .* matches"):
+        _detector(name, 3, seed=2, weights=str(resnet))
+    with pytest.raises(ConfigError, match="weights: no file"):
+        _detector(name, 3, seed=2, weights=str(tmp_path / "missing.pt"))
+
+
+def _detector(name: str, classes: int, *, seed: int, **extra: object) -> torch.nn.Module:
+    params = {"width": 8, **extra}
+    if name == "fcos":
+        params["head_convs"] = 1
+    gen = torch.Generator().manual_seed(seed)
+    return MODELS.build(name, params, in_channels=3, num_classes=classes, generator=gen)

@@ -12,7 +12,9 @@ C, a two-stage detector):
 * ``retinanet`` — RetinaNet (Lin et al. 2017), anchor-based single stage, for comparison.
 
 All use :class:`~geofl.models.detection.backbone.GNResNetFPN` (GroupNorm, no running
-statistics), no pretrained weights, and images as the dataset holds them (standardised by
+statistics), no downloaded weights (``weights`` starts a run from a local state dict of the
+same detector, e.g. one pretrained centrally: the paper's detector is COCO-pretrained), and
+images as the dataset holds them (standardised by
 the engine; torchvision's transform neither resizes nor re-normalises). Labels are
 ``[0, C)`` outside; Faster R-CNN's background class 0 is added and removed inside.
 
@@ -25,16 +27,18 @@ like dropout — so the global RNG is never read or changed and runs are reprodu
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
 from geofl.models.base import MODELS
 from geofl.models.detection.backbone import GNResNetFPN
 from geofl.models.detection.tvops import ensure_torchvision_ops
 from geofl.models.mlp import GeneratorDropout
+from geofl.models.weights import check_weights_file, load_weights
 from geofl.tasks.detection import DetectionOutput
 
 __all__ = [
@@ -153,10 +157,25 @@ class TorchvisionDetector(nn.Module):
         return DetectionOutput(dets, losses)
 
 
-class DetectorParams(BaseModel):
-    """Parameters of the single-stage detectors (``fcos``, ``retinanet``)."""
+class _StartingWeights(BaseModel):
+    """The ``weights`` field every detector has."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights: str | None = Field(
+        None,
+        description="initial weights: a local state dict of this detector (e.g. one "
+        "pretrained centrally, saved with torch.save(geofl.load_model(run).state_dict()))",
+    )
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_file_holds_a_state_dict(cls, value: str | None) -> str | None:
+        return check_weights_file(value)
+
+
+class DetectorParams(_StartingWeights):
+    """Parameters of the single-stage detectors (``fcos``, ``retinanet``)."""
 
     width: int = Field(32, ge=8, le=64, description="backbone first-stage channels (R-18: 64)")
     fpn_channels: int = Field(
@@ -175,10 +194,8 @@ class DetectorParams(BaseModel):
     topk_candidates: int = Field(200, ge=10, le=5000, description="candidates per level")
 
 
-class FasterRCNNParams(BaseModel):
+class FasterRCNNParams(_StartingWeights):
     """Parameters of ``faster_rcnn``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     width: int = Field(32, ge=8, le=64, description="backbone first-stage channels (R-18: 64)")
     fpn_channels: int = Field(64, ge=16, le=256, description="feature-pyramid channels")
@@ -257,7 +274,8 @@ def build_single_stage(
             )
             net = RetinaNet(backbone, num_classes, anchor_generator=anchors, head=head, **common)
     _no_resize(net, in_channels)
-    return TorchvisionDetector(net, 0, torch.Generator().manual_seed(_seeded(generator)))
+    model = TorchvisionDetector(net, 0, torch.Generator().manual_seed(_seeded(generator)))
+    return _load_weights(model, params.weights, kind, "net.head.classification_head.cls_logits")
 
 
 def build_faster_rcnn_model(
@@ -296,7 +314,27 @@ def build_faster_rcnn_model(
             box_detections_per_img=params.detections_per_img,
         )
     _no_resize(net, in_channels)
-    return TorchvisionDetector(net, 1, torch.Generator().manual_seed(_seeded(generator)))
+    model = TorchvisionDetector(net, 1, torch.Generator().manual_seed(_seeded(generator)))
+    return _load_weights(model, params.weights, "faster_rcnn", "net.roi_heads.box_predictor")
+
+
+def _load_weights(
+    model: TorchvisionDetector, weights: str | None, kind: str, head: str
+) -> TorchvisionDetector:
+    """``model`` with the state dict in ``weights`` loaded over its seeded initialisation
+    (:func:`geofl.models.weights.load_weights`: names must match, shapes too, except the
+    class-count-dependent layers under ``head``, which keep their initial values when the
+    file has another class count); ``model`` itself when ``weights`` is None."""
+    if weights is not None:
+        load_weights(
+            model,
+            Path(weights).expanduser(),
+            field="model.params.weights",
+            stem="net.backbone.stem.0.weight",
+            head=head,
+            layout=f"geofl {kind} detector",
+        )
+    return model
 
 
 @MODELS.register("fcos", params=DetectorParams, traits=("images",))
