@@ -165,7 +165,7 @@ class _StartingWeights(BaseModel):
     weights: str | None = Field(
         None,
         description="initial weights: a local state dict of this detector (e.g. one "
-        "pretrained centrally, saved with torch.save(geofl.load_model(run).state_dict()))",
+        "pretrained centrally: torch.save(geofl.load_model(run).net.state_dict(), path))",
     )
 
     @field_validator("weights")
