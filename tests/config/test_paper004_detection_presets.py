@@ -146,3 +146,31 @@ def test_table8_and_neon_presets_run_one_shrunk_round(name: str, tmp_path: Path)
         small = {"head_dim": 64, "proposals": 50, "rois_per_image": 32}
         raw["model"]["params"] = {**raw["model"]["params"], **small}
     _run_one_shrunk_round(raw, tmp_path)
+
+
+@pytest.mark.slow
+def test_pretrained_detector_starts_the_federated_presets(tmp_path: Path) -> None:
+    """The warm-start recipe: a shrunk central pretraining run, its final detector saved as
+    a state dict, and a federated preset starting from it (the detectors' own tests check
+    that the loaded tensors are the file's)."""
+    import torch
+
+    import geofl
+
+    raw = load_raw("paper004-detection-pretrain")
+    assert raw["federation"]["num_clients"] == 1 and raw["data"]["params"]["seed"] == 1
+    raw["data"]["params"] = {**raw["data"]["params"], "num_samples": 40}
+    raw["federation"]["rounds"] = 1
+    raw["eval"] = {"every": 1, "batch_size": 16}
+    path = tmp_path / "pre.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    run = run_experiment(load_config(path), tmp_path / "pre")
+    weights = tmp_path / "fcos.pt"
+    pretrained = geofl.load_model(run, which="final").net.state_dict()
+    torch.save(pretrained, weights)
+    warm = load_raw("paper004-detection-table3-strong")
+    warm["model"]["params"] = {**warm["model"]["params"], "weights": str(weights)}
+    warm["methods"] = warm["methods"][:2]
+    warm["compare_to"], warm["paper"] = None, {}
+    warm["data"]["params"] = {**warm["data"]["params"], "num_samples": 60}
+    _run_one_shrunk_round(warm, tmp_path)
