@@ -108,6 +108,7 @@ class BackdoorIndicatorStrategy(ComposedStrategy):
                 f"{task.name!r} does not",
             )
         self.task = task
+        self.labelling: WholeSampleLabels | None = task  # checked above
         self.params = params
         self.settings = params.settings()
         self.model = model_factory()
@@ -135,7 +136,7 @@ class BackdoorIndicatorStrategy(ComposedStrategy):
                 self.indicator,
                 self.num_classes,
                 self.settings.score,
-                self.task if isinstance(self.task, WholeSampleLabels) else None,
+                self.labelling,
             )
             clean = scores < self.settings.threshold
             ids = [batch.metas[int(i)].client_id for i in idx]

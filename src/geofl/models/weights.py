@@ -198,25 +198,11 @@ def load_weights(
     """
     source = read_state_dict(path, field=field)
     target = model.state_dict()
-    take: dict[str, torch.Tensor] = {}
-    ignored: list[str] = []
-    unexpected: list[str] = []
-    head_dropped = False
-    for name, tensor in source.items():
-        if name not in target:
-            owner, _, leaf = name.rpartition(".")
-            if leaf in _RUNNING_STATS and f"{owner}.weight" in target:
-                ignored.append(name)
-            else:
-                unexpected.append(name)
-            continue
-        want = target[name]
-        if tensor.shape == want.shape:
-            take[name] = tensor
-        elif name.startswith(f"{head}."):
-            head_dropped = True
-        else:
-            _shape_error(name, tuple(tensor.shape), tuple(want.shape), path, field, stem, layout)
+    take, ignored, unexpected, head_dropped = _match(source, target, head)
+    for name, tensor in source.items():  # the first tensor of a wrong shape, in file order
+        if name in target and name not in take and not name.startswith(f"{head}."):
+            want = tuple(target[name].shape)
+            _shape_error(name, tuple(tensor.shape), want, path, field, stem, layout)
     if not take:
         raise ConfigError(
             field,
@@ -232,6 +218,31 @@ def load_weights(
     )
     (log.warning if missing or unexpected else log.info)(report.line())
     return report
+
+
+def _match(
+    source: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], head: str
+) -> tuple[dict[str, torch.Tensor], list[str], list[str], bool]:
+    """Sort the file's tensors: ``(take, ignored, unexpected, head_dropped)`` — tensors
+    whose name and shape match, running statistics the model has no use for, names the
+    model lacks, and whether a head tensor of another shape was dropped. Any other
+    tensor has a wrong shape (the caller raises)."""
+    take: dict[str, torch.Tensor] = {}
+    ignored: list[str] = []
+    unexpected: list[str] = []
+    head_dropped = False
+    for name, tensor in source.items():
+        if name not in target:
+            owner, _, leaf = name.rpartition(".")
+            if leaf in _RUNNING_STATS and f"{owner}.weight" in target:
+                ignored.append(name)
+            else:
+                unexpected.append(name)
+        elif tensor.shape == target[name].shape:
+            take[name] = tensor
+        elif name.startswith(f"{head}."):
+            head_dropped = True
+    return take, ignored, unexpected, head_dropped
 
 
 def _shape_error(
