@@ -6,6 +6,7 @@ or value and exit code 2; nothing half-written is left behind.
 Modules (imports point down only; every command module uses :mod:`geofl.cli.common`):
 
 * :mod:`geofl.cli.run` — ``run``, ``report``, ``presets``;
+* :mod:`geofl.cli.merge` — ``merge`` (run directories of one experiment into one);
 * :mod:`geofl.cli.config` — ``config show|validate`` (the resolved config, before a run);
 * :mod:`geofl.cli.data` — ``data describe`` (tables and heatmaps in
   :mod:`geofl.cli.describe`);
@@ -28,7 +29,7 @@ from typing import Annotated
 import typer
 
 from geofl import __version__
-from geofl.cli import config, data, deploy, epsilon, ledger, oda_scenes, predict, run
+from geofl.cli import config, data, deploy, epsilon, ledger, merge, oda_scenes, predict, run
 from geofl.cli.common import error_line
 
 __all__ = ["app", "main"]
@@ -66,6 +67,7 @@ app.add_typer(data.data_app, name="data")
 app.add_typer(config.config_app, name="config")
 app.command("run")(run.run_cmd)
 app.command("report")(run.report_cmd)
+app.command("merge")(merge.merge_cmd)
 app.command("presets")(run.presets_cmd)
 app.command("predict")(predict.predict_cmd)
 app.command("epsilon")(epsilon.epsilon_cmd)

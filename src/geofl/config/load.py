@@ -30,6 +30,7 @@ from geofl.registry import (
 
 __all__ = [
     "apply_override",
+    "config_from_raw",
     "dump_config",
     "list_presets",
     "load_config",
@@ -252,6 +253,15 @@ def load_config(
         apply_override(raw, assignment)
     if seeds is not None:
         raw["seeds"] = seeds
+    return config_from_raw(raw)
+
+
+def config_from_raw(raw: dict[str, Any]) -> ExperimentConfig:
+    """Fully validate a raw config mapping (``raw`` is completed in place).
+
+    Raises:
+        ConfigError: naming the first invalid field.
+    """
     reject_loose_values(ExperimentConfig, raw)
     _complete_sections(raw)
     try:

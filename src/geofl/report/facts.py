@@ -2,8 +2,9 @@
 long each method took.
 
 Read from ``run.json`` (``provenance``, one ``resumed`` entry per resume,
-:mod:`geofl.engine.provenance`) and each finished seed's ``final.json["wall_s"]``. Runs
-written before provenance existed show what they recorded (versions) and say what was not.
+:mod:`geofl.engine.provenance`; a merged run's ``merged_from``, :mod:`geofl.engine.merge`)
+and each finished seed's ``final.json["wall_s"]``. Runs written before provenance existed
+show what they recorded (versions) and say what was not.
 """
 
 from __future__ import annotations
@@ -71,6 +72,27 @@ def _rows(run: RunData, p: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(
                 (f"resumed ({i + 1})", escape(str(r.get("at") or "?")) + " on " + _machine(r))
             )
+    return rows + _merged_rows(info.get("merged_from"))
+
+
+def _merged_rows(merged: Any) -> list[tuple[str, str]]:
+    """One row per input of a merged run (``geofl merge``): its directory, when and by
+    which command it was started, on what machine and commit."""
+    rows = []
+    for i, m in enumerate(merged if isinstance(merged, list) else []):
+        if not isinstance(m, dict):
+            continue
+        p = m.get("provenance") if isinstance(m.get("provenance"), dict) else {}
+        how = (
+            f"<br>started {escape(str(m.get('created') or '?'))} by "
+            f"<code>{escape(command_text(p.get('command')))}</code> on {_machine(p)}, "
+            f"commit {_git(p.get('git'))}"
+            if p
+            else ""
+        )
+        rows.append(
+            (f"merged from ({i + 1})", f"<code>{escape(str(m.get('run_dir')))}</code>{how}")
+        )
     return rows
 
 
