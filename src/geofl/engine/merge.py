@@ -210,8 +210,6 @@ def _write(tmp: Path, sources: Sequence[RunSource], cfg: ExperimentConfig, task:
             if found.is_dir():
                 shutil.copytree(found, seed_dir(tmp, method, seed))
     info = json.loads((tmp / "run.json").read_text(encoding="utf-8"))
-    info["labels"] = {**{k: v for s in sources for k, v in (s.info.get("labels") or {}).items()},
-                      **info.get("labels", {})}  # fmt: skip
     info["merged_from"] = [
         {
             "run_dir": str(s.path.resolve()),
