@@ -13,7 +13,8 @@ kept); and what a resume may change (:func:`~geofl.engine.run_header.resume_iden
 Everything else must be equal, and the first difference is named. A (method, seed) pair
 in two inputs is refused, as is an input whose run still holds its lock.
 
-Written: ``config.yaml`` (the merged config, validated, so ``geofl run OUT/config.yaml
+Methods keep the order in which they first appear over the inputs (as given), seeds are
+sorted. Written: ``config.yaml`` (the merged config, validated, so ``geofl run OUT/config.yaml
 --out OUT --resume`` continues seeds that had not finished), ``run.json`` (the merge's own
 ``provenance`` and, under ``merged_from``, each input's path, ``created`` and
 ``provenance``), every seed directory copied (never linked: a resumed seed appends to its
@@ -29,7 +30,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,8 +124,13 @@ def _identity(config: Mapping[str, Any]) -> Any:
     return {k: v for k, v in resume_identity(dict(config)).items() if k not in FREE_KEYS}
 
 
-def _union(sources: Sequence[RunSource], key: str, entries: Any) -> dict[str, Any]:
-    """Name → entry over every input; one name with two different entries is refused."""
+def _union(
+    sources: Sequence[RunSource],
+    key: str,
+    entries: Callable[[RunSource], Iterable[tuple[str, Any]]],
+) -> dict[str, Any]:
+    """Name → entry over every input, in order of first appearance; one name with two
+    different entries is refused."""
     out: dict[str, tuple[Any, Path]] = {}
     for src in sources:
         for name, entry in entries(src):
