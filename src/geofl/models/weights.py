@@ -198,11 +198,10 @@ def load_weights(
     """
     source = read_state_dict(path, field=field)
     target = model.state_dict()
-    take, ignored, unexpected, head_dropped = _match(source, target, head)
-    for name, tensor in source.items():  # the first tensor of a wrong shape, in file order
-        if name in target and name not in take and not name.startswith(f"{head}."):
-            want = tuple(target[name].shape)
-            _shape_error(name, tuple(tensor.shape), want, path, field, stem, layout)
+    take, ignored, unexpected, head_dropped, wrong = _match(source, target, head)
+    if wrong:  # the first tensor of a wrong shape, in file order
+        got, want = tuple(source[wrong[0]].shape), tuple(target[wrong[0]].shape)
+        _shape_error(wrong[0], got, want, path, field, stem, layout)
     if not take:
         raise ConfigError(
             field,
@@ -222,14 +221,15 @@ def load_weights(
 
 def _match(
     source: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], head: str
-) -> tuple[dict[str, torch.Tensor], list[str], list[str], bool]:
-    """Sort the file's tensors: ``(take, ignored, unexpected, head_dropped)`` — tensors
-    whose name and shape match, running statistics the model has no use for, names the
-    model lacks, and whether a head tensor of another shape was dropped. Any other
-    tensor has a wrong shape (the caller raises)."""
+) -> tuple[dict[str, torch.Tensor], list[str], list[str], bool, list[str]]:
+    """Sort the file's tensors: ``(take, ignored, unexpected, head_dropped, wrong)`` —
+    tensors whose name and shape match, running statistics the model has no use for, names
+    the model lacks, whether a head tensor of another shape was dropped, and the names of
+    the other tensors of a wrong shape (file order; the caller raises)."""
     take: dict[str, torch.Tensor] = {}
     ignored: list[str] = []
     unexpected: list[str] = []
+    wrong: list[str] = []
     head_dropped = False
     for name, tensor in source.items():
         if name not in target:
@@ -242,7 +242,9 @@ def _match(
             take[name] = tensor
         elif name.startswith(f"{head}."):
             head_dropped = True
-    return take, ignored, unexpected, head_dropped
+        else:
+            wrong.append(name)
+    return take, ignored, unexpected, head_dropped, wrong
 
 
 def _shape_error(
