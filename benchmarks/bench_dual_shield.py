@@ -11,13 +11,14 @@ D=1.1e7, ResNet-18 sized, 4.4 GB: a shared direction plus uniform(−1, 1) noise
 sign-flipped and scaled ×5) the script times, round-robin within each repeat (ratios stay
 meaningful when the load of a shared machine changes mid-run):
 
-* ``weighted_mean``, FedAvg's combiner (one GEMV over ``[K, D]``), the reference, and
-  ``mean(0)`` for context. MKL runs this GEMV on one core whatever ``--threads`` says, so
-  ``gemv 2 workers`` (the same product over column ranges on the worker threads of
-  :func:`geofl.server.columns.map_ranges`) shows the reference at the thread count the
-  blocked passes use;
+* ``weighted_mean``, FedAvg's combiner, the reference: at this size one streamed read of
+  ``[K, D]`` by the compiled kernel of :mod:`geofl.server.kernels` on the worker threads
+  (``geofl.server.columns.fused``). For context: ``mean(0)``, ``torch gemv`` (``α @ X``, the
+  combiner below ``FUSED_MIN_BYTES`` and before the kernels; MKL runs it on one core
+  whatever ``--threads`` says) and ``gemv 2 workers`` (the same product over the column
+  ranges of :func:`geofl.server.columns.map_ranges`);
 * ``cgf scores``: Eq. 6–7 and the soft mask against the previous survivors' mean (pass 1:
-  ⟨Δw_j, r̄⟩ and ‖Δw_j‖² from one blocked read);
+  ⟨Δw_j, r̄⟩ and ‖Δw_j‖² from one read, by the compiled kernel);
 * ``pass 2``: Eq. 9's weighted mean and the survivors' mean from one blocked read into
   preallocated rows (:func:`geofl.server.columns.linear_combinations`), alone;
 * ``cgf+hra``: the whole :class:`~geofl.algorithms.dual_shield.DualShieldStrategy` round —
@@ -26,9 +27,9 @@ meaningful when the load of a shared machine changes mid-run):
 * ``flame``: :class:`~geofl.algorithms.flame.FlameStrategy` — the ``[K, K]`` cosine Gram
   matrix (float64-accumulated), HDBSCAN, clipping, the weighted mean and N(0, σ²) noise.
 
-Reported: median seconds per call, ratios to ``weighted_mean`` and ``mean(0)`` of the same
-run, and a check: the attackers are flagged, and CGF+HRA's aggregate matches a float64
-recomputation from its own weights on the first columns.
+Reported: median seconds per call, ratios to ``weighted_mean``, ``torch gemv`` and
+``mean(0)`` of the same run, and a check: the attackers are flagged, and CGF+HRA's
+aggregate matches a float64 recomputation from its own weights on the first columns.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def main() -> None:
     fns: dict[str, Callable[[], Any]] = {
         "mean(0)": lambda: updates.mean(0),
         "weighted_mean": lambda: weighted_mean(updates, sizes),
+        "torch gemv": lambda: alpha @ updates,
         "gemv 2 workers": gemv_workers,
         "cgf scores": lambda: shield.filter.scores(updates),
         "pass 2": lambda: linear_combinations(coeffs, updates, rows),
@@ -120,11 +122,11 @@ def main() -> None:
         ratio = t / med["weighted_mean"]
         verdict = "-" if target is None else ("met" if ratio <= target else "MISSED")
         rows.append(
-            [name, t * 1e3, ratio, t / med["mean(0)"],
+            [name, t * 1e3, ratio, t / med["torch gemv"], t / med["mean(0)"],
              "-" if target is None else f"≤ {target:g}×", verdict, checks.get(name, "-")]
         )  # fmt: skip
     print_table(
-        ["method", "ms", "× wmean", "× mean(0)", "target", "", "check"],
+        ["method", "ms", "× wmean", "× torch gemv", "× mean(0)", "target", "", "check"],
         rows,
         title=f"DUAL-SHIELD server step, K={k} × D={d:.3g} (median of {args.repeats}, "
         f"{args.threads} threads)",

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from geofl.registry import NoParams, Registry
+from geofl.server.columns import fused, linear_combinations
 
 __all__ = ["AGGREGATORS", "Aggregate", "Aggregator", "weighted_mean"]
 
@@ -46,6 +47,9 @@ AGGREGATORS: Registry[Aggregator] = Registry("aggregator")
 def weighted_mean(updates: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Σ_k α_k Δw_k with α normalised to sum 1 (FedAvg, McMahan et al. 2017).
 
+    One matrix–vector product; on a stack large enough for the compiled kernels
+    (:func:`geofl.server.columns.fused`), one streamed read of it on the worker threads.
+
     Args:
         updates: ``[K, D]`` float32.
         weights: ``[K]`` non-negative, not all zero.
@@ -63,6 +67,8 @@ def weighted_mean(updates: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     if not total > 0 or bool((w < 0).any()):
         raise ValueError(f"weights must be non-negative with a positive sum, got {w.tolist()}")
     alpha = (w / total).to(updates.dtype)
+    if fused(updates):
+        return linear_combinations(alpha[None], updates)[0]
     return alpha @ updates
 
 

@@ -15,6 +15,16 @@ per-block partial results (float32) that are summed in float64 at the end, so th
 does not depend on the thread count beyond float32 rounding inside a block. Tensors on
 another device use the whole-tensor ops.
 
+Fused kernels: a float32 stack on the CPU of at least :data:`FUSED_MIN_BYTES` (one that
+streams from memory on any CPU) goes through the compiled kernels of
+:mod:`geofl.server.kernels` instead of torch's per-block calls: one loop per block does what
+several torch calls do, so each pass reads the stack once at close to memory speed
+(``benchmarks/bench_dual_shield.py``). Their results are independent of the thread count
+(the dots and norms per block, blocks aligned to :data:`FUSED_COLUMNS`; the combinations
+column by column); they differ from the torch path's in float32 rounding. Smaller stacks
+keep the torch path, whose results (and every published run's bits) are unchanged; there
+both cost a few milliseconds per round.
+
 Memory: no pass allocates a ``[D]``-sized temporary (on Linux, a buffer that large comes
 fresh from the kernel, and its page faults cost more than a streamed read of it);
 :func:`linear_combinations` writes into caller-provided rows and runs a caller's
@@ -28,11 +38,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import numpy as np
 import torch
 
 __all__ = [
     "BLOCK_BYTES",
     "EPILOGUE_COLUMNS",
+    "FUSED_COLUMNS",
+    "FUSED_MIN_BYTES",
     "block_columns",
     "dots_and_norms",
     "linear_combinations",
@@ -48,6 +61,12 @@ MIN_COLUMNS_PER_WORKER = 1 << 15
 #: Columns of one chunk handed to a :func:`linear_combinations` epilogue (256 KiB per
 #: float32 row: in cache, and few enough calls that Python's overhead stays small).
 EPILOGUE_COLUMNS = 1 << 16
+#: Stacks of at least this many bytes (float32, CPU, rows contiguous) use the compiled
+#: kernels of :mod:`geofl.server.kernels`: past the last-level cache of any CPU.
+FUSED_MIN_BYTES = 1 << 26
+#: Columns per block of the compiled kernels: the four or eight row segments and the
+#: output segments a block touches stay in a core's L2 cache.
+FUSED_COLUMNS = 1 << 14
 #: Column ranges of the worker threads start on multiples of this (whole cache lines and
 #: vector registers).
 ALIGN = 256
@@ -60,24 +79,41 @@ def block_columns(rows: int, itemsize: int) -> int:
     return max(256, BLOCK_BYTES // max(1, rows * itemsize) // 256 * 256)
 
 
-def map_ranges(d: int, work: Callable[[int, int], T]) -> list[T]:
+def map_ranges(
+    d: int,
+    work: Callable[[int, int], T],
+    *,
+    align: int = ALIGN,
+    grain: int = MIN_COLUMNS_PER_WORKER,
+) -> list[T]:
     """``work(lo, hi)`` on contiguous column ranges covering ``[0, d)``, one per thread.
 
-    Runs on ``torch.get_num_threads()`` worker threads (fewer for small ``d``) with
-    single-threaded torch ops; the thread count is restored afterwards. Inner range bounds
-    are multiples of :data:`ALIGN`.
+    Runs on ``torch.get_num_threads()`` worker threads (fewer for small ``d``: at least
+    ``grain`` columns each) with single-threaded torch ops; the thread count is restored
+    afterwards. Inner range bounds are multiples of ``align``.
     """
     threads = torch.get_num_threads()
-    n = max(1, min(threads, d // MIN_COLUMNS_PER_WORKER))
+    n = max(1, min(threads, d // grain))
     if n == 1:
         return [work(0, d)]
-    bounds = [0, *(d * i // n // ALIGN * ALIGN for i in range(1, n)), d]
+    bounds = [0, *(d * i // n // align * align for i in range(1, n)), d]
     torch.set_num_threads(1)
     try:
         with ThreadPoolExecutor(max_workers=n) as pool:
             return list(pool.map(work, bounds[:-1], bounds[1:]))
     finally:
         torch.set_num_threads(threads)
+
+
+def fused(updates: torch.Tensor) -> bool:
+    """True if ``updates`` goes through the compiled kernels (see the module docstring)."""
+    return (
+        updates.device.type == "cpu"
+        and updates.dtype == torch.float32
+        and updates.ndim == 2
+        and updates.is_contiguous()
+        and updates.numel() * 4 >= FUSED_MIN_BYTES
+    )
 
 
 def squared_norm(vector: torch.Tensor) -> float:
@@ -108,6 +144,8 @@ def dots_and_norms(updates: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tens
     if updates.device.type != "cpu":
         sq = torch.linalg.vector_norm(updates, dim=1).to(torch.float64).square()
         return (updates @ ref).to(torch.float64), sq
+    if fused(updates) and ref.dtype == torch.float32:
+        return _fused_dots_and_norms(updates, ref.contiguous())
     cols = block_columns(k, updates.element_size())
 
     def work(lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,6 +161,27 @@ def dots_and_norms(updates: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tens
 
     parts = map_ranges(d, work)
     return sum(p[0] for p in parts[1:]) + parts[0][0], sum(p[1] for p in parts[1:]) + parts[0][1]
+
+
+def _fused_dots_and_norms(
+    updates: torch.Tensor, ref: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`dots_and_norms` by :func:`geofl.server.kernels.block_dots_and_squares`: the
+    threads take whole blocks, and the float64 block partials are summed in block order."""
+    from geofl.server.kernels import block_dots_and_squares
+
+    k, d = updates.shape
+    cols = FUSED_COLUMNS
+    blocks = -(-d // cols)
+    dots = np.empty((blocks, k))
+    squares = np.empty((blocks, k))
+    x, r = updates.numpy(), ref.numpy()
+
+    def work(first: int, last: int) -> None:
+        block_dots_and_squares(x, r, first, last, cols, dots, squares)
+
+    map_ranges(blocks, work, align=1, grain=1)
+    return torch.from_numpy(dots.sum(axis=0)), torch.from_numpy(squares.sum(axis=0))
 
 
 def linear_combinations(
@@ -159,6 +218,8 @@ def linear_combinations(
         if epilogue is not None:
             epilogue(0, d)
         return rows
+    if fused(updates):
+        return _fused_linear_combinations(coeffs, updates, rows, epilogue)
     cols = block_columns(k, updates.element_size())
     chunk = max(cols, EPILOGUE_COLUMNS // cols * cols)
 
@@ -170,6 +231,37 @@ def linear_combinations(
                 block_t = updates[:, a:b].T
                 for row, c in zip(rows, coeffs, strict=True):
                     torch.mv(block_t, c, out=row[a:b])
+            if epilogue is not None:
+                epilogue(c0, c1)
+
+    map_ranges(d, work)
+    return rows
+
+
+def _fused_linear_combinations(
+    coeffs: torch.Tensor,
+    updates: torch.Tensor,
+    rows: list[torch.Tensor],
+    epilogue: Callable[[int, int], None] | None,
+) -> list[torch.Tensor]:
+    """:func:`linear_combinations` by :func:`geofl.server.kernels.combine_rows`, chunk by
+    chunk of :data:`EPILOGUE_COLUMNS` columns, each followed by the epilogue. Rows whose
+    coefficients are all zero are not read."""
+    from geofl.server.kernels import combine_row_pair, combine_rows
+
+    d = updates.shape[1]
+    c, x = coeffs.contiguous().numpy(), updates.numpy()
+    read = torch.nonzero((coeffs != 0).any(dim=0)).flatten().numpy()  # rows to read
+    out = tuple(row.numpy() for row in rows)
+    cols = FUSED_COLUMNS
+
+    def work(lo: int, hi: int) -> None:
+        for c0 in range(lo, hi, EPILOGUE_COLUMNS):
+            c1 = min(c0 + EPILOGUE_COLUMNS, hi)
+            if len(out) == 2:
+                combine_row_pair(c, read, x, c0, c1, cols, out[0], out[1])
+            else:
+                combine_rows(c, read, x, c0, c1, cols, out)
             if epilogue is not None:
                 epilogue(c0, c1)
 
