@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, f1_score, r2_score, roc_auc_score
 
+from geofl.tasks.kernels import auc_float32
 from geofl.tasks.scoring import (
     SEARCH_MAX,
-    _auc_packed_float32,
     _auc_search,
     average_precision,
     f1_from_counts,
@@ -200,9 +200,10 @@ def test_ranking_metrics_on_few_distinct_scores(rows: list[tuple[int, bool]]) ->
 
 @pytest.mark.parametrize("seed", range(30))
 def test_1d_auc_path_equals_the_general_one_to_the_bit(seed: int) -> None:
-    """``[N]`` scores take one sort and a binary search per positive (``roc_auc_1d``);
-    the general path (a ``[N, 1]`` column) gives the same float64, with and without ties,
-    in float32 and float64, and both match scikit-learn."""
+    """``[N]`` scores take one compiled radix sort (float32) or one sort and a binary search
+    per positive (float64, ``roc_auc_1d``); the general path (a ``[N, 1]`` column) gives
+    the same float64, with and without ties, in float32 and float64, and both match
+    scikit-learn."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 3000)) if seed % 5 else int(rng.integers(8193, 20000))
     scale = 10.0 ** float(rng.integers(-30, 30))  # sign-magnitude order over all exponents
@@ -216,10 +217,10 @@ def test_1d_auc_path_equals_the_general_one_to_the_bit(seed: int) -> None:
         scores = scores.astype(np.float64)
     s, y = torch.from_numpy(scores), torch.from_numpy(targets)
     fast, general = roc_auc(s, y), roc_auc(s[:, None], y[:, None])[0]
-    one_d = roc_auc_1d(scores, targets)  # binary search ≤ SEARCH_MAX, packed float32 keys above
+    one_d = roc_auc_1d(scores, targets)  # radix sort (float32); float64: search ≤ SEARCH_MAX
     assert one_d is None if (n > SEARCH_MAX and seed % 2) else one_d is not None
     for other in (_auc_search(scores, targets),) + (
-        (_auc_packed_float32(scores, targets),) if not seed % 2 else ()
+        (auc_float32(scores, targets), one_d) if not seed % 2 else ()
     ):
         assert other == fast.item() or (math.isnan(other) and math.isnan(fast.item()))
     if 0 < targets.sum() < n:
@@ -245,8 +246,34 @@ def test_auc_signed_zeros_ties_and_non_finite_leave_the_fast_path() -> None:
             scores = np.array([1.0, bad, 0.0], dtype=dtype)
             assert math.isnan(roc_auc_1d(scores, np.array([True, False, False])) or 0.0)
             if dtype == np.float32:
-                assert math.isnan(_auc_packed_float32(scores, np.array([True, False, False])))
+                assert math.isnan(auc_float32(scores, np.array([True, False, False])))
             general = roc_auc(torch.from_numpy(scores)[:, None], torch.tensor([[1], [0], [0]]))
             assert math.isnan(general.item())
     assert math.isnan(roc_auc_1d(np.zeros(3), np.zeros(3, dtype=bool)) or 0.0)  # one class
     assert roc_auc_1d(np.zeros(SEARCH_MAX + 1), np.ones(SEARCH_MAX + 1, dtype=bool)) is None
+
+
+@pytest.mark.parametrize("kind", ["offset", "extremes", "one_digit", "all_tied"])
+def test_radix_auc_on_adversarial_float32_scores(kind: str) -> None:
+    """The radix sort's keys order every float32 (denormals, ±max, signed zeros, a large
+    common offset) and skip passes whose digit never changes: the same float64 as the
+    sort-and-search path."""
+    rng = np.random.default_rng(len(kind))
+    n = 5000
+    if kind == "offset":  # 1e4 + tiny noise: only the low digits differ
+        scores = np.float32(1e4) + (rng.normal(size=n) * 1e-3).astype(np.float32)
+    elif kind == "extremes":
+        pool = np.array([-0.0, 0.0, 1e-45, -1e-45, 1e-38, 3.4e38, -3.4e38, 1.0], np.float32)
+        scores = rng.choice(pool, n)
+    elif kind == "one_digit":  # keys differ only in the lowest radix digit
+        scores = (np.float32(1.0) + np.arange(n, dtype=np.float32) % 7 * 2**-23).astype(np.float32)
+    else:
+        scores = np.full(n, 0.25, np.float32)
+    targets = rng.random(n) < 0.4
+    got = roc_auc_1d(scores, targets)
+    assert got == _auc_search(scores, targets)
+    assert got == roc_auc(torch.from_numpy(scores)[:, None], torch.from_numpy(targets)[:, None])[0]
+    if kind != "extremes":  # scikit-learn's threshold arithmetic overflows at ±3.4e38
+        assert got == pytest.approx(roc_auc_score(targets, scores), rel=1e-12)
+    if kind == "all_tied":
+        assert got == 0.5

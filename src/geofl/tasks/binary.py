@@ -41,7 +41,7 @@ __all__ = [
     "BinaryAccumulator",
     "BinaryParams",
     "BinaryTask",
-    "bce_sum",
+    "bce_total",
     "build_binary",
     "logit_cut",
 ]
@@ -184,8 +184,8 @@ class BinaryTask:
         return {}
 
 
-def bce_sum(logits: torch.Tensor, positive: np.ndarray, pos_weight: float | None) -> float:
-    """Summed BCE-with-logits of ``[N]`` logits, in float64, from two sums and one product.
+def bce_total(terms: tuple[float, ...], pos_weight: float | None) -> float:
+    """Summed BCE-with-logits of a split from its :func:`~geofl.tasks.kernels.binary_terms`.
 
     Per sample torch's ``binary_cross_entropy_with_logits`` computes
 
@@ -195,23 +195,16 @@ def bce_sum(logits: torch.Tensor, positive: np.ndarray, pos_weight: float | None
 
         Σℓ = Σz − Σ_{y=1} z − Σ log σ(z) − (p − 1)·Σ_{y=1} log σ(z).
 
-    log σ is torch's kernel; the sums run in float64 over the whole split, so the total
-    does not depend on how the split was cut into batches (it agrees with the sum of
-    per-batch float32 ``loss_sum`` calls to float32 rounding, ``tests/tasks/test_binary.py``).
+    log σ is torch's kernel; the sums are float64 over the whole split, so the total does
+    not depend on how the split was cut into batches (it agrees with the sum of per-batch
+    float32 ``loss_sum`` calls to float32 rounding, ``tests/tasks/test_binary.py``).
 
     Args:
-        logits: ``[N]`` float32 or float64 logits.
-        positive: ``[N]`` bool labels.
+        terms: ``(Σz, Σ_{y=1} z, Σ log σ(z), Σ_{y=1} log σ(z), …)``.
         pos_weight: Weight p of the positive term, or None.
     """
-    # [2, N] float64 rows z and log σ(z): their sums, and their sums over the positives
-    # as one matrix-vector product
-    rows = np.empty((2, logits.shape[0]))
-    rows[0], rows[1] = logits.numpy(), F.logsigmoid(logits).numpy()
-    with np.errstate(all="ignore"):  # inf / NaN logits give inf / NaN, without warnings
-        sum_z, sum_ls = rows.sum(axis=1).tolist()
-        pos_z, pos_ls = (rows @ positive.astype(np.float64)).tolist()
-    total: float = sum_z - pos_z - sum_ls
+    sum_z, pos_z, sum_ls, pos_ls = terms[:4]
+    total = sum_z - pos_z - sum_ls
     if pos_weight is not None:
         total -= (pos_weight - 1.0) * pos_ls
     return total
@@ -222,11 +215,14 @@ class BinaryAccumulator:
 
     It owns the loss (``owns_loss``): ``update`` only keeps the batch; once the pending
     batches hold :data:`~geofl.tasks.common.FLUSH_ENTRIES` logits (and in
-    :meth:`compute`) they are reduced: their BCE summed in float64 (:func:`bce_sum`),
-    their logits and labels kept as ``[n]`` logits and ``[n]`` bool (5 bytes per sample in
-    float32, the memory exact ROC-AUC needs). :meth:`compute` then thresholds (on the
-    logit, :func:`logit_cut`) and ranks the split once. Nothing follows the batches, so the
-    metrics do not depend on the evaluation batch size (to the bit, below the flush size).
+    :meth:`compute`) they are reduced by one compiled call
+    (:func:`~geofl.tasks.kernels.binary_terms`: the float64 sums of the BCE,
+    :func:`bce_total`, and the confusion counts at the threshold, decided on the logit as
+    :meth:`BinaryTask.predict` does, :func:`logit_cut`), and their logits and labels are
+    kept as ``[n]`` logits and ``[n]`` bool (5 bytes per sample in float32, the memory exact
+    ROC-AUC needs). :meth:`compute` then ranks the split once. Nothing follows the batches,
+    so the metrics do not depend on the evaluation batch size (to the bit, below the flush
+    size).
 
     Args:
         threshold: Sigmoid threshold of a positive prediction.
@@ -241,6 +237,7 @@ class BinaryAccumulator:
         self._pos_weight = None if pos_weight is None else float(pos_weight)
         self._store = BatchStore(owns_loss=True)
         self._loss = 0.0
+        self._counts = [0, 0, 0]  # TP, predicted positives, positives
         self._logits: list[torch.Tensor] = []
         self._truth: list[np.ndarray] = []
 
@@ -250,11 +247,16 @@ class BinaryAccumulator:
             self._reduce()
 
     def _reduce(self) -> None:
-        """Sum the pending batches' loss; keep their logits and labels."""
+        """Sum the pending batches' loss and counts; keep their logits and labels."""
+        from geofl.tasks.kernels import binary_terms
+
         outputs, targets = self._store.take()
         logits = numpy_float(_logit(outputs))
         truth = targets.numpy() != 0
-        self._loss += bce_sum(logits, truth, self._pos_weight)
+        cut = logit_cut(self.threshold, logits.dtype)
+        terms = binary_terms(logits.numpy(), F.logsigmoid(logits).numpy(), truth, cut)
+        self._loss += bce_total(terms, self._pos_weight)
+        self._counts = [a + int(b) for a, b in zip(self._counts, terms[4:], strict=True)]
         self._logits.append(logits)
         self._truth.append(truth)
 
@@ -269,12 +271,10 @@ class BinaryAccumulator:
         if len(self._logits) > 1:
             self._logits, self._truth = [torch.cat(self._logits)], [np.concatenate(self._truth)]
         logits, truth = self._logits[0], self._truth[0]
-        truth_np, logits_np = truth, logits.numpy()
-        pred_np = logits_np >= logit_cut(self.threshold, logits.dtype)  # as BinaryTask.predict
-        n, n_pos = int(truth_np.size), int(np.count_nonzero(truth_np))
-        tp = int(np.count_nonzero(truth_np & pred_np))
-        fp, fn = int(np.count_nonzero(pred_np)) - tp, n_pos - tp
-        auc = roc_auc_1d(logits_np, truth_np)
+        n = int(truth.size)
+        tp, predicted, n_pos = self._counts
+        fp, fn = predicted - tp, n_pos - tp
+        auc = roc_auc_1d(logits.numpy(), truth)
         values = {
             "roc_auc": float(roc_auc(logits, torch.from_numpy(truth))) if auc is None else auc,
             # f1_from_counts' float64 arithmetic on three Python ints (same bits, no tensors)

@@ -210,8 +210,8 @@ class RegressionAccumulator:
     Cost: ``update`` only keeps the batch. Pending batches are reduced together once they
     hold :data:`~geofl.tasks.common.FLUSH_ENTRIES` output entries (2¹⁷: for 3 outputs
     ≈ 43,700 samples, 171 batches of 256; memory stays bounded on any split) and at
-    :meth:`compute`: d, e and the four terms are computed on ``[T, n]`` float64 rows and
-    summed along them (numpy's pairwise sums) in about fifteen numpy operations, whatever
+    :meth:`compute`: d, e and the four terms are computed and summed in float64, sample by
+    sample, by one compiled call (:func:`~geofl.tasks.kernels.regression_terms`) whatever
     the number of batches. So the metrics do not depend on how the split was cut into
     batches (to the bit, below the flush size), and the sums are float64 ones, more
     accurate than float32 per-batch accumulation. The accumulator owns the loss
@@ -250,31 +250,21 @@ class RegressionAccumulator:
             self._reduce()
 
     def _reduce(self) -> None:
-        """Fold the pending batches into the running sums, range and loss."""
+        """Fold the pending batches into the running sums, range and loss (one compiled
+        call, :func:`~geofl.tasks.kernels.regression_terms`)."""
+        from geofl.tasks.kernels import regression_terms
+
         task = self.task
         outputs, targets = self._store.take()
         out_t, y_t = numpy_float(task._rows(outputs)), task._rows(targets)
         if y_t.dtype not in (torch.float32, torch.float64):
             y_t = y_t.to(torch.float64)
-        # [T, n] float64 copies: numpy broadcasts a per-output constant along a contiguous
-        # row and reduces a row in pairwise blocks, where [n, T] would run strided inner
-        # loops of T elements (~10× slower for a few outputs).
-        d = y_t.numpy().T.astype(np.float64, order="C")
-        e = out_t.numpy().T.astype(np.float64, order="C")
-        n = d.shape[1]
-        terms = np.empty((4, task.num_outputs, n))
-        with np.errstate(all="ignore"):  # inf / NaN propagate, without warnings
-            d -= self._mu[:, None]
-            d *= self._inv_sigma[:, None]  # d = (y − μ)·(1/σ)
-            np.subtract(d, e, out=e)  # e = d − ẑ
-            np.copyto(terms[0], d)
-            np.multiply(d, d, out=terms[1])
-            np.multiply(e, e, out=terms[2])
-            np.abs(e, out=terms[3])
-            sums = terms.sum(axis=2)
-            self._sums = self._sums + sums
-            self._low = np.minimum(self._low, d.min(axis=1))
-            self._high = np.maximum(self._high, d.max(axis=1))
+        sums, low, high = np.zeros_like(self._sums), self._low.copy(), self._high.copy()
+        regression_terms(
+            out_t.contiguous().numpy(), y_t.contiguous().numpy(), self._mu, self._inv_sigma,
+            sums, low, high,
+        )  # fmt: skip
+        self._sums, self._low, self._high = self._sums + sums, low, high
         # Σ over samples of the per-sample standardised MSE (mean over the T outputs)
         self._loss += float(sums[2].sum()) / task.num_outputs
 
