@@ -32,8 +32,8 @@ slower repeats measure the interference, and a 1-ms MLP batch is hit differently
 8-batch metric pass); the ratio of the medians is printed next to it.
 
 Evaluation batch sizes (realistic ones: what the presets evaluate with): ``eval.batch_size``
-defaults to 256, which every image preset and the tabular example presets use; the
-paper-003 tabular presets set 4096. Image tasks run at ``--image-batch`` (256), tabular
+defaults to 256, which every image preset and ``ground-uplink-example`` use; the other
+tabular presets (paper 003's and the regression and binary examples) set 4096. Image tasks run at ``--image-batch`` (256), tabular
 tasks at each of ``--tabular-batch`` (256 and 4096): a small batch is the hard case for
 an MLP, whose ~1 µs/sample forward pass leaves ~13 µs of metric work per batch of 256.
 
