@@ -33,9 +33,10 @@ slower repeats measure the interference, and a 1-ms MLP batch is hit differently
 
 Evaluation batch sizes (realistic ones: what the presets evaluate with): ``eval.batch_size``
 defaults to 256, which every image preset and ``ground-uplink-example`` use; the other
-tabular presets (paper 003's and the regression and binary examples) set 4096. Image tasks run at ``--image-batch`` (256), tabular
-tasks at each of ``--tabular-batch`` (256 and 4096): a small batch is the hard case for
-an MLP, whose ~1 µs/sample forward pass leaves ~13 µs of metric work per batch of 256.
+tabular presets (paper 003's and the regression and binary examples) set 4096. Image tasks
+run at ``--image-batch`` (256), tabular tasks at each of ``--tabular-batch`` (256 and
+4096): a small batch is the hard case for an MLP, whose ~1 µs/sample forward pass leaves
+~13 µs of metric work per batch of 256.
 
 Image tasks use the small CNN (defaults: width 32, 3 blocks, GroupNorm) on 13-band 32×32
 patches, tabular tasks the MLP (hidden 256-128) on 32 features. The single-label

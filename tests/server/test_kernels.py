@@ -68,8 +68,9 @@ def test_fused_only_for_large_contiguous_float32_cpu_stacks(
 def test_fused_dots_and_norms_match_float64_on_adversarial_rows() -> None:
     x = _adversarial(13, 5003, seed=1)
     ref = torch.randn(5003, generator=torch.Generator().manual_seed(2)) + 3.0
-    dots, sq = columns.dots_and_norms(x, ref)
+    dots, sq, ref_sq = columns.dots_and_norms(x, ref)
     x64, r64 = x.double(), ref.double()
+    assert ref_sq == pytest.approx(float(r64 @ r64), rel=1e-6)
     exact_sq = x64.square().sum(1)
     bound = (x64.abs() @ r64.abs()) * 1e-6  # float32 sums of |x_c r_c|
     assert dots.dtype == sq.dtype == torch.float64
@@ -164,7 +165,7 @@ def test_fused_weighted_mean_and_nan_rows() -> None:
     assert torch.allclose(weighted_mean(x, w).double(), expected, rtol=1e-6)
     x[2, 7] = float("nan")
     assert bool(weighted_mean(x, w)[7].isnan()) and not bool(weighted_mean(x, w)[8].isnan())
-    dots, sq = columns.dots_and_norms(x, torch.ones(2000))
+    dots, sq, _ = columns.dots_and_norms(x, torch.ones(2000))
     assert bool(dots[2].isnan() and sq[2].isnan())
     assert not bool(dots[[0, 1, 3]].isnan().any() or sq[[0, 1, 3]].isnan().any())
 

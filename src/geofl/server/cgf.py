@@ -52,7 +52,7 @@ from typing import Any, Literal
 
 import torch
 
-from geofl.server.columns import dots_and_norms, squared_norm
+from geofl.server.columns import dots_and_norms
 from geofl.server.robust import coordinate_median, trimmed_mean
 
 __all__ = [
@@ -193,11 +193,11 @@ def cosine_distances(
     sel = torch.arange(x.shape[0]) if rows is None else rows
     if exact:
         return _exact_distances(x, sel, ref).clamp_(0.0, 2.0)
-    dots, sq = dots_and_norms(x, ref)  # one read of [K, D]
+    dots, sq, ref_sq = dots_and_norms(x, ref)  # one read of [K, D]
     if rows is not None:
         dots, sq = dots[rows], sq[rows]
     norms = sq.sqrt()
-    ref_norm = math.sqrt(squared_norm(ref))
+    ref_norm = math.sqrt(ref_sq)
     denom = norms * ref_norm
     cos = torch.where(denom > 0, dots / torch.where(denom > 0, denom, 1.0), 0.0)
     s = (1.0 - cos).clamp_(0.0, 2.0)

@@ -130,8 +130,10 @@ def squared_norm(vector: torch.Tensor) -> float:
     return sum(map_ranges(vector.numel(), work))
 
 
-def dots_and_norms(updates: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``([K] ⟨Δw_j, r⟩, [K] ‖Δw_j‖²)`` in float64 from one read of ``updates``.
+def dots_and_norms(
+    updates: torch.Tensor, ref: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``([K] ⟨Δw_j, r⟩, [K] ‖Δw_j‖², ‖r‖²)`` in float64 from one read of ``updates``.
 
     Per block: one matrix–vector product and one row-norm reduction (float32, the block in
     cache), accumulated over blocks in float64. No copy of the stack is made.
@@ -143,7 +145,7 @@ def dots_and_norms(updates: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tens
     k, d = updates.shape
     if updates.device.type != "cpu":
         sq = torch.linalg.vector_norm(updates, dim=1).to(torch.float64).square()
-        return (updates @ ref).to(torch.float64), sq
+        return (updates @ ref).to(torch.float64), sq, squared_norm(ref)
     if fused(updates) and ref.dtype == torch.float32:
         return _fused_dots_and_norms(updates, ref.contiguous())
     cols = block_columns(k, updates.element_size())
@@ -160,12 +162,13 @@ def dots_and_norms(updates: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tens
         return dots.to(torch.float64).sum(0), norms.to(torch.float64).square_().sum(0)
 
     parts = map_ranges(d, work)
-    return sum(p[0] for p in parts[1:]) + parts[0][0], sum(p[1] for p in parts[1:]) + parts[0][1]
+    dots = sum(p[0] for p in parts[1:]) + parts[0][0]
+    return dots, sum(p[1] for p in parts[1:]) + parts[0][1], squared_norm(ref)
 
 
 def _fused_dots_and_norms(
     updates: torch.Tensor, ref: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, float]:
     """:func:`dots_and_norms` by :func:`geofl.server.kernels.block_dots_and_squares`: the
     threads take whole blocks, and the float64 block partials are summed in block order."""
     from geofl.server.kernels import block_dots_and_squares
@@ -175,13 +178,15 @@ def _fused_dots_and_norms(
     blocks = -(-d // cols)
     dots = np.empty((blocks, k))
     squares = np.empty((blocks, k))
+    ref_squares = np.empty(blocks)
     x, r = updates.numpy(), ref.numpy()
 
     def work(first: int, last: int) -> None:
-        block_dots_and_squares(x, r, first, last, cols, dots, squares)
+        block_dots_and_squares(x, r, first, last, cols, dots, squares, ref_squares)
 
     map_ranges(blocks, work, align=1, grain=1)
-    return torch.from_numpy(dots.sum(axis=0)), torch.from_numpy(squares.sum(axis=0))
+    totals = torch.from_numpy(dots.sum(axis=0)), torch.from_numpy(squares.sum(axis=0))
+    return *totals, float(ref_squares.sum())
 
 
 def linear_combinations(

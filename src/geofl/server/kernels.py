@@ -53,9 +53,11 @@ def block_dots_and_squares(
     cols: int,
     dots: np.ndarray,
     squares: np.ndarray,
+    ref_squares: np.ndarray,
 ) -> None:
     """Per block b in ``[first, last)`` (columns ``[b·cols, (b+1)·cols)`` ∩ ``[0, D)``):
-    ``dots[b, j] = ⟨x_j, r⟩`` and ``squares[b, j] = ‖x_j‖²`` over the block.
+    ``dots[b, j] = ⟨x_j, r⟩``, ``squares[b, j] = ‖x_j‖²`` and ``ref_squares[b] = ‖r‖²``
+    over the block.
 
     Args:
         x: ``[K, D]`` float32, C-contiguous.
@@ -65,6 +67,7 @@ def block_dots_and_squares(
         cols: Columns per block.
         dots: ``[n_blocks, K]`` float64, written at rows ``[first, last)``.
         squares: ``[n_blocks, K]`` float64, likewise.
+        ref_squares: ``[n_blocks]`` float64, likewise.
     """
     k, d = x.shape
     last_row = k - 1
@@ -72,6 +75,10 @@ def block_dots_and_squares(
         a = b * cols
         e = min(a + cols, d)
         rb = r[a:e]
+        rq = np.float32(0.0)
+        for c in range(e - a):
+            rq += rb[c] * rb[c]
+        ref_squares[b] = rq
         for j in range(0, k, 8):
             # the last group repeats row K-1: every row takes the same operations
             j0, j1, j2, j3 = j, min(j + 1, last_row), min(j + 2, last_row), min(j + 3, last_row)
