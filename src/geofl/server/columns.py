@@ -64,7 +64,7 @@ EPILOGUE_COLUMNS = 1 << 16
 #: Stacks of at least this many bytes (float32, CPU, rows contiguous) use the compiled
 #: kernels of :mod:`geofl.server.kernels`: past the last-level cache of any CPU.
 FUSED_MIN_BYTES = 1 << 26
-#: Columns per block of the compiled kernels: the four or eight row segments and the
+#: Columns per block of the compiled kernels: the eight row segments and the
 #: output segments a block touches stay in a core's L2 cache.
 FUSED_COLUMNS = 1 << 14
 #: Column ranges of the worker threads start on multiples of this (whole cache lines and

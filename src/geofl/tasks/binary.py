@@ -152,7 +152,7 @@ class BinaryTask:
 
     def loss_sum(self, output: torch.Tensor, target: torch.Tensor) -> float:
         """Summed per-sample BCE-with-logits of a batch (the accumulator's loss is the sum
-        of these over the batches, computed per split by :func:`bce_sum`)."""
+        of these over the batches, computed per split by :func:`bce_total`)."""
         with torch.no_grad():
             z = _logit(output)
             total = F.binary_cross_entropy_with_logits(

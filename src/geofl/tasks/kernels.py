@@ -11,7 +11,8 @@ one call:
 * :func:`regression_terms` — the regression task's Σd, Σd², Σe², Σ|e| and range of d.
 
 Sums run in float64, sample by sample in order, so they do not depend on how the split was
-cut into batches. Compilation is lazy (first call in a process) and cached on disk by numba.
+cut into batches. Compilation is lazy: the first call on a machine compiles a kernel
+(≈ 1 s each here), later processes load it from numba's disk cache.
 """
 
 from __future__ import annotations
