@@ -20,11 +20,17 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(columns, "EPILOGUE_COLUMNS", 600)  # chunks of 512 columns
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.usefixtures("small_blocks")
 def test_linear_combinations_write_into_rows_and_run_the_epilogue_once_per_column(
-    threads: int,
+    threads: int, compiled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Both paths: torch's blocked products and the compiled kernels (chunks of
+    ``EPILOGUE_COLUMNS`` = 600 columns there, of whole 256-column blocks here)."""
+    if compiled:
+        monkeypatch.setattr(columns, "FUSED_MIN_BYTES", 0)
+        monkeypatch.setattr(columns, "FUSED_COLUMNS", 256)
     gen = torch.Generator().manual_seed(3)
     u = torch.randn(7, 3001, generator=gen)
     coeffs = torch.rand(2, 7, generator=gen, dtype=torch.float64)
@@ -51,9 +57,9 @@ def test_linear_combinations_write_into_rows_and_run_the_epilogue_once_per_colum
     spans = sorted(seen)
     assert spans[0][0] == 0 and spans[-1][1] == 3001
     assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))  # disjoint, no gap
-    assert max(hi - lo for lo, hi in spans) == 512
-    if threads == 2:  # the worker ranges start on multiples of 256 columns
-        assert any(lo % 256 == 0 and lo > 0 for lo, _ in spans)
+    assert max(hi - lo for lo, hi in spans) == (600 if compiled else 512)
+    if threads == 2:  # two worker ranges, the second from a multiple of 256 columns
+        assert 1280 in {lo for lo, _ in spans}
 
 
 @pytest.mark.usefixtures("small_blocks")

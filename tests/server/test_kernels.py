@@ -2,12 +2,11 @@
 with the size threshold lowered and blocks, worker ranges and chunks made small: float64
 references on adversarial rows, the documented operation order to the bit, equal bits for
 equal rows, no dependence on the thread count, rows with zero coefficients not read, and
-the strategies that use them."""
+the strategies that use them. The epilogue's coverage is tested for both paths in
+``test_columns.py``."""
 
 from __future__ import annotations
 
-import itertools
-import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -130,31 +129,6 @@ def test_fused_combinations_follow_the_documented_order_to_the_bit(m: int) -> No
     np.testing.assert_array_equal(got, expected)
     exact = coeffs @ torch.nan_to_num(x.double())
     assert torch.allclose(torch.from_numpy(got).double(), exact, rtol=1e-5, atol=1e-2)
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.usefixtures("fused_small")
-def test_fused_combinations_write_into_rows_and_run_the_epilogue_once_per_column(
-    threads: int,
-) -> None:
-    x = torch.randn(9, 3001, generator=torch.Generator().manual_seed(8))
-    coeffs = torch.rand(2, 9, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    out = [torch.full((3001,), float("nan")), torch.full((3001,), float("nan"))]
-    seen: list[tuple[int, int]] = []
-    lock = threading.Lock()
-
-    def epilogue(lo: int, hi: int) -> None:
-        assert not bool(out[0][lo:hi].isnan().any() or out[1][lo:hi].isnan().any())
-        with lock:
-            seen.append((lo, hi))
-
-    rows = _threads(threads, lambda: columns.linear_combinations(coeffs, x, out, epilogue))
-    assert rows[0] is out[0] and rows[1] is out[1]
-    assert torch.allclose(torch.stack(out), coeffs.float() @ x, atol=1e-5)
-    spans = sorted(seen)
-    assert spans[0][0] == 0 and spans[-1][1] == 3001
-    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
-    assert max(hi - lo for lo, hi in spans) <= 600
 
 
 @pytest.mark.usefixtures("fused_small")

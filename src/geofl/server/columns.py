@@ -83,17 +83,19 @@ def map_ranges(
     d: int,
     work: Callable[[int, int], T],
     *,
-    align: int = ALIGN,
-    grain: int = MIN_COLUMNS_PER_WORKER,
+    align: int | None = None,
+    grain: int | None = None,
 ) -> list[T]:
     """``work(lo, hi)`` on contiguous column ranges covering ``[0, d)``, one per thread.
 
     Runs on ``torch.get_num_threads()`` worker threads (fewer for small ``d``: at least
-    ``grain`` columns each) with single-threaded torch ops; the thread count is restored
-    afterwards. Inner range bounds are multiples of ``align``.
+    ``grain`` columns each, default :data:`MIN_COLUMNS_PER_WORKER`) with single-threaded
+    torch ops; the thread count is restored afterwards. Inner range bounds are multiples of
+    ``align`` (default :data:`ALIGN`).
     """
+    align = ALIGN if align is None else align
     threads = torch.get_num_threads()
-    n = max(1, min(threads, d // grain))
+    n = max(1, min(threads, d // (MIN_COLUMNS_PER_WORKER if grain is None else grain)))
     if n == 1:
         return [work(0, d)]
     bounds = [0, *(d * i // n // align * align for i in range(1, n)), d]
