@@ -5,25 +5,24 @@
 the stack (4.4 GB at K = 100, D = 1.1e7). Per block of columns they do in one loop what
 torch does in several calls, each of which streams the block again:
 
-* :func:`block_dots_and_squares` — CGF's ⟨Δw_j, r⟩ and ‖Δw_j‖² (004 Eq. 6) from one read
-  of each row segment, eight rows at a time so that the reference segment is loaded once
-  per eight rows (the last group repeats the last row, so every row takes the same
+* :func:`block_dots_and_squares` — CGF's ⟨Δw_j, r⟩, ‖Δw_j‖² and ‖r‖² (004 Eq. 6) from one
+  read of each row segment, eight rows at a time so that the reference segment is loaded
+  once per eight rows (the last group repeats the last row, so every row takes the same
   operations: equal rows get equal bits wherever they stand);
 * :func:`combine_rows` — M linear combinations of the rows (004 Eq. 9's weighted mean and
   the survivors' mean; FedAvg's weighted mean), eight rows at a time into output segments
   that stay in cache, so each output element is loaded and stored once per eight rows
-  instead of once per row (:func:`combine_row_pair`: two outputs, the server's case, in
-  one loop over the rows);
-  rows whose coefficients are all zero (updates CGF dropped) are not read.
+  instead of once per row; :func:`combine_row_pair` does two outputs (the server's case)
+  in one loop over the rows. Rows whose coefficients are all zero (updates CGF dropped)
+  are not read.
 
 Arithmetic and reproducibility:
 
-* :func:`combine_rows` is compiled without fast-math: every output column is the same
+* The combinations are compiled without fast-math: every output column is the same
   sequence of float32 IEEE operations (o + ((((c₀x₀ + c₁x₁) + c₂x₂) + …) + c₇x₇) per group
   of eight of the rows read, in row order; then o + cⱼxⱼ per remaining row), vectorised
-  across columns only. Its result therefore does not
-  depend on the thread count, the column ranges, the block size, or the CPU's vector
-  width.
+  across columns only. The result therefore does not depend on the thread count, the
+  column ranges, the block size, or the CPU's vector width.
 * :func:`block_dots_and_squares` sums within a block in float32 with re-association (the
   reductions are vectorised), and returns one float64 partial per (block, row); the caller
   sums the blocks in order. Blocks start at multiples of the block size whatever the thread
