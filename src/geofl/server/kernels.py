@@ -36,6 +36,8 @@ later processes load it from numba's disk cache.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -70,7 +72,7 @@ def block_dots_and_squares(
         ref_squares: ``[n_blocks]`` float64, likewise.
     """
     k, d = x.shape
-    last_row = k - 1
+    top = k - 1
     for b in range(first, last):
         a = b * cols
         e = min(a + cols, d)
@@ -81,42 +83,58 @@ def block_dots_and_squares(
         ref_squares[b] = rq
         for j in range(0, k, 8):
             # the last group repeats row K-1: every row takes the same operations
-            j0, j1, j2, j3 = j, min(j + 1, last_row), min(j + 2, last_row), min(j + 3, last_row)
-            j4, j5 = min(j + 4, last_row), min(j + 5, last_row)
-            j6, j7 = min(j + 6, last_row), min(j + 7, last_row)
-            x0, x1, x2, x3 = x[j0, a:e], x[j1, a:e], x[j2, a:e], x[j3, a:e]
-            x4, x5, x6, x7 = x[j4, a:e], x[j5, a:e], x[j6, a:e], x[j7, a:e]
-            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
-            q0 = q1 = q2 = q3 = q4 = q5 = q6 = q7 = np.float32(0.0)
-            for c in range(e - a):
-                rv = rb[c]
-                v0, v1, v2, v3 = x0[c], x1[c], x2[c], x3[c]
-                v4, v5, v6, v7 = x4[c], x5[c], x6[c], x7[c]
-                s0 += v0 * rv
-                s1 += v1 * rv
-                s2 += v2 * rv
-                s3 += v3 * rv
-                s4 += v4 * rv
-                s5 += v5 * rv
-                s6 += v6 * rv
-                s7 += v7 * rv
-                q0 += v0 * v0
-                q1 += v1 * v1
-                q2 += v2 * v2
-                q3 += v3 * v3
-                q4 += v4 * v4
-                q5 += v5 * v5
-                q6 += v6 * v6
-                q7 += v7 * v7
-            dots[b, j0], dots[b, j1], dots[b, j2], dots[b, j3] = s0, s1, s2, s3
-            dots[b, j4], dots[b, j5], dots[b, j6], dots[b, j7] = s4, s5, s6, s7
-            squares[b, j0], squares[b, j1], squares[b, j2], squares[b, j3] = q0, q1, q2, q3
-            squares[b, j4], squares[b, j5], squares[b, j6], squares[b, j7] = q4, q5, q6, q7
+            rows = (
+                j,
+                min(j + 1, top),
+                min(j + 2, top),
+                min(j + 3, top),
+                min(j + 4, top),
+                min(j + 5, top),
+                min(j + 6, top),
+                min(j + 7, top),
+            )
+            s, q = _dots_and_squares(_group(x, rows, a, e), rb)
+            for i in range(8):
+                dots[b, rows[i]] = s[i]
+                squares[b, rows[i]] = q[i]
+
+
+@njit(nogil=True, cache=True, fastmath=_REDUCE)
+def _dots_and_squares(
+    v: tuple[np.ndarray, ...], r: np.ndarray
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """``(⟨v_i, r⟩, ‖v_i‖²)`` of eight ``[n]`` float32 segments, in float32, reading each
+    element of ``r`` once for all eight."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = v
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+    q0 = q1 = q2 = q3 = q4 = q5 = q6 = q7 = np.float32(0.0)
+    for c in range(r.shape[0]):
+        rv = r[c]
+        v0, v1, v2, v3 = x0[c], x1[c], x2[c], x3[c]
+        v4, v5, v6, v7 = x4[c], x5[c], x6[c], x7[c]
+        s0 += v0 * rv
+        s1 += v1 * rv
+        s2 += v2 * rv
+        s3 += v3 * rv
+        s4 += v4 * rv
+        s5 += v5 * rv
+        s6 += v6 * rv
+        s7 += v7 * rv
+        q0 += v0 * v0
+        q1 += v1 * v1
+        q2 += v2 * v2
+        q3 += v3 * v3
+        q4 += v4 * v4
+        q5 += v5 * v5
+        q6 += v6 * v6
+        q7 += v7 * v7
+    return (s0, s1, s2, s3, s4, s5, s6, s7), (q0, q1, q2, q3, q4, q5, q6, q7)
 
 
 @njit(nogil=True, cache=True)
-def _group(x: np.ndarray, rows: np.ndarray, a: int, e: int) -> tuple[np.ndarray, ...]:
-    """The segments ``x[rows[i], a:e]`` of eight rows."""
+def _group(x: np.ndarray, rows: Any, a: int, e: int) -> tuple[np.ndarray, ...]:
+    """The segments ``x[rows[i], a:e]`` of eight rows (``rows``: 8 indices, an array or a
+    tuple)."""
     return (
         x[rows[0], a:e],
         x[rows[1], a:e],
