@@ -4,6 +4,14 @@ A loader turns its source (a folder of JPGs, a zip, GeoTIFFs, or the synthetic g
 into a dict of numpy arrays once and stores them as an uncompressed ``.npz`` under the cache
 directory; later runs load that file. Writes are atomic (temporary file, then rename), so an
 interrupted decode never leaves a half-written cache behind.
+
+The cache is trusted without re-reading the source, so its key must change whenever what
+decoding reads changes: every loader puts a *manifest digest* in its key spec, a sha256 of
+one row per input file in sample order (:func:`manifest_digest`). Image files are only
+stat'd (path relative to the root, which also carries the class folder and so the label;
+size; ``mtime_ns``); annotations enter by content (:func:`array_digest` of the parsed boxes
+and labels). A count, a total size and a newest mtime are not enough: moving an image to
+another class folder keeps all three (geofl issue 31, item 12).
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import hashlib
 import json
 import os
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +29,18 @@ import numpy as np
 from geofl.errors import DataError
 from geofl.io import atomic_write
 
-__all__ = ["cache_key", "cached_arrays", "check_cache_dir", "default_cache_dir"]
+__all__ = [
+    "array_digest",
+    "cache_key",
+    "cached_arrays",
+    "check_cache_dir",
+    "default_cache_dir",
+    "file_manifest",
+    "manifest_digest",
+]
+
+#: One manifest row: strings and integers (e.g. relative path, size, mtime_ns).
+ManifestRow = tuple[str | int, ...]
 
 
 def default_cache_dir() -> Path:
@@ -52,6 +71,55 @@ def cache_key(name: str, spec: Mapping[str, Any]) -> str:
     """A file-name-safe key: ``name`` plus a hash of the JSON of ``spec``."""
     blob = json.dumps(spec, sort_keys=True, default=str).encode()
     return f"{name}-{hashlib.blake2b(blob, digest_size=8).hexdigest()}"
+
+
+def manifest_digest(rows: Iterable[ManifestRow]) -> str:
+    """sha256 (hex) of ``rows`` in the given order (the sample order is part of the data).
+
+    Each row is written as one JSON array per line, so field and row boundaries cannot be
+    shifted to give two different manifests the same bytes.
+    """
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps(list(row), ensure_ascii=False).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def file_manifest(paths: Iterable[Path], *, root: Path | None = None) -> list[ManifestRow]:
+    """``(path, size, mtime_ns)`` of each file, in order; ``-1, -1`` for a missing one.
+
+    Args:
+        paths: The files decoding reads.
+        root: Paths are written relative to it (posix) when given and below it, so moving
+            the whole dataset keeps its manifest; otherwise as given.
+    """
+    rows: list[ManifestRow] = []
+    for path in paths:
+        name = Path(path).as_posix()
+        if root is not None and Path(path).is_relative_to(root):
+            name = Path(path).relative_to(root).as_posix()
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            rows.append((name, -1, -1))
+        else:
+            rows.append((name, st.st_size, st.st_mtime_ns))
+    return rows
+
+
+def array_digest(arrays: Iterable[np.ndarray]) -> str:
+    """sha256 (hex) of the dtype, shape and bytes of each array, in order.
+
+    Keys the cache by parsed annotations: every value counts, unlike a sum of
+    coordinates, which swapping a box's x and y (or changing its class) leaves unchanged.
+    """
+    digest = hashlib.sha256()
+    for arr in arrays:
+        arr = np.ascontiguousarray(arr)
+        digest.update(f"{arr.dtype.str}{list(arr.shape)}\n".encode())
+        digest.update(arr.tobytes())
+    return digest.hexdigest()
 
 
 def cached_arrays(
