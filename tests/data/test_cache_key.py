@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
-from geofl.data import detection_formats, eurosat
+from geofl.data import bigearthnet, detection_formats, eurosat, sen12ms
 from geofl.data.base import DATASETS, ArrayDataset, CacheMode
 from geofl.data.cache import array_digest, file_manifest, manifest_digest
 from geofl.data.detection_formats import CocoParams, build_coco_json
@@ -38,6 +39,9 @@ def _fixture_module(name: str) -> ModuleType:
 
 
 RGB = _fixture_module("eurosat_rgb")
+S12 = _fixture_module("sen12ms")
+BEN = _fixture_module("bigearthnet")
+assert bigearthnet.build_bigearthnet and sen12ms.build_sen12ms  # registers both loaders
 
 
 def _eurosat(root: Path, cache: Path, cache_mode: CacheMode = "memory") -> ArrayDataset:
@@ -212,6 +216,68 @@ def test_unchanged_coco_set_is_served_from_the_cache(
     again = build_coco_json(params, cache_dir=tmp_path / "cache")
     assert len(calls) == 2
     assert np.array_equal(again.targets.numpy(), first.targets.numpy())
+
+
+# ------------------------------------------------------------------ per-patch GeoTIFFs
+
+
+def _swap_keeping_mtimes(a: Path, b: Path) -> None:
+    """Swap the contents of ``a`` and ``b``; each name keeps a distinct mtime of its own."""
+    sa, sb = a.stat(), b.stat()
+    da, db = a.read_bytes(), b.read_bytes()
+    a.write_bytes(db)
+    b.write_bytes(da)
+    os.utime(a, ns=(sa.st_atime_ns, sb.st_mtime_ns))  # as ``mv``: mtimes travel with bytes
+    os.utime(b, ns=(sb.st_atime_ns, sa.st_mtime_ns))
+
+
+def test_sen12ms_label_files_are_in_the_key(tmp_path: Path) -> None:
+    """The labels come from the ``lc`` files; the old key stat'd only the ``s2`` files."""
+    root = S12.make_fixture(tmp_path / "src")
+    cache = tmp_path / "cache"
+    params = {"root": root, "size": S12.SIZE}
+    first = DATASETS.build("sen12ms", params, cache_dir=cache)
+    assert first.targets.tolist() == list(S12.LABELS)
+    lc = sorted(root.glob("ROIs1158_spring/lc_1/*.tif"))
+    os.utime(lc[1], ns=(lc[1].stat().st_atime_ns, lc[0].stat().st_mtime_ns + 10**9))
+    _swap_keeping_mtimes(lc[0], lc[1])
+    again = DATASETS.build("sen12ms", params, cache_dir=cache)
+    assert again.targets.tolist()[:2] == [S12.LABELS[1], S12.LABELS[0]]
+
+
+def _ben(root: Path, cache: Path) -> ArrayDataset:
+    params = {"root": root, "size": 120, "nomenclature": "bigearthnet43"}
+    return DATASETS.build("bigearthnet", params, cache_dir=cache)
+
+
+def test_bigearthnet_label_json_edit_is_seen(tmp_path: Path) -> None:
+    """A label renamed in the JSON (same length, mtime kept): the JSON is hashed."""
+    root = BEN.make_fixture(tmp_path / "src")
+    cache = tmp_path / "cache"
+    first = _ben(root, cache)
+    name = BEN.PATCHES[1][0]
+    (i,) = [k for k, p in enumerate(first.metadata["path"]) if name in str(p)]
+    peat, past = first.classes.index("Peatbogs"), first.classes.index("Pastures")
+    assert first.targets[i, peat] == 1 and first.targets[i, past] == 0
+    path = root / BEN.PREFIX / name / f"{name}_labels_metadata.json"
+    _rewrite_keeping_stat(path, path.read_text().replace("Peatbogs", "Pastures"))
+    again = _ben(root, cache)
+    assert again.targets[i, peat] == 0 and again.targets[i, past] == 1
+
+
+def test_bigearthnet_band_files_are_in_the_key(tmp_path: Path) -> None:
+    """Two same-sized band files swap contents: the old key did not look at bands."""
+    root = BEN.make_fixture(tmp_path / "src")
+    cache = tmp_path / "cache"
+    first = _ben(root, cache)
+    name = BEN.PATCHES[0][0]
+    b02, b03 = (root / BEN.PREFIX / name / f"{name}_{b}.tif" for b in ("B02", "B03"))
+    os.utime(b03, ns=(b03.stat().st_atime_ns, b02.stat().st_mtime_ns + 10**9))
+    _swap_keeping_mtimes(b02, b03)
+    again = _ben(root, cache)
+    i2, i3 = first.bands.index("B02"), first.bands.index("B03")
+    assert torch.equal(again.inputs[0, i2], first.inputs[0, i3])
+    assert torch.equal(again.inputs[0, i3], first.inputs[0, i2])
 
 
 # ------------------------------------------------------------------ the key's parts

@@ -9,9 +9,10 @@ The cache is trusted without re-reading the source, so its key must change whene
 decoding reads changes: every loader puts a *manifest digest* in its key spec, a sha256 of
 one row per input file in sample order (:func:`manifest_digest`). Image files are only
 stat'd (path relative to the root, which also carries the class folder and so the label;
-size; ``mtime_ns``); annotations enter by content (:func:`array_digest` of the parsed boxes
-and labels). A count, a total size and a newest mtime are not enough: moving an image to
-another class folder keeps all three (geofl issue 31, item 12).
+size; ``mtime_ns``: :func:`file_manifest`); label files enter by content (their sha256, or
+:func:`array_digest` of the parsed boxes and labels). A count, a total size and a newest
+mtime are not enough: moving an image to another class folder keeps all three (geofl issue
+31, item 12).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "cached_arrays",
     "check_cache_dir",
     "default_cache_dir",
+    "file_digest",
     "file_manifest",
     "manifest_digest",
 ]
@@ -86,13 +88,18 @@ def manifest_digest(rows: Iterable[ManifestRow]) -> str:
     return digest.hexdigest()
 
 
-def file_manifest(paths: Iterable[Path], *, root: Path | None = None) -> list[ManifestRow]:
+def file_manifest(
+    paths: Iterable[Path], *, root: Path | None = None, content: bool = False
+) -> list[ManifestRow]:
     """``(path, size, mtime_ns)`` of each file, in order; ``-1, -1`` for a missing one.
 
     Args:
         paths: The files decoding reads.
         root: Paths are written relative to it (posix) when given and below it, so moving
             the whole dataset keeps its manifest; otherwise as given.
+        content: Rows are ``(path, size, sha256 hex)`` instead: for small label files,
+            whose edits need not change the size and may keep the mtime (a copy with
+            ``cp -p``, a restore from an archive), and whose touch alone changes nothing.
     """
     rows: list[ManifestRow] = []
     for path in paths:
@@ -101,11 +108,19 @@ def file_manifest(paths: Iterable[Path], *, root: Path | None = None) -> list[Ma
             name = Path(path).relative_to(root).as_posix()
         try:
             st = os.stat(path)
+            rows.append((name, st.st_size, file_digest(path) if content else st.st_mtime_ns))
         except FileNotFoundError:
             rows.append((name, -1, -1))
-        else:
-            rows.append((name, st.st_size, st.st_mtime_ns))
     return rows
+
+
+def file_digest(path: Path) -> str:
+    """sha256 (hex) of the bytes of the file at ``path``, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def array_digest(arrays: Iterable[np.ndarray]) -> str:
