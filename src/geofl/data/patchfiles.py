@@ -162,7 +162,7 @@ def fingerprint(
 
     Args:
         paths: Image files, stat'd: path (relative to ``root``), size and mtime of each.
-        root: The dataset root, so a moved copy of the dataset keeps its key.
+        root: Paths are written relative to it (the loaders' key specs hold ``root``).
         labels: Label files, hashed by content (sha256).
 
     Returns:
