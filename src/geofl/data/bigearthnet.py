@@ -287,7 +287,11 @@ def build_bigearthnet(
     spec = {
         **params.model_dump(mode="json"),
         "root": str(root),
-        "source": fingerprint([f / f"{f.name}_labels_metadata.json" for f in folders]),
+        "source": fingerprint(
+            [f / f"{f.name}_{b}.tif" for f in folders for b in BIGEARTHNET_BANDS],
+            root=root,
+            labels=[f / f"{f.name}_labels_metadata.json" for f in folders],
+        ),
     }
 
     def build() -> dict[str, np.ndarray]:

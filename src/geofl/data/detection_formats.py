@@ -45,7 +45,7 @@ from geofl.data.boxfiles import (
     read_nwpu_txt,
     read_voc_xml,
 )
-from geofl.data.cache import cache_key, cached_arrays
+from geofl.data.cache import array_digest, cache_key, cached_arrays, file_manifest, manifest_digest
 from geofl.data.synthetic_aerial import AERIAL_CLASSES
 from geofl.errors import DataError
 
@@ -134,12 +134,10 @@ def records_to_dataset(
     """
     if not records:
         raise DataError(f"{name}: no annotated images under {params.root}")
-    spec = {
+    spec = {  # what build reads: the images (stat'd) and every parsed box and label
         "params": params.model_dump(mode="json"),
-        "files": [
-            (str(r.image), r.image.stat().st_size if r.image.exists() else -1) for r in records
-        ],
-        "boxes": [float(r.boxes.sum()) for r in records],
+        "images": manifest_digest(file_manifest(r.image for r in records)),
+        "boxes": array_digest(a for r in records for a in (r.boxes, r.labels)),
     }
 
     def build() -> dict[str, np.ndarray]:

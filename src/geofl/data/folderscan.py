@@ -13,8 +13,13 @@ itself: members are read into memory, nothing is extracted. Hidden entries and
 file names.
 
 :func:`scan_folder` lists the files and their labels without reading them; the source
-fingerprint (file count, total bytes, newest mtime) keys the decode-once cache of
-:mod:`geofl.data.imagefolder`.
+fingerprint keys the decode-once cache of :mod:`geofl.data.imagefolder`. Its ``manifest``
+is the :func:`~geofl.data.cache.manifest_digest` of one row per file: the path relative to
+``root`` (so the class folder, which gives the label), the size and ``mtime_ns`` (for a zip:
+the member's CRC-32 and the archive's mtime). The stat calls are the ones the scan makes
+anyway; file contents are not read. File count, total bytes and newest mtime are kept
+beside it for people reading a store header; they alone would miss an image moved to
+another class folder (geofl issue 31, item 12).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from geofl.data.cache import manifest_digest
 from geofl.errors import DataError
 
 __all__ = ["FolderSpec", "ImageFolder", "scan_folder"]
@@ -74,14 +80,15 @@ class ImageFolder:
         is_zip: Whether ``root`` is a zip archive.
         paths: ``N`` file paths relative to ``root`` (posix, zip member names for zips).
         labels: ``N`` class indices, aligned with ``paths``.
-        fingerprint: File count, total bytes and newest mtime of the source.
+        fingerprint: ``manifest`` (sha256 hex of every file's relative path, size and
+            mtime or CRC) and, for reading, ``files``, ``bytes`` and newest ``mtime_ns``.
     """
 
     root: Path
     is_zip: bool
     paths: tuple[str, ...]
     labels: tuple[int, ...]
-    fingerprint: dict[str, int]
+    fingerprint: dict[str, int | str]
 
     def where(self, rel: str) -> str:
         """A readable location of one file, for messages."""
@@ -103,8 +110,9 @@ class ImageFolder:
             yield read
 
 
-#: One found file: (path relative to root, class folder, file name, bytes, mtime_ns).
-_Entry = tuple[str, str, str, int, int]
+#: One found file: (path relative to root, class folder, file name, bytes, mtime_ns,
+#: CRC-32 of a zip member or -1).
+_Entry = tuple[str, str, str, int, int, int]
 
 
 def _wanted(spec: FolderSpec, cls: str, name: str) -> bool:
@@ -125,7 +133,8 @@ def _scan_zip(spec: FolderSpec, root: Path) -> list[_Entry]:
         for info in infos:
             parts = info.filename[len(head) :].split("/")
             if info.filename.startswith(head) and len(parts) == 2 and _wanted(spec, *parts):
-                found.append((info.filename, parts[0], parts[1], info.file_size, mtime))
+                entry = (info.filename, parts[0], parts[1], info.file_size, mtime, info.CRC)
+                found.append(entry)
         if found:
             return found
     return []
@@ -142,7 +151,7 @@ def _scan_dir(spec: FolderSpec, root: Path) -> list[_Entry]:
                 if _wanted(spec, cls.name, f.name) and f.is_file():
                     st = f.stat()
                     rel = "/".join(p for p in (prefix, cls.name, f.name) if p)
-                    found.append((rel, cls.name, f.name, st.st_size, st.st_mtime_ns))
+                    found.append((rel, cls.name, f.name, st.st_size, st.st_mtime_ns, -1))
         if found:
             return found
     return []
@@ -181,9 +190,15 @@ def scan_folder(spec: FolderSpec, root: Path) -> ImageFolder:
         is_zip=is_zip,
         paths=tuple(e[0] for e in entries),
         labels=tuple(index[e[1]] for e in entries),
-        fingerprint={
-            "files": len(entries),
-            "bytes": sum(e[3] for e in entries),
-            "mtime_ns": max(e[4] for e in entries),
-        },
+        fingerprint=_fingerprint(entries),
     )
+
+
+def _fingerprint(entries: list[_Entry]) -> dict[str, int | str]:
+    """The cache-key part of the sorted ``entries`` (see :class:`ImageFolder`)."""
+    return {
+        "manifest": manifest_digest((e[0], e[3], e[4], e[5]) for e in entries),
+        "files": len(entries),
+        "bytes": sum(e[3] for e in entries),
+        "mtime_ns": max(e[4] for e in entries),
+    }

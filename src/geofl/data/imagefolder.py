@@ -6,8 +6,9 @@ layout, ``<root>/<prefix>/<Class>/<file>.<ext>``, in a directory or the distribu
 source; order is deterministic: sorted class names, then sorted file names).
 
 A dataset is decoded once (Pillow or tifffile, in a thread pool) into a
-:func:`geofl.data.cache.cached_arrays` file keyed by the resolved root, the size and a cheap
-source fingerprint (file count, total bytes, newest mtime). The cache holds:
+:func:`geofl.data.cache.cached_arrays` file keyed by the resolved root, the size and the
+source fingerprint (a digest of every file's relative path, size and mtime, so a file moved
+to another class folder is a new key; :mod:`geofl.data.folderscan`). The cache holds:
 
 * ``images``: ``[N, C, size, size]`` uint8 (RGB) or uint16 (multispectral);
 * ``labels``: ``[N]`` int64 indices into the dataset's class list;

@@ -3,8 +3,9 @@
 Shared by :mod:`geofl.data.sen12ms` and :mod:`geofl.data.bigearthnet`, which read their
 files with tifffile only (no GDAL/rasterio): a GeoTIFF's pixels, its UTM georeference
 (``ModelTiepoint``, ``ModelPixelScale`` and the ``ProjectedCSTypeGeoKey`` EPSG code), the
-inverse UTM projection to latitude/longitude, a seeded sample cap,, with
-errors that are one-line :class:`~geofl.errors.DataError` naming the file.
+inverse UTM projection to latitude/longitude, a seeded sample cap and the cache key's
+source part (:func:`fingerprint`), with errors that are one-line
+:class:`~geofl.errors.DataError` naming the file.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import tifffile
 
+from geofl.data.cache import file_manifest, manifest_digest
 from geofl.data.formats import as_uint16, read_band_tiff
 from geofl.data.imagefolder import ImageFormatError
 from geofl.errors import DataError
@@ -153,11 +155,24 @@ def cap_indices(n: int, max_samples: int | None, seed: int, name: str) -> np.nda
     return np.sort(rng.choice(n, size=max_samples, replace=False))
 
 
-def fingerprint(paths: Sequence[Path]) -> dict[str, int]:
-    """File count, total bytes and newest mtime of ``paths`` (the cache key's source part)."""
-    stats = [p.stat() for p in paths]
+def fingerprint(
+    paths: Sequence[Path], *, root: Path | None = None, labels: Sequence[Path] = ()
+) -> dict[str, int | str]:
+    """The cache key's source part: what decoding reads (:mod:`geofl.data.cache`).
+
+    Args:
+        paths: Image files, stat'd: path (relative to ``root``), size and mtime of each.
+        root: Paths are written relative to it (the loaders' key specs hold ``root``).
+        labels: Label files, hashed by content (sha256).
+
+    Returns:
+        ``manifest`` (sha256 hex of those rows, in order) and, for people reading a store
+        header, the ``files`` count and their total ``bytes``. A missing file is a row of
+        its own (decoding then names it).
+    """
+    rows = file_manifest(paths, root=root) + file_manifest(labels, root=root, content=True)
     return {
-        "files": len(stats),
-        "bytes": sum(s.st_size for s in stats),
-        "mtime_ns": max((s.st_mtime_ns for s in stats), default=0),
+        "manifest": manifest_digest(rows),
+        "files": len(rows),
+        "bytes": sum(max(int(r[1]), 0) for r in rows),
     }

@@ -179,7 +179,7 @@ def build_sen12ms(
         "size": params.size,
         "max_samples": params.max_samples,
         "seed": params.seed,
-        "source": fingerprint([p for p, _ in files]),
+        "source": fingerprint([p for pair in files for p in pair], root=root),  # s2 and lc
     }
 
     def build() -> dict[str, np.ndarray]:
