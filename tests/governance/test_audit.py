@@ -96,6 +96,8 @@ def test_verify_passes_the_intact_run(governed: Path) -> None:
     res = _cli("verify", str(governed))
     assert res.exit_code == 0, res.output
     assert f"ok: {NAME} (6 rounds)" in res.output and "mismatch" not in res.output
+    head = json.loads((_sd(governed) / "ledger" / "head.json").read_text())
+    assert f"head: {NAME}: block {head['block_number']} {head['block_hash']}" in res.output
 
 
 def test_show_says_success_for_every_round_of_the_intact_run(governed: Path) -> None:

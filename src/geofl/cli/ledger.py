@@ -104,26 +104,47 @@ def show(
 
 
 @ledger_app.command("verify")
-def verify(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None) -> None:
+def verify(
+    run_dir: RunDirArg,
+    method: MethodOpt = None,
+    seed: SeedOpt = None,
+    expect_head: Annotated[
+        str | None,
+        typer.Option(
+            help="The head hash published elsewhere (a 'head:' line of an earlier verify): "
+            "the chain must end at exactly that block. Needs one governed run (--method, "
+            "--seed)."
+        ),
+    ] = None,
+) -> None:
     """Replay every ledger and check the run directory against it; exit 1 on any mismatch.
 
     Checked against the chain: every round's record in rounds.jsonl (one per committed
     round, in order, model and update-set hashes), every entry of governance.jsonl (rule,
     aggregation commitments, committees, permission proposals and changes, transaction
-    hashes), the rule document and config.yaml, and the model hashes of checkpoint.pt (the
-    last round) and best.pt (the best-validation round).
+    hashes), the rule document and config.yaml, the model hashes of checkpoint.pt (the
+    last round) and best.pt (the best-validation round), and the round counts final.json,
+    summary.json and config.yaml state (a finished run must have committed every round it
+    claims). Each chain's head is printed ('head: …'): publish it elsewhere and pass it
+    back with --expect-head to catch a directory rewritten whole, which nothing inside it
+    can reveal.
     """
     from geofl.governance.audit import verify_run
 
     try:
-        checked, problems = verify_run(run_dir, method, seed)
+        verified, problems = verify_run(run_dir, method, seed, expect_head)
     except GeoflError as err:
         raise fail(str(err)) from None
-    for name in checked:
+    for v in verified:
         out.print(
-            f"ok: {name}: chain replayed; rounds.jsonl, governance.jsonl, rule, config, "
-            "checkpoint.pt and best.pt match it"
+            f"ok: {v}: chain replayed; rounds.jsonl, governance.jsonl, rule, config, "
+            "checkpoint.pt, best.pt and the round counts stated (final.json, summary.json) "
+            "match it",
+            soft_wrap=True,
         )
+        if v.head is not None:
+            note = " (the anchored head)" if expect_head is not None else ""
+            out.print(f"head: {v.run}: {v.head}{note}", highlight=False, soft_wrap=True)
     if problems:
         err_console = Console(stderr=True)
         for p in problems:

@@ -59,8 +59,9 @@ class Finding:
     """One difference between a run directory and its chain.
 
     Attributes:
-        where: The file, relative to the seed directory (``config.yaml``: the run
-            directory's), with ``:line`` when one line is at fault (``rounds.jsonl:4``).
+        where: The file, relative to the seed directory (``config.yaml`` and
+            ``summary.json``: the run directory's), with ``:line`` when one line is at
+            fault (``rounds.jsonl:4``).
         what: What differs.
         round: The round it concerns, if one (``geofl ledger show`` lists it there).
     """

@@ -24,8 +24,9 @@ ROUNDS_FILE = "rounds.jsonl"
 CHECKPOINT_FILE = "checkpoint.pt"
 BEST_FILE = "best.pt"
 FINAL_FILE = "final.json"
-#: In the run directory (every other file is in the seed directory).
+#: In the run directory, as is SUMMARY_FILE (every other file is in the seed directory).
 CONFIG_FILE = "config.yaml"
+SUMMARY_FILE = "summary.json"
 
 
 def _read(path: Path) -> bytes | None:
