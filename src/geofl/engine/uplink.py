@@ -201,16 +201,21 @@ class Uplink:
 
     # -- one hop ---------------------------------------------------------------------------
     def _hop(
-        self, frames: list[bytes], sender: int, receiver: int, owner: int
-    ) -> tuple[list[bytes], str]:
-        """Seal, let the simulated adversary act, open: the payloads that got through and
-        the reason of the last refused envelope ("" if none). ``owner`` is the tractor whose
-        update this is (the adversary's generator is per owner and hop)."""
+        self, frames: list[tuple[int, bytes]], sender: int, receiver: int, owner: int
+    ) -> tuple[list[tuple[int, bytes]], str]:
+        """Seal, let the simulated adversary act, open: the ``(index, payload)`` pairs that
+        got through, in order, and the reason of the last refused envelope ("" if none).
+
+        Frames carry their index in the encoded update because the ones that survive a hop
+        need not be a prefix of those sent (a tampered middle frame is refused, the later
+        ones open): the next hop's bytes and deadline are priced on the frames it really
+        carries. ``owner`` is the tractor whose update this is (the adversary's generator
+        is per owner and hop)."""
         sec = self.cfg.security
         if not sec.enabled or not frames:
             return list(frames), ""
         sealer, opener = self._sealer(sender, receiver), self._opener(receiver)
-        wires = [sealer.seal(f, self._round) for f in frames]
+        wires = [sealer.seal(f, self._round) for _, f in frames]
         rng = numpy_generator(
             self.seed, "round", self._round, "client", owner, "adversary", sender, receiver
         )
@@ -228,10 +233,10 @@ class Uplink:
             wires[j] = bytes(bad)
         self.last_wire[(sender, receiver)] = wires[-1]
         out, reason = [], ""
-        for w in wires:
+        for (i, _), w in zip(frames, wires, strict=True):
             res = opener.open(w)
             if res.payload is not None:
-                out.append(res.payload)
+                out.append((i, res.payload))
             else:
                 reason = str(res.reason)
                 self.envelope_rejections[reason] += 1
@@ -316,7 +321,7 @@ class Uplink:
         net = self.cfg.network
         overhead = OVERHEAD_BYTES if self.cfg.security.enabled else 0
         sizes = [len(f) + overhead for f in enc.frames]
-        frames, hops = list(enc.frames), {}
+        frames, hops = list(enumerate(enc.frames)), {}
         airtime = energy = elapsed = 0.0
         reason = ""
         if via is not None:  # local link to the neighbour, then its uplink (re-sealed)
@@ -324,13 +329,15 @@ class Uplink:
             hops["tractor_neighbour"] = sum(sizes)
             airtime, energy = elapsed, net.tx_power_w[int(self.profiles[client])] * elapsed
             frames, reason = self._hop(frames, client, via, client)
+        carried = [sizes[i] for i, _ in frames]  # not a prefix of ``sizes`` after a refusal
         _, b, l_ms = (float(v) for v in self._links.values[origin])
-        done, t_air = frames_delivered(sizes[: len(frames)], b, l_ms, net.deadline_s - elapsed)
-        hops["neighbour_server" if via is not None else "tractor_server"] = sum(sizes[:done])
+        done, t_air = frames_delivered(carried, b, l_ms, net.deadline_s - elapsed)
+        hops["neighbour_server" if via is not None else "tractor_server"] = sum(carried[:done])
         airtime += t_air
         energy += net.tx_power_w[int(self.profiles[origin])] * t_air
-        arrived, why = self._hop(frames[:done], origin, SERVER_ID, client)
-        latency = elapsed + l_ms / 1e3 + 8.0 * sum(sizes) / (b * 1e6)
+        opened, why = self._hop(frames[:done], origin, SERVER_ID, client)
+        arrived = [payload for _, payload in opened]
+        latency = elapsed + l_ms / 1e3 + 8.0 * sum(carried) / (b * 1e6)
         tx = Transmission(client, TransmitStatus.DELIVERED, score, enc.pipeline, via, hops,
                           airtime, energy, latency, local_s=elapsed)  # fmt: skip
         if reason or why or len(frames) < len(enc.frames):
