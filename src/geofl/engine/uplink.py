@@ -51,10 +51,12 @@ from geofl.rng import numpy_generator
 from geofl.security.envelope import OVERHEAD_BYTES, Opener, Sealer, rotate_all
 
 __all__ = [
+    "ROUTINE",
     "SERVER_ID",
     "Transmission",
     "TransmitStatus",
     "Uplink",
+    "link_bytes",
     "sim_secret",
 ]
 
@@ -74,6 +76,22 @@ class TransmitStatus(StrEnum):
     DEADLINE = "deadline"  # not (fully) delivered by ℓ_max: buffered
     REJECTED = "rejected"  # an envelope or the payload refused by a receiver: buffered
     TRUNCATED = "truncated"  # AirComp: deep fade below g_th, silent; dropped (not buffered)
+
+
+#: Outcomes that are the method working on the simulated links, not something to act on:
+#: the checkpointer's holds and the NQI gate (003 Alg. 1), outages, the deadline ℓ_max,
+#: AirComp's truncation. They are counted in the round record (``uplink.status``) and in a
+#: one-line INFO summary per round; each tractor's is logged at DEBUG only. A refused
+#: envelope or payload (``REJECTED``) is not routine: a receiver saw an attack or a fault.
+ROUTINE = frozenset(
+    {
+        TransmitStatus.HELD,
+        TransmitStatus.SKIPPED,
+        TransmitStatus.OUTAGE,
+        TransmitStatus.DEADLINE,
+        TransmitStatus.TRUNCATED,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -119,6 +137,21 @@ class _Tractor:
     pending: torch.Tensor | None = None
     pending_age: int = 0
     dot_prev: float = 0.0  # s_dot of the last checkpointer test (Alg. 1 line 3)
+
+
+def link_bytes(tx: Transmission) -> int:
+    """The bytes ``tx`` put on the links: geofl's one counting basis for uploaded bytes by
+    hop, used by the ground uplink's ``bytes_by_hop`` and the hierarchy's tractor → driver
+    hop alike.
+
+    Every hop's sealed frames (payload, frame tags, envelope) as the sender transmitted
+    them, every transmission counted whether or not it was delivered — the cost of the
+    link (003 §3.1.4's bytes and energy are spent either way). Frames refused by a
+    receiver were transmitted and count; frames past the deadline ℓ_max are not
+    transmitted and do not; an update held, skipped or in an outage puts nothing on a
+    link. The bytes of the delivered updates alone are ``uplink.pipeline_bytes``.
+    """
+    return sum(tx.bytes_by_hop.values())
 
 
 def _mean(values: list[float]) -> float | None:
@@ -248,7 +281,11 @@ class Uplink:
         st, x, age = self.tractors[client], delta, 0
         if st.pending is not None:
             if st.pending_age >= self.cfg.network.max_retries:
-                log.info("client %d: buffered update superseded after %d rounds", client, age)
+                log.info(
+                    "client %d: buffered update superseded after %d rounds",
+                    client,
+                    st.pending_age,
+                )
             else:
                 x, age = delta + st.pending, st.pending_age
         st.pending, st.pending_age = None, 0
@@ -281,7 +318,7 @@ class Uplink:
             return self._buffer(st, x, age, skip)
         air = self.cfg.aircomp
         if air is not None and (g := channel_gain(self.seed, self._round, client)) < air.g_th:
-            log.info("round %d: client %d silent (AirComp |h|² %.4f)", self._round, client, g)
+            log.debug("round %d: client %d silent (AirComp |h|² %.4f)", self._round, client, g)
             return Transmission(client, TransmitStatus.TRUNCATED, score, detail=f"|h|² {g:.4f}")
         if not self.cfg.compress:
             pipe = Pipeline.RAW
@@ -311,7 +348,7 @@ class Uplink:
     def _buffer(self, st: _Tractor, x: torch.Tensor, age: int, tx: Transmission) -> Transmission:
         st.pending, st.pending_age = x, age + 1
         why = f"{tx.status.value}: {tx.detail}" if tx.detail else tx.status.value
-        log.info("round %d: client %d update buffered (%s)", self._round, tx.client, why)
+        log.debug("round %d: client %d update buffered (%s)", self._round, tx.client, why)
         return tx
 
     def _send(
@@ -359,7 +396,11 @@ class Uplink:
 
     # -- records and checkpoints -----------------------------------------------------------
     def summary(self, sent: list[Transmission]) -> dict[str, Any]:
-        """The round's uplink figures for :attr:`RoundRecord.uplink` (003 §3.1.4)."""
+        """The round's uplink figures for :attr:`RoundRecord.uplink` (003 §3.1.4); logs the
+        round's outcomes by status in one INFO line (the per-tractor lines are DEBUG).
+
+        ``bytes_by_hop`` counts every transmission (:func:`link_bytes`), ``status`` the
+        tractors by outcome (the counts of :data:`ROUTINE` events by reason)."""
         hops: Counter[str] = Counter()
         for tx in sent:
             hops.update(tx.bytes_by_hop)
@@ -367,10 +408,14 @@ class Uplink:
         pipe_bytes: Counter[str] = Counter()
         for tx in delivered:
             if tx.pipeline is not None:
-                pipe_bytes[tx.pipeline.value] += sum(tx.bytes_by_hop.values())
+                pipe_bytes[tx.pipeline.value] += link_bytes(tx)
+        status = dict(sorted(Counter(tx.status.value for tx in sent).items()))
+        if status:
+            counts = ", ".join(f"{n} {s}" for s, n in status.items())
+            log.info("round %d: uplink %s", self._round, counts)
         return {
             "bytes_by_hop": dict(sorted(hops.items())),
-            "status": dict(sorted(Counter(tx.status.value for tx in sent).items())),
+            "status": status,
             "pipeline": dict(
                 sorted(Counter(tx.pipeline.value for tx in delivered if tx.pipeline).items())
             ),
