@@ -58,7 +58,7 @@ from geofl.engine.hierarchy_record import HierarchyStats
 from geofl.engine.hierarchy_round import Topology, build_record
 from geofl.engine.hierarchy_tiers import GeoResult, geo_aggregate
 from geofl.engine.scheduler import ClientRunner, RoundOutcome, SyncScheduler, _Collected
-from geofl.engine.uplink import TransmitStatus
+from geofl.engine.uplink import TransmitStatus, link_bytes
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.payload import encode_raw
 from geofl.security.envelope import OVERHEAD_BYTES
@@ -264,19 +264,25 @@ class HierarchicalScheduler(HierarchyEvents):
 
     def _upload(self, got: _Collected, round_idx: int, start: float) -> None:
         """Each accepted update leaves for its driver; attempts and NQI losses counted per
-        cluster (§2.3.4's NQI_loss: not delivered for NQI < τ or an outage)."""
+        cluster (§2.3.4's NQI_loss: not delivered for NQI < τ or an outage).
+
+        The tractor → driver bytes are the ground uplink's own (:func:`link_bytes`: every
+        transmission, delivered or not); without an uplink, the ``bytes_sent`` of the
+        uploads that arrived."""
         cluster_of = self.topo.clusters.cluster_of
         sent_at = start + self.cfg.train_s
         tx_of = {tx.client: tx for tx in got.transmissions}
         stats = self._stats
         for tx in got.transmissions:
-            stats.hop("tractor_driver", airtime_s=tx.airtime_s, energy=tx.energy)
+            nbytes = link_bytes(tx)
+            stats.hop("tractor_driver", nbytes=nbytes, airtime_s=tx.airtime_s, energy=tx.energy)
             if tx.status is not TransmitStatus.HELD:
                 self.attempts[cluster_of[tx.client]] += 1
                 self.nqi_lost[cluster_of[tx.client]] += tx.status in _NQI_LOST
         if self.c.uplink is None:
             for u in got.accepted:
                 self.attempts[cluster_of[u.meta.client_id]] += 1
+                stats.bytes["tractor_driver"] += u.meta.bytes_sent
         stats.hop("tractor_driver", sent=len(got.accepted) + len(got.rejected))
         for u in got.accepted:
             k = u.meta.client_id
@@ -288,7 +294,6 @@ class HierarchicalScheduler(HierarchyEvents):
             upd = TractorUpdate(k, version + 1, model, delta, u.meta.num_samples, sent_at)
             sent = tx_of.get(k)
             latency = 0.0 if sent is None else sent.latency_s
-            stats.bytes["tractor_driver"] += u.meta.bytes_sent
             self.queue.push(sent_at + latency, TractorArrival(int(cluster_of[k]), upd))
 
     def _prune(self) -> None:

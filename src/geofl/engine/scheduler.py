@@ -33,7 +33,7 @@ from geofl.client.step import ClientResult, ClientStreams, client_step
 from geofl.engine.client_runner import ClientJob, ClientRunner, LostUpload, StepOutcome
 from geofl.engine.components import RunComponents
 from geofl.engine.round_record import Collected, declined, reported_mean, sync_record, with_hashes
-from geofl.engine.uplink import TransmitStatus
+from geofl.engine.uplink import ROUTINE, Transmission, TransmitStatus, link_bytes
 from geofl.errors import AggregationError, BudgetExhaustedError
 from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
 from geofl.rng import numpy_generator
@@ -188,28 +188,29 @@ class SyncScheduler:
 
     def _transmit(
         self, update: ClientUpdate, sender: int, out: _Collected
-    ) -> tuple[ClientUpdate, Rejection | None]:
+    ) -> tuple[ClientUpdate, Rejection | None, Transmission | None]:
         """The 003 uplink (``method.uplink``): Δw leaves encoded and sealed, the server opens
         and decodes it; what does not arrive is refused like a lost upload (or held back).
 
         A malformed upload never enters the uplink (its buffer would carry it on); the
         decoded Δw replaces the client's, and ``bytes_sent`` becomes the bytes of every
-        hop (envelopes included) plus any extra uploaded tensors, sent dense.
+        hop (envelopes included) plus any extra uploaded tensors, sent dense. Also returns
+        the uplink's transmission (None when the upload never entered the uplink).
         """
         uplink = self.c.uplink
         detail = self._malformed(update, sender)
         if uplink is None or detail is not None:
-            return update, None
+            return update, None, None
         tx = uplink.transmit(update.delta, sender)
         out.transmissions.append(tx)
         if tx.values is None:
             held = tx.status in (TransmitStatus.HELD, TransmitStatus.SKIPPED)
             reason = RejectionReason.HELD_BACK if held else RejectionReason.LOST_IN_TRANSIT
             why = f"uplink {tx.status.value}" + (f": {tx.detail}" if tx.detail else "")
-            return update, Rejection(sender, reason, why)
+            return update, Rejection(sender, reason, why), tx
         extra = sum(t.numel() * t.element_size() for t in update.tensors.values())
-        meta = replace(update.meta, bytes_sent=sum(tx.bytes_by_hop.values()) + extra)
-        return replace(update, delta=tx.values, meta=meta), None
+        meta = replace(update.meta, bytes_sent=link_bytes(tx) + extra)
+        return replace(update, delta=tx.values, meta=meta), None, tx
 
     def _malformed(self, update: ClientUpdate, sender: int) -> str | None:
         """Why ``sender``'s upload is malformed (:func:`validate_update`, or it claims to
@@ -279,14 +280,16 @@ class SyncScheduler:
             out.client_log[str(k)] = dict(res.local_log)
         if res.epsilon is not None:
             out.epsilon[str(k)] = res.epsilon
-        update, rejection = res.update, None
+        update, rejection, tx = res.update, None, None
         if self.c.uplink is not None:
-            update, rejection = self._transmit(update, k, out)
+            update, rejection, tx = self._transmit(update, k, out)
         if rejection is None:
             rejection = self._admit(update, k, round_idx)
         if rejection is not None:
             self._forget_state(k)
-            log.warning(
+            routine = tx is not None and tx.status in ROUTINE  # the uplink's gate and links
+            log.log(
+                logging.DEBUG if routine else logging.WARNING,
                 "round %d: rejected update of client %d: %s",
                 round_idx,
                 k,

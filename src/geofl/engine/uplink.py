@@ -51,10 +51,12 @@ from geofl.rng import numpy_generator
 from geofl.security.envelope import OVERHEAD_BYTES, Opener, Sealer, rotate_all
 
 __all__ = [
+    "ROUTINE",
     "SERVER_ID",
     "Transmission",
     "TransmitStatus",
     "Uplink",
+    "link_bytes",
     "sim_secret",
 ]
 
@@ -74,6 +76,22 @@ class TransmitStatus(StrEnum):
     DEADLINE = "deadline"  # not (fully) delivered by ℓ_max: buffered
     REJECTED = "rejected"  # an envelope or the payload refused by a receiver: buffered
     TRUNCATED = "truncated"  # AirComp: deep fade below g_th, silent; dropped (not buffered)
+
+
+#: Outcomes that are the method working on the simulated links, not something to act on:
+#: the checkpointer's holds and the NQI gate (003 Alg. 1), outages, the deadline ℓ_max,
+#: AirComp's truncation. They are counted in the round record (``uplink.status``) and in a
+#: one-line INFO summary per round; each tractor's is logged at DEBUG only. A refused
+#: envelope or payload (``REJECTED``) is not routine: a receiver saw an attack or a fault.
+ROUTINE = frozenset(
+    {
+        TransmitStatus.HELD,
+        TransmitStatus.SKIPPED,
+        TransmitStatus.OUTAGE,
+        TransmitStatus.DEADLINE,
+        TransmitStatus.TRUNCATED,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -119,6 +137,21 @@ class _Tractor:
     pending: torch.Tensor | None = None
     pending_age: int = 0
     dot_prev: float = 0.0  # s_dot of the last checkpointer test (Alg. 1 line 3)
+
+
+def link_bytes(tx: Transmission) -> int:
+    """The bytes ``tx`` put on the links: geofl's one counting basis for uploaded bytes by
+    hop, used by the ground uplink's ``bytes_by_hop`` and the hierarchy's tractor → driver
+    hop alike.
+
+    Every hop's sealed frames (payload, frame tags, envelope) as the sender transmitted
+    them, every transmission counted whether or not it was delivered — the cost of the
+    link (003 §3.1.4's bytes and energy are spent either way). Frames refused by a
+    receiver were transmitted and count; frames past the deadline ℓ_max are not
+    transmitted and do not; an update held, skipped or in an outage puts nothing on a
+    link. The bytes of the delivered updates alone are ``uplink.pipeline_bytes``.
+    """
+    return sum(tx.bytes_by_hop.values())
 
 
 def _mean(values: list[float]) -> float | None:
@@ -201,16 +234,21 @@ class Uplink:
 
     # -- one hop ---------------------------------------------------------------------------
     def _hop(
-        self, frames: list[bytes], sender: int, receiver: int, owner: int
-    ) -> tuple[list[bytes], str]:
-        """Seal, let the simulated adversary act, open: the payloads that got through and
-        the reason of the last refused envelope ("" if none). ``owner`` is the tractor whose
-        update this is (the adversary's generator is per owner and hop)."""
+        self, frames: list[tuple[int, bytes]], sender: int, receiver: int, owner: int
+    ) -> tuple[list[tuple[int, bytes]], str]:
+        """Seal, let the simulated adversary act, open: the ``(index, payload)`` pairs that
+        got through, in order, and the reason of the last refused envelope ("" if none).
+
+        Frames carry their index in the encoded update because the ones that survive a hop
+        need not be a prefix of those sent (a tampered middle frame is refused, the later
+        ones open): the next hop's bytes and deadline are priced on the frames it really
+        carries. ``owner`` is the tractor whose update this is (the adversary's generator
+        is per owner and hop)."""
         sec = self.cfg.security
         if not sec.enabled or not frames:
             return list(frames), ""
         sealer, opener = self._sealer(sender, receiver), self._opener(receiver)
-        wires = [sealer.seal(f, self._round) for f in frames]
+        wires = [sealer.seal(f, self._round) for _, f in frames]
         rng = numpy_generator(
             self.seed, "round", self._round, "client", owner, "adversary", sender, receiver
         )
@@ -228,10 +266,10 @@ class Uplink:
             wires[j] = bytes(bad)
         self.last_wire[(sender, receiver)] = wires[-1]
         out, reason = [], ""
-        for w in wires:
+        for (i, _), w in zip(frames, wires, strict=True):
             res = opener.open(w)
             if res.payload is not None:
-                out.append(res.payload)
+                out.append((i, res.payload))
             else:
                 reason = str(res.reason)
                 self.envelope_rejections[reason] += 1
@@ -243,7 +281,11 @@ class Uplink:
         st, x, age = self.tractors[client], delta, 0
         if st.pending is not None:
             if st.pending_age >= self.cfg.network.max_retries:
-                log.info("client %d: buffered update superseded after %d rounds", client, age)
+                log.info(
+                    "client %d: buffered update superseded after %d rounds",
+                    client,
+                    st.pending_age,
+                )
             else:
                 x, age = delta + st.pending, st.pending_age
         st.pending, st.pending_age = None, 0
@@ -276,7 +318,7 @@ class Uplink:
             return self._buffer(st, x, age, skip)
         air = self.cfg.aircomp
         if air is not None and (g := channel_gain(self.seed, self._round, client)) < air.g_th:
-            log.info("round %d: client %d silent (AirComp |h|² %.4f)", self._round, client, g)
+            log.debug("round %d: client %d silent (AirComp |h|² %.4f)", self._round, client, g)
             return Transmission(client, TransmitStatus.TRUNCATED, score, detail=f"|h|² {g:.4f}")
         if not self.cfg.compress:
             pipe = Pipeline.RAW
@@ -306,7 +348,7 @@ class Uplink:
     def _buffer(self, st: _Tractor, x: torch.Tensor, age: int, tx: Transmission) -> Transmission:
         st.pending, st.pending_age = x, age + 1
         why = f"{tx.status.value}: {tx.detail}" if tx.detail else tx.status.value
-        log.info("round %d: client %d update buffered (%s)", self._round, tx.client, why)
+        log.debug("round %d: client %d update buffered (%s)", self._round, tx.client, why)
         return tx
 
     def _send(
@@ -316,7 +358,7 @@ class Uplink:
         net = self.cfg.network
         overhead = OVERHEAD_BYTES if self.cfg.security.enabled else 0
         sizes = [len(f) + overhead for f in enc.frames]
-        frames, hops = list(enc.frames), {}
+        frames, hops = list(enumerate(enc.frames)), {}
         airtime = energy = elapsed = 0.0
         reason = ""
         if via is not None:  # local link to the neighbour, then its uplink (re-sealed)
@@ -324,13 +366,15 @@ class Uplink:
             hops["tractor_neighbour"] = sum(sizes)
             airtime, energy = elapsed, net.tx_power_w[int(self.profiles[client])] * elapsed
             frames, reason = self._hop(frames, client, via, client)
+        carried = [sizes[i] for i, _ in frames]  # not a prefix of ``sizes`` after a refusal
         _, b, l_ms = (float(v) for v in self._links.values[origin])
-        done, t_air = frames_delivered(sizes[: len(frames)], b, l_ms, net.deadline_s - elapsed)
-        hops["neighbour_server" if via is not None else "tractor_server"] = sum(sizes[:done])
+        done, t_air = frames_delivered(carried, b, l_ms, net.deadline_s - elapsed)
+        hops["neighbour_server" if via is not None else "tractor_server"] = sum(carried[:done])
         airtime += t_air
         energy += net.tx_power_w[int(self.profiles[origin])] * t_air
-        arrived, why = self._hop(frames[:done], origin, SERVER_ID, client)
-        latency = elapsed + l_ms / 1e3 + 8.0 * sum(sizes) / (b * 1e6)
+        opened, why = self._hop(frames[:done], origin, SERVER_ID, client)
+        arrived = [payload for _, payload in opened]
+        latency = elapsed + l_ms / 1e3 + 8.0 * sum(carried) / (b * 1e6)
         tx = Transmission(client, TransmitStatus.DELIVERED, score, enc.pipeline, via, hops,
                           airtime, energy, latency, local_s=elapsed)  # fmt: skip
         if reason or why or len(frames) < len(enc.frames):
@@ -352,7 +396,11 @@ class Uplink:
 
     # -- records and checkpoints -----------------------------------------------------------
     def summary(self, sent: list[Transmission]) -> dict[str, Any]:
-        """The round's uplink figures for :attr:`RoundRecord.uplink` (003 §3.1.4)."""
+        """The round's uplink figures for :attr:`RoundRecord.uplink` (003 §3.1.4); logs the
+        round's outcomes by status in one INFO line (the per-tractor lines are DEBUG).
+
+        ``bytes_by_hop`` counts every transmission (:func:`link_bytes`), ``status`` the
+        tractors by outcome (the counts of :data:`ROUTINE` events by reason)."""
         hops: Counter[str] = Counter()
         for tx in sent:
             hops.update(tx.bytes_by_hop)
@@ -360,10 +408,14 @@ class Uplink:
         pipe_bytes: Counter[str] = Counter()
         for tx in delivered:
             if tx.pipeline is not None:
-                pipe_bytes[tx.pipeline.value] += sum(tx.bytes_by_hop.values())
+                pipe_bytes[tx.pipeline.value] += link_bytes(tx)
+        status = dict(sorted(Counter(tx.status.value for tx in sent).items()))
+        if status:
+            counts = ", ".join(f"{n} {s}" for s, n in status.items())
+            log.info("round %d: uplink %s", self._round, counts)
         return {
             "bytes_by_hop": dict(sorted(hops.items())),
-            "status": dict(sorted(Counter(tx.status.value for tx in sent).items())),
+            "status": status,
             "pipeline": dict(
                 sorted(Counter(tx.pipeline.value for tx in delivered if tx.pipeline).items())
             ),
