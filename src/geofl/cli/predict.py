@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +26,32 @@ def _warn(line: str) -> None:
 
 def _quiet(line: str) -> None:
     """Drop ``line`` (a single file's reason is repeated in the error line)."""
+
+
+@contextmanager
+def _decoders_quiet() -> Iterator[None]:
+    """Silence Pillow's and tifffile's own log records and warnings while predicting.
+
+    Every file gets one line from geofl: its prediction, or why it was skipped. The
+    decoders' complaints about the same corrupt tags (``ERROR tifffile: ... invalid page
+    offset``, Pillow's ``Corrupt EXIF data``, its decompression-bomb warning above 89 M
+    pixels, which ``--max-pixels`` checks anyway) would add unrelated lines, two for each
+    warning. Levels and filters are restored on exit.
+    """
+    from PIL import Image
+
+    loggers = [logging.getLogger(name) for name in ("PIL", "tifffile")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
+        for logger in loggers:
+            logger.setLevel(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
 
 
 def predict_cmd(
@@ -55,10 +85,6 @@ def predict_cmd(
     --max-pixels or is not a regular file (a FIFO, a device) is reported on one line and
     skipped. Exit code 0 when at least one prediction was written, 2 when none.
     """
-    import warnings
-
-    from PIL import Image
-
     from geofl.inference.load import load_model
     from geofl.inference.predict import DEFAULT_MAX_PIXELS, collect_images, predict_to_csv
 
@@ -73,10 +99,7 @@ def predict_cmd(
             raise fail("no image files to predict; pass image files or folders holding them")
         # One input: its reason is the error line itself (nothing is written without it).
         on_skip = _warn if len(files) > 1 else _quiet
-        with warnings.catch_warnings():
-            # --max-pixels is checked from the header right after Pillow reads it; Pillow's
-            # own warning above 89 M pixels would only add lines to that one-line refusal.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        with _decoders_quiet():
             n = predict_to_csv(
                 model,
                 files,
