@@ -9,6 +9,7 @@ is one ``error:`` line.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import warnings
 from pathlib import Path
@@ -181,6 +182,18 @@ def test_out_that_is_a_folder_is_refused_before_decoding(
     assert f"{folder} is a folder, not a file" in line and ".tmp" not in line, line
     assert str(folder / "predictions.csv") in line
     assert sorted(p.name for p in tmp_path.iterdir()) == before and not list(folder.iterdir())
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_out_that_is_not_a_regular_file_is_kept(ms_run: TrainedRun, tmp_path: Path) -> None:
+    """``os.replace`` would put the CSV in place of a FIFO or a device node (as root, of
+    ``/dev/null`` itself); such an ``out`` is refused and left as it is."""
+    good = _ms_tiff(ms_run, tmp_path / "good.tif")
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    line = _one_error_line(_predict(ms_run, str(good), "--out", str(fifo)))
+    assert f"{fifo} is not a regular file" in line, line
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
 
 
 def test_out_that_cannot_be_written_is_one_line(ms_run: TrainedRun, tmp_path: Path) -> None:
