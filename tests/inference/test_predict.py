@@ -111,7 +111,8 @@ def test_predict_rgb_png_tiff_jpeg(rgb_run: TrainedRun, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     warnings = _warnings(result.output)
     assert len(warnings) == 1 and str(multi) in warnings[0]
-    assert "has 13 bands, expected an RGB image" in warnings[0]
+    # The training loaders' decoder refuses it, with the same words (one rule for both).
+    assert "uint16 TIFF with photometric MINISBLACK and 13 sample(s) per pixel" in warnings[0]
 
     model = geofl.load_model(rgb_run.run_dir)
     assert model.bands == ("R", "G", "B") and model.spec.input.format == "rgb8"
@@ -137,7 +138,9 @@ def test_predict_with_nothing_predictable_exits_2_without_csv(
     )
     assert result.exit_code == 2, result.output
     assert "nope.tif: no such file or folder" in result.output
-    assert "none of the 1 file(s) could be predicted" in result.output
+    # The one file's reason is the error line (no separate warning for it).
+    assert f"error: {png} is not a TIFF file" in result.output, result.output
+    assert f"{out} was not written" in result.output and "skipped" not in result.output
     assert not out.exists() and not list(tmp_path.glob(".preds.csv*"))
 
 

@@ -21,9 +21,13 @@ format                files                                        scale      da
 ====================  ===========================================  =========  ============
 
 Both resize bilinearly (Pillow, with antialiasing) to ``size × size`` when the file has
-another size, as the loaders do. A dataset from another package names its format with
-:func:`register_file_format`; a dataset without one can still be used through
-``geofl.load_model`` on tensors, but not by ``geofl predict``.
+another size, as the loaders do, and both read TIFF pages by one rule
+(:func:`~geofl.data.imagedecode.read_tiff_header`): a stack of same-sized pages is one band
+per page, which ``uint16_bands`` reads and ``rgb8`` refuses (an RGB image is one page).
+
+A dataset from another package names its format with :func:`register_file_format`; a
+dataset without one can still be used through ``geofl.load_model`` on tensors, but not by
+``geofl predict``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import numpy as np
 import tifffile
 from PIL import Image
 
-from geofl.data.imagefolder import ImageFormatError, decode_rgb
+from geofl.data.imagedecode import ImageFormatError, decode_rgb, read_tiff_header
 
 __all__ = [
     "DATASET_FILE_FORMATS",
@@ -75,24 +79,14 @@ class FileFormat:
 
 
 def tiff_band_count(data: bytes) -> int | None:
-    """Bands of the first image of a TIFF (samples per pixel, or planes), None if not a TIFF.
+    """Bands of the first image of a TIFF (samples per pixel, or pages), None if not a TIFF.
 
     A 2-D image is one band; a 3-D one has its sample axis (``S``) or else its first axis
-    as bands, the rule :func:`decode_band_tiff` reads by.
+    (separate planes, or one page per band) as bands: the page rule of
+    :func:`~geofl.data.imagedecode.read_tiff_header`, which :func:`decode_band_tiff` reads by.
     """
-    if not data.startswith(_TIFF_MAGIC):
-        return None
-    try:
-        with tifffile.TiffFile(io.BytesIO(data)) as tif:
-            series = tif.series[0]
-            shape, axes = tuple(series.shape), str(series.axes)
-    except Exception:  # tifffile raises many types on headers it does not understand
-        return None
-    if len(shape) == 2:
-        return 1
-    if len(shape) == 3:
-        return int(shape[2] if axes.endswith("S") else shape[0])
-    return None
+    header = read_tiff_header(data)
+    return header.bands if header is not None else None
 
 
 def read_band_tiff(data: bytes) -> tuple[np.ndarray, str]:
@@ -175,15 +169,10 @@ def decode_band_tiff(data: bytes, size: int, bands: Sequence[int]) -> np.ndarray
 
 
 def _decode_rgb8(data: bytes, size: int, bands: Sequence[int]) -> np.ndarray:
-    """:func:`decode_rgb` (``bands`` is unused: it reads grey, RGB and either with alpha).
-
-    A TIFF with another band count is refused up front, with its band count.
+    """:func:`decode_rgb`, the training loaders' decoder, and nothing else, so that a file
+    is refused or read alike in training and prediction (``bands`` is unused: it reads grey,
+    RGB and either with alpha, from one TIFF page).
     """
-    count = tiff_band_count(data)
-    if count is not None and count not in (1, 2, 3, 4):
-        raise ImageFormatError(
-            f"has {count} bands, expected an RGB image (3 bands; grey and alpha accepted)"
-        )
     return decode_rgb(data, size)
 
 

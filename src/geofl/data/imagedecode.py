@@ -19,6 +19,17 @@ a per-image statistic, so all images of a dataset share one brightness scale:
   + optional alpha); other photometric interpretations and sample counts, complex pixels,
   and the Pillow modes ``LAB``/``HSV`` are refused.
 
+TIFF pages follow one rule everywhere in geofl (:func:`read_tiff_header`): a TIFF's image
+is its first tifffile series, either one page whose samples are its bands or a stack of
+same-sized pages, one band each. The band-stacked readers
+(:func:`geofl.data.formats.read_band_tiff`) read both layouts; :func:`decode_rgb` needs one
+page and refuses a stack (it used to decode only the first page, so a 13-band stack trained
+as grey while ``geofl predict`` refused it).
+
+:func:`check_image_size` refuses, from the header alone, an image larger than a caller's
+pixel limit, before any decoder allocates its pixels (a 124-byte TIFF can claim
+100000 × 100000 pixels, 18.6 GiB of uint16).
+
 A refused file raises :class:`ImageFormatError`, whose message follows the file name
 (:func:`geofl.data.imagefolder.decode_folder` turns it into a one-line
 :class:`geofl.errors.DataError` naming the file).
@@ -27,12 +38,30 @@ A refused file raises :class:`ImageFormatError`, whose message follows the file 
 from __future__ import annotations
 
 import io
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import tifffile
 from PIL import Image, UnidentifiedImageError
 
-__all__ = ["ImageFormatError", "decode_rgb"]
+__all__ = [
+    "BYTES_PER_PIXEL",
+    "ImageFormatError",
+    "ImageTooLargeError",
+    "TiffHeader",
+    "check_image_size",
+    "decode_rgb",
+    "read_tiff_header",
+]
+
+#: Bytes one allowed pixel may decode to, and a file may hold per allowed pixel: 13 bands
+#: of 32-bit samples (52 bytes) fit, so for the shipped formats only the pixel limit bites;
+#: it stops a header that claims thousands of bands on a few pixels.
+BYTES_PER_PIXEL = 64
+#: Pillow stores at most 4 bytes per band (modes ``I``, ``F``, ``RGBA``): its bound on a
+#: decoded image, known from the header.
+_PIL_BAND_BYTES = 4
 
 #: Pillow modes of at most 8 bits per channel that ``convert("RGB")`` maps faithfully.
 _PIL_8BIT = frozenset(
@@ -48,6 +77,142 @@ _WIDE_ADVICE = "save it as 8- or 16-bit unsigned integers or as float in 0..1"
 
 class ImageFormatError(ValueError):
     """A decoder found a readable file of the wrong form; the message follows the file name."""
+
+
+class ImageTooLargeError(ImageFormatError):
+    """The header claims more pixels or bytes than the caller allows (nothing was decoded)."""
+
+
+@dataclass(frozen=True)
+class TiffHeader:
+    """What a TIFF's header says about its image, read by tifffile without decoding pixels.
+
+    Attributes:
+        shape: Shape of the first series (the image; a stack of pages has the pages first).
+        axes: tifffile's axes of that series (``Y``, ``X``, ``S`` samples, ``Q``... pages).
+        page_shape: Shape of the first page.
+        height: Rows of the first page.
+        width: Columns of the first page.
+        itemsize: Bytes per sample.
+        pillow_reads: The first page is unsigned with at most 8 bits per sample, the TIFFs
+            :func:`decode_rgb` leaves to Pillow.
+    """
+
+    shape: tuple[int, ...]
+    axes: str
+    page_shape: tuple[int, ...]
+    height: int
+    width: int
+    itemsize: int
+    pillow_reads: bool
+
+    @property
+    def stacked(self) -> bool:
+        """The image spans several pages (one band each, or several images)."""
+        return math.prod(self.shape) > math.prod(self.page_shape)
+
+    @property
+    def pages(self) -> int:
+        """Pages of the image (1 unless :attr:`stacked`)."""
+        return max(1, math.prod(self.shape) // max(1, math.prod(self.page_shape)))
+
+    @property
+    def bands(self) -> int | None:
+        """Samples per pixel of one page, or pages of a 2-D stack; None for other ranks."""
+        if len(self.shape) == 2:
+            return 1
+        if len(self.shape) == 3:
+            return int(self.shape[2] if self.axes.endswith("S") else self.shape[0])
+        return None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a decoder allocates for the image (or its first page, if larger)."""
+        return max(math.prod(self.shape), math.prod(self.page_shape)) * self.itemsize
+
+
+def read_tiff_header(data: bytes) -> TiffHeader | None:
+    """The header of a TIFF's first image, or None if ``data`` is not a TIFF tifffile parses.
+
+    Only tags are read (tifffile decodes nothing until ``asarray``), so a lying header costs
+    nothing here.
+    """
+    if not data.startswith(_TIFF_MAGIC):
+        return None
+    try:
+        with tifffile.TiffFile(io.BytesIO(data)) as tif:
+            page = tif.pages.first
+            shape, axes = _first_series(tif, page)
+            dtype = page.dtype
+            return TiffHeader(
+                shape=shape,
+                axes=axes,
+                page_shape=tuple(int(n) for n in page.shape),
+                height=int(page.imagelength),
+                width=int(page.imagewidth),
+                itemsize=dtype.itemsize if dtype is not None else -(-page.bitspersample // 8),
+                pillow_reads=page.bitspersample <= 8
+                and page.sampleformat == tifffile.SAMPLEFORMAT.UINT,
+            )
+    except Exception:  # tifffile raises many types on headers it does not understand
+        return None
+
+
+def _first_series(tif: tifffile.TiffFile, page: tifffile.TiffPage) -> tuple[tuple[int, ...], str]:
+    """Shape and axes of the first series, or of the first page if tifffile finds none."""
+    try:
+        series = tif.series[0]
+        return tuple(int(n) for n in series.shape), str(series.axes)
+    except Exception:  # series detection is heuristic; the first page is what is decoded
+        return tuple(int(n) for n in page.shape), str(page.axes)
+
+
+def check_image_size(data: bytes, max_pixels: int) -> None:
+    """Refuse an image whose header claims more than ``max_pixels`` pixels (height × width)
+    or more than :data:`BYTES_PER_PIXEL` ``× max_pixels`` decoded bytes.
+
+    TIFFs are measured by tifffile (every decoder's allocation: the first series and page),
+    anything else by Pillow's ``Image.open``, which reads the header only. A file neither
+    parses passes: its decoder refuses it without allocating by a header.
+
+    Raises:
+        ImageTooLargeError: naming the size and the limit (the message follows the file name).
+    """
+    header = read_tiff_header(data)
+    if header is not None:
+        height, width, nbytes = header.height, header.width, header.nbytes
+        what = f"{header.shape} of {header.itemsize}-byte samples"
+    else:
+        size = _pillow_size(data)
+        if size is None:
+            return
+        (width, height), bands = size
+        nbytes = width * height * bands * _PIL_BAND_BYTES
+        what = f"{bands} band(s) of at most {_PIL_BAND_BYTES} bytes"
+    if height * width > max_pixels:
+        raise ImageTooLargeError(
+            f"is {width} x {height} pixels, more than the {max_pixels} allowed"
+        )
+    if nbytes > BYTES_PER_PIXEL * max_pixels:
+        raise ImageTooLargeError(
+            f"decodes to {nbytes} bytes, more than the {BYTES_PER_PIXEL * max_pixels} "
+            f"allowed ({BYTES_PER_PIXEL} per pixel of the {max_pixels}-pixel limit; {what})"
+        )
+
+
+def _pillow_size(data: bytes) -> tuple[tuple[int, int], int] | None:
+    """``((width, height), bands)`` from the header Pillow reads, None if it cannot open it.
+
+    Raises:
+        ImageTooLargeError: Pillow's own decompression-bomb limit refused the header.
+    """
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return img.size, len(img.getbands())
+    except Image.DecompressionBombError as err:
+        raise ImageTooLargeError(f"is larger than Pillow opens ({err})") from None
+    except Exception:  # not an image Pillow knows: its decoder will say so
+        return None
 
 
 def decode_rgb(data: bytes, size: int) -> np.ndarray:
@@ -67,8 +232,11 @@ def decode_rgb(data: bytes, size: int) -> np.ndarray:
 
     Raises:
         ImageFormatError: a pixel type, colour mode or value range that cannot be mapped
-            to brightness (the message says what to do).
+            to brightness, or a TIFF of several pages (the message says what to do).
     """
+    header = read_tiff_header(data)
+    if header is not None:
+        _refuse_page_stack(header)
     try:
         img = Image.open(io.BytesIO(data))
     except UnidentifiedImageError as err:
@@ -82,7 +250,7 @@ def decode_rgb(data: bytes, size: int) -> np.ndarray:
             raise err from None  # not a TIFF tifffile reads either: report Pillow's error
         return _resize_rgb(Image.fromarray(_to_rgb8(pixels)), size)
     with img:
-        if img.format == "TIFF" and not _pillow_reads_tiff(data):
+        if img.format == "TIFF" and header is not None and not header.pillow_reads:
             rgb = Image.fromarray(_to_rgb8(_wide_tiff_pixels(data, img)))
         elif img.mode in _PIL_WIDE:
             rgb = Image.fromarray(_to_rgb8(np.asarray(img)))
@@ -104,19 +272,25 @@ def _resize_rgb(rgb: Image.Image, size: int) -> np.ndarray:
     return np.asarray(rgb).transpose(2, 0, 1)
 
 
-def _pillow_reads_tiff(data: bytes) -> bool:
-    """Whether the first page of a TIFF is unsigned and at most 8 bits per sample.
+def _refuse_page_stack(header: TiffHeader) -> None:
+    """Refuse an image of several TIFF pages: geofl reads such pages as bands (the rule of
+    :func:`read_tiff_header`), and an RGB image is one page.
 
-    Those are left to Pillow (libtiff decodes every compression and photometric
-    interpretation); wider ones are read with :func:`_wide_tiff_pixels`. A header tifffile
-    cannot parse is left to Pillow too, as before.
+    Raises:
+        ImageFormatError: the image is a stack of pages.
     """
-    try:
-        with tifffile.TiffFile(io.BytesIO(data)) as tif:
-            page = tif.pages.first
-            return bool(page.bitspersample <= 8 and page.sampleformat == tifffile.SAMPLEFORMAT.UINT)
-    except Exception:  # tifffile raises many types on headers it does not understand
-        return True
+    if not header.stacked:
+        return
+    bands, pages = header.bands, header.pages
+    what = (
+        f"{bands} bands in {pages} TIFF pages"
+        if bands == pages
+        else f"{pages} TIFF pages of shape {header.page_shape}"
+    )
+    raise ImageFormatError(
+        f"has {what}, expected an RGB image in one page (3 samples per pixel; grey and "
+        "alpha accepted): save it as a single page"
+    )
 
 
 def _wide_tiff_pixels(data: bytes, img: Image.Image | None) -> np.ndarray:
