@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from geofl.data.boxfiles import read_nwpu_txt, read_voc_xml
+from geofl.data.boxfiles import clip_box, read_nwpu_txt, read_voc_xml
 from geofl.data.detection_formats import (
     CocoParams,
     DiorParams,
@@ -22,6 +22,7 @@ from geofl.data.detection_formats import (
     build_neon_tree_crowns,
     build_nwpu_vhr10,
 )
+from geofl.data.targets import crowd_label
 from geofl.errors import DataError
 
 NEON = Path("/work/shared/data/neon_tree_crowns")
@@ -142,11 +143,12 @@ def test_coco_json_with_category_subset(tmp_path: Path, caplog: pytest.LogCaptur
     assert "annotation 4" in caplog.text and "outside the image" in caplog.text
     assert ds.classes == ("car", "person") and len(ds) == 2
     t = ds.targets.numpy()
-    assert t[0, 0].tolist() == [4, 4, 12, 24, 0] and (t[0, 1:, 4] == -1).all()  # crowd, dog out
+    assert t[0, 0].tolist() == [4, 4, 12, 24, 0]  # the dog is out
+    assert t[0, 1].tolist() == [20, 0, 25, 10, crowd_label(1)]  # the crowd of persons stays
     assert (t[1, :, 4] == -1).all()
     doc["annotations"].append({"id": 5, "image_id": 8, "category_id": 1, "bbox": [1, 1, 2, 2]})
     ann.write_text(json.dumps(doc))
-    with pytest.raises(DataError, match="annotation 5: unknown image_id 8"):
+    with pytest.raises(DataError, match="annotation 5: image_id 8 is not the id of an image"):
         build_coco_json(params, cache_dir=tmp_path / "c2")
     with pytest.raises(DataError, match=r"categories \['cat'\] are not in the file"):
         build_coco_json(params.model_copy(update={"categories": ("cat",)}), cache_dir=tmp_path)
@@ -200,3 +202,18 @@ def test_real_neon_csv_annotations(tmp_path: Path) -> None:
     ds = build_neon_tree_crowns(NeonParams(root=NEON, annotations="csv"), cache_dir=tmp_path)
     # The CSVs cover OSBS_029 and SOAP_061 (400², 4 tiles each) and one YELL crop (30 tiles).
     assert len(ds) == 38 and set(np.unique(ds.metadata["source"])) == {0, 1, 2}
+
+
+def test_clip_box_judges_the_float32_values_a_record_stores(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert clip_box((0.0, 0.0, 1e-300, 5.0), None) == (None, "degenerate")  # 0 in float32
+    assert clip_box((0.0, 0.0, 1e300, 5.0), None) == (None, "not finite")
+    assert clip_box((0.0, 0.0, 1e300, 5.0), (10, 10)) == ((0.0, 0.0, 10.0, 5.0), "")
+    assert clip_box((20.0, 0.0, 30.0, 5.0), (10, 10)) == (None, "outside the image")
+    xml = tmp_path / "x.xml"  # "nan" parses as a float: skipped with file and object, not kept
+    _voc(xml, "x.jpg", 10, 10, [("ship", [1, 1, 5, 5]), ("ship", [float("nan"), 1, 5, 5])])
+    with caplog.at_level(logging.WARNING, logger="geofl"):
+        rec = read_voc_xml(xml, {"ship": 0}, lambda n: tmp_path / n)
+    assert rec is not None and rec.boxes.tolist() == [[1, 1, 5, 5]]
+    assert "x.xml: object 2: box [nan, 1.0, 5.0, 5.0] is not finite; skipped" in caplog.text

@@ -8,6 +8,15 @@ Every loader reads the annotations with :mod:`geofl.data.boxfiles`, cuts each im
 resizing are dropped (counted in one log line). Targets are ``boxes``
 (:mod:`geofl.data.targets`).
 
+Crowd regions (COCO ``iscrowd: 1``) become rows with the crowd label ``-2 - c``
+(:func:`~geofl.data.targets.crowd_label`) and are kept in every crop that holds any of
+their area (clipped), whatever ``min_visible``: a crop of a crowd is still a crowd, and a
+detection on its visible part must stay ignored. They are no training targets: the
+detection task passes only ordinary objects to the detector, as torchvision's and
+Detectron2's COCO pipelines drop crowd annotations from training targets (their extent
+covers many objects at once, no box a detector should regress to), and hands crowd regions
+to the evaluator only.
+
 ==================  ========================================================================
 dataset             layout under ``root``
 ==================  ========================================================================
@@ -47,6 +56,7 @@ from geofl.data.boxfiles import (
 )
 from geofl.data.cache import array_digest, cache_key, cached_arrays, file_manifest, manifest_digest
 from geofl.data.synthetic_aerial import AERIAL_CLASSES
+from geofl.data.targets import crowd_label
 from geofl.errors import DataError
 
 __all__ = ["DIOR_CLASSES", "records_to_dataset"]
@@ -103,7 +113,8 @@ def _crops(w: int, h: int, tile: int | None) -> list[tuple[int, int, int, int]]:
 def _crop_boxes(
     rec: BoxRecord, crop: tuple[int, int, int, int], size: int, min_visible: float
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Boxes of ``rec`` in ``crop``, in output pixels; and how many were too small."""
+    """Boxes of ``rec`` in ``crop``, in output pixels, with their row labels (crowd
+    regions: :func:`crowd_label`); and how many were too small."""
     x0, y0, x1, y1 = crop
     b = rec.boxes.astype(np.float64)
     area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
@@ -111,11 +122,12 @@ def _crop_boxes(
         [b[:, 0].clip(x0, x1), b[:, 1].clip(y0, y1), b[:, 2].clip(x0, x1), b[:, 3].clip(y0, y1)], 1
     )
     vis = (c[:, 2] - c[:, 0]) * (c[:, 3] - c[:, 1])
-    keep = vis >= min_visible * area
+    keep = np.where(rec.iscrowd, vis > 0, vis >= min_visible * area)
     sx, sy = size / (x1 - x0), size / (y1 - y0)
     out = (c[keep] - [x0, y0, x0, y0]) * [sx, sy, sx, sy]
     big = ((out[:, 2] - out[:, 0]) >= 1.0) & ((out[:, 3] - out[:, 1]) >= 1.0)
-    return out[big].astype(np.float32), rec.labels[keep][big], int((~big).sum())
+    labels = np.where(rec.iscrowd, crowd_label(rec.labels), rec.labels)
+    return out[big].astype(np.float32), labels[keep][big], int((~big).sum())
 
 
 def records_to_dataset(
@@ -137,7 +149,7 @@ def records_to_dataset(
     spec = {  # what build reads: the images (stat'd) and every parsed box and label
         "params": params.model_dump(mode="json"),
         "images": manifest_digest(file_manifest(r.image for r in records)),
-        "boxes": array_digest(a for r in records for a in (r.boxes, r.labels)),
+        "boxes": array_digest(a for r in records for a in (r.boxes, r.labels, r.iscrowd)),
     }
 
     def build() -> dict[str, np.ndarray]:
@@ -161,7 +173,8 @@ def records_to_dataset(
             t[k, : len(b), :4], t[k, : len(b), 4] = b, lab
         return {"images": np.stack(images), "boxes": t, "source": np.asarray(source, np.int64)}
 
-    arrays = cached_arrays(cache_dir, cache_key(f"{name}-v1", spec), build)
+    # v2: crowd regions are rows with a crowd label (v1 dropped them).
+    arrays = cached_arrays(cache_dir, cache_key(f"{name}-v2", spec), build)
     return ArrayDataset(
         inputs=torch.from_numpy(arrays["images"].astype(np.float32) / 255.0),
         targets=torch.from_numpy(np.array(arrays["boxes"], np.float32)),

@@ -16,7 +16,10 @@ kind            targets                      ``classes`` names
 ==============  ===========================  ================================================
 
 ``boxes`` (object detection) pads each image's objects to ``M`` rows ``(x1, y1, x2, y2,
-label)`` in pixels, label in ``[0, C)``; padding rows are ``(0, 0, 0, 0, -1)``. One tensor
+label)`` in pixels, label in ``[0, C)``; padding rows are ``(0, 0, 0, 0, -1)``. A crowd
+region of class ``c`` (COCO ``iscrowd: 1``) is a row with label ``-2 - c``
+(:func:`crowd_label`): it is no object (not counted, not a training target) but reaches the
+COCO evaluator, which ignores the detections it covers. One tensor
 keeps subsets, splits and client slices the plain row indexing of every other kind; the
 detection task turns a batch's rows into torchvision's per-image ``{"boxes", "labels"}``.
 
@@ -35,7 +38,7 @@ string values are categories, floating-point values are quantile-binned
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 import numpy as np
 import torch
@@ -49,6 +52,7 @@ __all__ = [
     "attribute_codes",
     "box_class_counts",
     "check_targets",
+    "crowd_label",
     "dominant_class",
     "label_codes",
     "label_counts",
@@ -61,6 +65,13 @@ TargetKind = Literal["class", "multi_hot", "real", "binary", "boxes"]
 TARGET_KINDS: tuple[str, ...] = get_args(TargetKind)
 #: Quantile bins of a real-valued attribute unless a caller states another number.
 DEFAULT_BINS = 5
+_Label = TypeVar("_Label", int, np.ndarray, torch.Tensor)
+
+
+def crowd_label(label: _Label) -> _Label:
+    """The ``boxes`` row label of a crowd region of class ``label``: ``-2 - label``; the
+    map is its own inverse, so it also turns a crowd row's label back into its class."""
+    return -2 - label
 
 
 def check_targets(targets: torch.Tensor, kind: TargetKind, num_classes: int, n: int) -> None:
@@ -121,10 +132,13 @@ def _check_boxes(targets: torch.Tensor, num_classes: int, n: int) -> None:
     if not bool(torch.isfinite(targets).all()):
         raise DataError("boxes targets contain NaN or inf; drop those boxes in the loader")
     labels = targets[..., 4]
-    real = labels >= 0
-    bad_label = (labels != labels.round()) | (labels < -1) | (labels >= num_classes)
+    real = labels != -1
+    bad_label = (labels != labels.round()) | (labels < -1 - num_classes) | (labels >= num_classes)
     if bool(bad_label.any()):
-        raise DataError(f"boxes labels must be integers in [0, {num_classes}) or -1 (padding)")
+        raise DataError(
+            f"boxes labels must be integers in [0, {num_classes}), -1 (padding) or "
+            "-2 - c (crowd region of class c)"
+        )
     b = targets[..., :4]
     if bool((real & ((b[..., 2] <= b[..., 0]) | (b[..., 3] <= b[..., 1]))).any()):
         raise DataError("boxes targets hold degenerate boxes (x2 <= x1 or y2 <= y1)")

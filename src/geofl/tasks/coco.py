@@ -8,9 +8,14 @@ image splits and not for the few hundred images of a CPU run; torchmetrics' mAP 
 of the two and would add its dependency tree.
 
 Conventions: boxes are ``xyxy`` pixels (converted to COCO ``xywh`` here), every class id in
-``[0, C)`` becomes COCO category ``id + 1``, no box is crowd, area is ``w·h`` (used only for
-the small/medium/large breakdown, which is not reported), at most ``max_detections`` per
-image (COCO's 100).
+``[0, C)`` becomes COCO category ``id + 1``, area is ``w·h`` (used only for the
+small/medium/large breakdown, which is not reported), at most ``max_detections`` per image
+(COCO's 100). Ground-truth crowd regions (:attr:`ImageBoxes.iscrowd`) go to ``COCOeval`` as
+``iscrowd: 1``, with its semantics (Lin et al. 2014, the COCO detection evaluation): a
+detection whose overlap with one (intersection over the *detection's* area) reaches the IoU
+threshold, and that matches no ordinary object, is ignored rather than a false positive,
+and crowd regions are no positives. A class, or a split, whose ground truth is crowd
+regions only has no AP (NaN), as one without ground truth.
 """
 
 from __future__ import annotations
@@ -33,11 +38,19 @@ class ImageBoxes:
         boxes: ``[n, 4]`` float xyxy pixels.
         labels: ``[n]`` int64 class ids in ``[0, C)``.
         scores: ``[n]`` float confidences of detections, None for ground truth.
+        iscrowd: ``[n]`` bool, ground truth only: True for a crowd region (COCO
+            ``iscrowd: 1``); None: no crowd region.
     """
 
     boxes: np.ndarray
     labels: np.ndarray
     scores: np.ndarray | None = None
+    iscrowd: np.ndarray | None = None
+
+    def crowd_flags(self) -> np.ndarray:
+        """``[n]`` bool crowd flags (all False when :attr:`iscrowd` is None)."""
+        n = len(self.labels)
+        return np.zeros(n, bool) if self.iscrowd is None else np.asarray(self.iscrowd, bool)
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,8 @@ def coco_map(
         max_detections: Highest-scoring detections kept per image.
 
     Returns:
-        The split's AP (means over classes with ground truth, as COCO).
+        The split's AP (means over classes with ground truth other than crowd regions, as
+        COCO).
     """
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
@@ -87,12 +101,12 @@ def coco_map(
     }
     rows = _detection_rows(detections)
     nan = (float("nan"),) * num_classes
-    if not gt.dataset["annotations"]:
+    present = _present(truth, num_classes)
+    if not present.any():  # no positives (crowd regions are none): COCOeval's −1s
         return CocoResult(float("nan"), float("nan"), float("nan"), nan, nan)
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
         gt.createIndex()
         if rows.shape[0] == 0:  # loadRes refuses an empty result list
-            present = _present(truth, num_classes)
             zeros = tuple(0.0 if p else float("nan") for p in present)
             return CocoResult(0.0, 0.0, 0.0, zeros, zeros)
         dt = gt.loadRes(rows)
@@ -111,7 +125,8 @@ def coco_map(
 def _annotations(truth: Sequence[ImageBoxes]) -> list[dict[str, object]]:
     anns: list[dict[str, object]] = []
     for i, img in enumerate(truth):
-        for box, label in zip(np.asarray(img.boxes, np.float64), img.labels, strict=True):
+        rows = zip(np.asarray(img.boxes, np.float64), img.labels, img.crowd_flags(), strict=True)
+        for box, label, crowd in rows:
             w, h = float(box[2] - box[0]), float(box[3] - box[1])
             anns.append(
                 {
@@ -120,7 +135,7 @@ def _annotations(truth: Sequence[ImageBoxes]) -> list[dict[str, object]]:
                     "category_id": int(label) + 1,
                     "bbox": [float(box[0]), float(box[1]), w, h],
                     "area": w * h,
-                    "iscrowd": 0,
+                    "iscrowd": int(crowd),
                 }
             )
     return anns
@@ -167,7 +182,8 @@ def _nanmean(a: np.ndarray, axis: int) -> np.ndarray:
 
 
 def _present(truth: Sequence[ImageBoxes], num_classes: int) -> np.ndarray:
+    """``[C]`` bool: classes with a positive (an object that is no crowd region)."""
     seen = np.zeros(num_classes, bool)
     for img in truth:
-        seen[np.asarray(img.labels, np.int64)] = True
+        seen[np.asarray(img.labels, np.int64)[~img.crowd_flags()]] = True
     return seen

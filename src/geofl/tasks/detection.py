@@ -3,6 +3,10 @@
 Targets (``boxes`` kind, :mod:`geofl.data.targets`): ``[N, M, 5]`` float32 rows ``(x1, y1,
 x2, y2, label)`` padded with label ``-1``; :meth:`DetectionTask.collate` turns a batch into
 torchvision's list of per-image ``{"boxes": [n, 4] float32 xyxy, "labels": [n] int64}``.
+Crowd regions (rows labelled ``-2 - c``, COCO ``iscrowd: 1``) are no training targets
+(torchvision's and Detectron2's COCO recipes drop them too: one box over many objects is no
+box to regress to): they ride along as ``"crowd_boxes"`` and ``"crowd_labels"``, which the
+detectors do not read, to reach the evaluator, where COCO ignores detections on them.
 
 Model output: torchvision detectors return their loss dict in training (the trainer calls
 ``model(x, targets)``, :attr:`DetectionTask.model_takes_targets`) and per-image detections
@@ -24,7 +28,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from geofl.data.targets import box_class_counts
+from geofl.data.targets import box_class_counts, crowd_label
 from geofl.errors import ConfigError
 from geofl.tasks.base import (
     TASKS,
@@ -64,11 +68,19 @@ class DetectionOutput:
 
 
 def targets_to_dicts(rows: torch.Tensor) -> list[ImageDict]:
-    """``[B, M, 5]`` padded boxes targets → per-image ``{"boxes", "labels"}``."""
+    """``[B, M, 5]`` padded boxes targets → per-image ``{"boxes", "labels", "crowd_boxes",
+    "crowd_labels"}``: the objects, and the crowd regions (class ids, not row labels)."""
     out = []
     for r in rows:
-        keep = r[:, 4] >= 0
-        out.append({"boxes": r[keep, :4].contiguous(), "labels": r[keep, 4].long()})
+        keep, crowd = r[:, 4] >= 0, r[:, 4] < -1
+        out.append(
+            {
+                "boxes": r[keep, :4].contiguous(),
+                "labels": r[keep, 4].long(),
+                "crowd_boxes": r[crowd, :4].contiguous(),
+                "crowd_labels": crowd_label(r[crowd, 4].long()),
+            }
+        )
     return out
 
 
@@ -113,7 +125,7 @@ class DetectionAccumulator:
                     d["scores"].detach().numpy(),
                 )
             )
-            self.truth.append(ImageBoxes(t["boxes"].numpy(), t["labels"].numpy()))
+            self.truth.append(_truth(t))
         self.loss_sum += batch_loss(loss_sum)
 
     def compute(self) -> SplitMetrics:
@@ -135,6 +147,19 @@ class DetectionAccumulator:
             n=n,
             notes=tuple(notes),
         )
+
+
+def _truth(target: ImageDict) -> ImageBoxes:
+    """An image's objects and crowd regions (when its dict has them), crowd flagged."""
+    boxes, labels = target["boxes"].numpy(), target["labels"].numpy()
+    if "crowd_boxes" not in target:
+        return ImageBoxes(boxes, labels)
+    crowd_boxes, crowd_labels = target["crowd_boxes"].numpy(), target["crowd_labels"].numpy()
+    return ImageBoxes(
+        np.concatenate([boxes.reshape(-1, 4), crowd_boxes.reshape(-1, 4)]),
+        np.concatenate([labels, crowd_labels]),
+        iscrowd=np.arange(len(labels) + len(crowd_labels)) >= len(labels),
+    )
 
 
 class DetectionParams(BaseModel):
