@@ -172,7 +172,7 @@ def run_experiment(
     """
     out_dir = Path(out_dir)
     resolved = cfg.model_dump(mode="json")
-    check_out_dir(out_dir, resolved, resume)
+    check_out_dir(out_dir, cfg, resume)
     if cfg.data.sites is not None:
         return _run_sites(cfg, out_dir, resolved, resume, subscribers, stop, rebuild_log,
                           provenance)  # fmt: skip

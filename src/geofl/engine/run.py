@@ -34,7 +34,7 @@ from geofl.engine.scheduler import ClientRunner
 from geofl.engine.site_eval import LocalSiteEvaluator, SiteEvaluator, merge_site_stats
 from geofl.engine.stop import StopRequest
 from geofl.engine.workers import ClientWorkers
-from geofl.errors import RunStoppedError
+from geofl.errors import RunDirError, RunStoppedError
 from geofl.events import ParticipationGate, RunInfo, Subscriber
 from geofl.io import (
     append_jsonl,
@@ -315,6 +315,8 @@ class FederatedRun:
         out = self.out_dir
         ckpt_path = out / "checkpoint.pt"
         rounds_path, obs_path = out / "rounds.jsonl", out / "observations.jsonl"
+        if resume and not ckpt_path.exists():
+            _check_no_checkpoint(out, rounds_path)
         if not (resume and ckpt_path.exists()):
             _rewrite_jsonl(rounds_path, [])
             if self.cfg.eval.observe_updates:
@@ -392,6 +394,33 @@ class FederatedRun:
 def _better(score: float, best: float, direction: str) -> bool:
     """Whether ``score`` improves on ``best`` (a NaN score never does, as before)."""
     return score > best if direction == "max" else score < best
+
+
+def _check_no_checkpoint(out: Path, rounds_path: Path) -> None:
+    """On resume, a seed directory without ``checkpoint.pt`` starts from round 1 only when
+    at most round 1 was logged (a kill before its first checkpoint: that round reruns
+    identically, said in a warning); later rounds without their checkpoint mean it was
+    deleted, and rerunning them silently would hide that.
+
+    Raises:
+        RunDirError: ``rounds.jsonl`` holds two or more rounds but there is no checkpoint.
+    """
+    try:
+        logged = len(rounds_path.read_bytes().splitlines())
+    except FileNotFoundError:
+        logged = 0
+    if logged >= 2:
+        raise RunDirError(
+            f"{out / 'checkpoint.pt'} is missing but {rounds_path} holds {logged} rounds: "
+            f"this seed cannot be resumed; restore checkpoint.pt, or delete {out} to rerun "
+            "the seed from round 1"
+        )
+    if logged == 1:
+        log.warning(
+            "%s: no checkpoint.pt after round 1 (killed before it was written, or deleted); "
+            "rerunning this seed from round 1",
+            out,
+        )
 
 
 def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
