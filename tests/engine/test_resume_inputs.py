@@ -104,12 +104,18 @@ def test_a_deleted_run_json_is_refused_not_recreated(tmp_path: Path) -> None:
 
 
 def test_a_deleted_checkpoint_is_refused_after_round_two(tmp_path: Path) -> None:
-    cfg, out = _killed(tmp_path, 2)
+    """Rounds 1–2 logged and no checkpoint: it was deleted. Refused in one line before
+    anything is written (the rerun from round 1 was silent)."""
+    _, out = _killed(tmp_path, 2)
     (out / SDIR / "checkpoint.pt").unlink()
-    rounds = (out / SDIR / "rounds.jsonl").read_text()
-    with pytest.raises(RunDirError, match=r"checkpoint\.pt is missing but .* holds 2 rounds"):
-        run_experiment(cfg, out, resume=True)
-    assert (out / SDIR / "rounds.jsonl").read_text() == rounds  # the evidence stays
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}
+    result = _resume_cli(out)
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "checkpoint.pt is missing but" in lines[0], result.output
+    assert "holds 2 rounds" in lines[0] and "delete" in lines[0]
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # the evidence stays as it was
 
 
 def test_no_checkpoint_after_round_one_reruns_the_seed_with_a_warning(

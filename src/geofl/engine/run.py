@@ -23,7 +23,12 @@ from geofl.client.state import ClientState
 from geofl.client.step import dp_events_of
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.partition import Partition
-from geofl.engine.checkpoint import load_checkpoint, restore_round_log, save_checkpoint
+from geofl.engine.checkpoint import (
+    load_checkpoint,
+    require_checkpoint,
+    restore_round_log,
+    save_checkpoint,
+)
 from geofl.engine.components import PreparedData, build_components
 from geofl.engine.convergence import EarlyStopper, communication, rounds_to_target, watch
 from geofl.engine.evaluate import evaluate
@@ -34,7 +39,7 @@ from geofl.engine.scheduler import ClientRunner
 from geofl.engine.site_eval import LocalSiteEvaluator, SiteEvaluator, merge_site_stats
 from geofl.engine.stop import StopRequest
 from geofl.engine.workers import ClientWorkers
-from geofl.errors import RunDirError, RunStoppedError
+from geofl.errors import RunStoppedError
 from geofl.events import ParticipationGate, RunInfo, Subscriber
 from geofl.io import (
     append_jsonl,
@@ -315,8 +320,12 @@ class FederatedRun:
         out = self.out_dir
         ckpt_path = out / "checkpoint.pt"
         rounds_path, obs_path = out / "rounds.jsonl", out / "observations.jsonl"
-        if resume and not ckpt_path.exists():
-            _check_no_checkpoint(out, rounds_path)
+        if resume and not ckpt_path.exists() and require_checkpoint(out) == 1:
+            log.warning(
+                "%s: no checkpoint.pt after round 1 (killed before it was written, or "
+                "deleted); rerunning this seed from round 1",
+                out,
+            )
         if not (resume and ckpt_path.exists()):
             _rewrite_jsonl(rounds_path, [])
             if self.cfg.eval.observe_updates:
@@ -394,33 +403,6 @@ class FederatedRun:
 def _better(score: float, best: float, direction: str) -> bool:
     """Whether ``score`` improves on ``best`` (a NaN score never does, as before)."""
     return score > best if direction == "max" else score < best
-
-
-def _check_no_checkpoint(out: Path, rounds_path: Path) -> None:
-    """On resume, a seed directory without ``checkpoint.pt`` starts from round 1 only when
-    at most round 1 was logged (a kill before its first checkpoint: that round reruns
-    identically, said in a warning); later rounds without their checkpoint mean it was
-    deleted, and rerunning them silently would hide that.
-
-    Raises:
-        RunDirError: ``rounds.jsonl`` holds two or more rounds but there is no checkpoint.
-    """
-    try:
-        logged = len(rounds_path.read_bytes().splitlines())
-    except FileNotFoundError:
-        logged = 0
-    if logged >= 2:
-        raise RunDirError(
-            f"{out / 'checkpoint.pt'} is missing but {rounds_path} holds {logged} rounds: "
-            f"this seed cannot be resumed; restore checkpoint.pt, or delete {out} to rerun "
-            "the seed from round 1"
-        )
-    if logged == 1:
-        log.warning(
-            "%s: no checkpoint.pt after round 1 (killed before it was written, or deleted); "
-            "rerunning this seed from round 1",
-            out,
-        )
 
 
 def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:

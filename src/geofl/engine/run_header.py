@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from geofl import __version__
 from geofl.config.load import dump_config
 from geofl.config.schema import ExperimentConfig
+from geofl.engine.checkpoint import require_checkpoint
 from geofl.engine.provenance import Provenance
 from geofl.errors import RunDirError
 from geofl.io import write_json_atomic, write_text_atomic
@@ -115,7 +116,8 @@ def inputs(cfg: ExperimentConfig) -> dict[str, Any]:
 
 def check_out_dir(out_dir: Path, cfg: ExperimentConfig, resume: bool) -> None:
     """Refuse to overwrite a run, to resume nothing, to resume a run whose ``run.json`` is
-    gone or whose ``config.yaml`` or input files changed, or to resume another config."""
+    gone, whose ``config.yaml`` or input files changed or whose seed lost its checkpoint
+    (:func:`~geofl.engine.checkpoint.require_checkpoint`), or to resume another config."""
     content = [p for p in out_dir.iterdir() if p.name != LOCK_FILE] if out_dir.is_dir() else []
     if not content:
         if resume:
@@ -138,6 +140,9 @@ def check_out_dir(out_dir: Path, cfg: ExperimentConfig, resume: bool) -> None:
             "start a new run with another --out"
         ) from None
     _check_inputs(out_dir, info, stored_cfg, cfg)
+    for sdir in sorted((out_dir / "methods").glob("*/seed-*")):  # before anything is written
+        if not (sdir / "final.json").exists() and not (sdir / "checkpoint.pt").exists():
+            require_checkpoint(sdir)
     if resume_identity(stored_cfg) != resume_identity(cfg.model_dump(mode="json")):
         raise RunDirError(
             f"{stored} differs from the requested config; resume with the same config "
