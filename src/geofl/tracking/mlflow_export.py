@@ -139,7 +139,7 @@ class MlflowExport:
     def check(self) -> None:
         """Before round 1: the URI's scheme has a store, a local store can be written, and
         the experiment and this run's parent run can be created (or found, on resume) with
-        one HTTP retry and a short timeout, instead of MLflow's minutes of retries.
+        no HTTP retry and a short timeout, instead of MLflow's minutes of retries.
 
         Raises:
             ConfigError: naming ``tracking.mlflow_uri``, the URI and the cause.
@@ -161,7 +161,7 @@ class MlflowExport:
     def _refuse(self, why: str) -> NoReturn:
         raise ConfigError(
             "tracking.mlflow_uri",
-            f"{self.uri} cannot be used ({why}); fix the URI or the server, or set "
+            f"{self.uri} cannot be used: {why}; fix the URI or the server, or set "
             "tracking.mlflow: false",
         )
 

@@ -5,8 +5,9 @@ with exponential backoff for minutes (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, defau
 retries creating a SQLite store it cannot write for about two minutes (a fixed retry loop
 in ``create_sqlalchemy_engine_with_retry``). So the run checks each enabled tracker first —
 the URI scheme, a SQLite file's directory, a log directory — and contacts the server with
-one retry and a short timeout (:func:`fast_http`). What fails is one line naming the URI
-or directory and the cause (:func:`cause`).
+no retry and a short timeout (:func:`fast_http`: a server that refuses now is for the user
+to fix, not to wait for, and a retry would print urllib3's warning too). What fails is one
+line naming the URI or directory and the cause (:func:`cause`).
 """
 
 from __future__ import annotations
@@ -30,15 +31,15 @@ __all__ = [
 ]
 
 #: HTTP retries while probing a tracking server (MLflow's default is 7, with backoff).
-PROBE_RETRIES = 1
+PROBE_RETRIES = 0
 #: Seconds one probing HTTP request may take (MLflow's default is 120).
 PROBE_TIMEOUT_S = 10
 
 
 @contextlib.contextmanager
 def fast_http() -> Iterator[None]:
-    """MLflow's HTTP requests in the block: :data:`PROBE_RETRIES` retries with a
-    one-second backoff, :data:`PROBE_TIMEOUT_S` seconds each (read per request, so the
+    """MLflow's HTTP requests in the block: :data:`PROBE_RETRIES` retries (one-second
+    backoff), :data:`PROBE_TIMEOUT_S` seconds each (read per request, so the
     process environment is set for the block and restored after it)."""
     wanted = {
         "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(PROBE_RETRIES),

@@ -70,7 +70,7 @@ class TensorboardExport:
         if problem is not None:
             raise ConfigError(
                 "tracking.tensorboard_dir",
-                f"{self.log_dir} cannot be used ({problem}); choose a writable directory, "
+                f"{self.log_dir} cannot be used: {problem}; choose a writable directory, "
                 "or set tracking.tensorboard: false",
             )
 
