@@ -20,6 +20,7 @@ __all__ = [
     "ExperimentObserver",
     "LogSubscriber",
     "ParticipationGate",
+    "PreflightCheck",
     "RunInfo",
     "Subscriber",
 ]
@@ -82,6 +83,15 @@ class ExperimentObserver(Protocol):
     its run-level records then)."""
 
     def on_experiment_end(self, run_dir: Path) -> None: ...
+
+
+@runtime_checkable
+class PreflightCheck(Protocol):
+    """A subscriber that checks, once the run directory exists and before round 1, that it
+    can do its work (a tracker's store takes writes); if not it raises a one-line
+    :class:`~geofl.errors.GeoflError`, before any round is spent."""
+
+    def preflight(self, run_dir: Path) -> None: ...
 
 
 #: Subscriber registry: ``log``, ...

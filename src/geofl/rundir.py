@@ -4,7 +4,9 @@
 
     RUN_DIR/
       config.yaml                      resolved experiment config
-      run.json                         name, methods, seeds, version, paper values
+      run.json                         name, methods, seeds, version, paper values,
+                                       provenance, input hashes (a resume checks them)
+      tracking.json                    where the tracker exports went (tracking on)
       summary.json                     mean ± std over seeds (geofl.report.summary)
       methods/<method>/seed-<seed>/
           rounds.jsonl                 one record per evaluated round

@@ -37,7 +37,14 @@ def run_cmd(
         Path | None, typer.Option(help="Run directory (default runs/NAME-TIME).")
     ] = None,
     set_: SetOpt = None,
-    resume: Annotated[bool, typer.Option(help="Continue an interrupted run in --out.")] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Continue an interrupted run in --out (refused when its run.json is gone, "
+            "its config.yaml or an input file such as a TLE file changed, or a seed lost "
+            "its checkpoint.pt after round 1)."
+        ),
+    ] = False,
     rebuild_log: Annotated[
         bool,
         typer.Option(

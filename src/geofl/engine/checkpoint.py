@@ -11,7 +11,9 @@ only the checkpoint:
   unless asked to rebuild the log from the checkpoint (which restores every record);
 * lines after round r belong to a round that was not checkpointed (a kill between the
   append and the checkpoint) and are dropped — that round reruns identically;
-* privacy ledgers come from the checkpoint, never from logs.
+* privacy ledgers come from the checkpoint, never from logs;
+* a seed directory without ``checkpoint.pt`` starts over only when at most round 1 was
+  logged (:func:`require_checkpoint`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ import torch
 from geofl.errors import RunDirError
 from geofl.io import atomic_write, write_text_atomic
 
-__all__ = ["CHECKPOINT_FORMAT", "load_checkpoint", "restore_round_log", "save_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "load_checkpoint",
+    "require_checkpoint",
+    "restore_round_log",
+    "save_checkpoint",
+]
 
 log = logging.getLogger("geofl")
 
@@ -61,6 +69,31 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(ckpt, dict) or not {"round", "params", "best"} <= set(ckpt):
         raise RunDirError(f"{path} is not a geofl checkpoint; {hint}")
     return ckpt
+
+
+def require_checkpoint(seed_dir: Path) -> int:
+    """How many rounds ``seed_dir``'s ``rounds.jsonl`` logs, for a seed resumed without
+    ``checkpoint.pt``; refuses two or more.
+
+    At most one logged round is a kill before the first checkpoint (round 1 reruns
+    identically, as any round not checkpointed does). Two or more mean the checkpoint
+    existed and was deleted: rerunning the seed silently would hide that.
+
+    Raises:
+        RunDirError: ``rounds.jsonl`` holds two or more rounds.
+    """
+    rounds = Path(seed_dir) / "rounds.jsonl"
+    try:
+        logged = len(rounds.read_bytes().splitlines())
+    except FileNotFoundError:
+        return 0
+    if logged >= 2:
+        raise RunDirError(
+            f"{Path(seed_dir) / 'checkpoint.pt'} is missing but {rounds} holds {logged} "
+            f"rounds: this seed cannot be resumed; restore checkpoint.pt, or delete "
+            f"{seed_dir} to rerun the seed from round 1"
+        )
+    return logged
 
 
 def restore_round_log(

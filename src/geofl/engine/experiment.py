@@ -35,7 +35,7 @@ from geofl.engine.stop import StopRequest
 from geofl.engine.threat import check_attack_inputs
 from geofl.engine.uplink_build import check_uplink_inputs
 from geofl.errors import ConfigError
-from geofl.events import ExperimentObserver, Subscriber
+from geofl.events import ExperimentObserver, PreflightCheck, Subscriber
 from geofl.io import write_json_atomic
 from geofl.models.spec import MODEL_SPEC_FILE, write_model_spec
 from geofl.records import TaskInfo
@@ -172,7 +172,7 @@ def run_experiment(
     """
     out_dir = Path(out_dir)
     resolved = cfg.model_dump(mode="json")
-    check_out_dir(out_dir, resolved, resume)
+    check_out_dir(out_dir, cfg, resume)
     if cfg.data.sites is not None:
         return _run_sites(cfg, out_dir, resolved, resume, subscribers, stop, rebuild_log,
                           provenance)  # fmt: skip
@@ -188,6 +188,7 @@ def run_experiment(
     with lock_run_dir(out_dir):
         with _removed_on_failure(out_dir, created):
             write_header(cfg, out_dir, task, provenance or Provenance())
+            _preflight(out_dir, subscribers)
             for seed in cfg.seeds:
                 _run_seed(
                     cfg, out_dir, seed, ds, dataset_bands, splits[seed], partitions[seed],
@@ -224,6 +225,7 @@ def _run_sites(
     created = not out_dir.exists()
     with lock_run_dir(out_dir), _removed_on_failure(out_dir, created):
         write_header(cfg, out_dir, sites.task, provenance or Provenance())
+        _preflight(out_dir, subscribers)
         for seed in cfg.seeds:
             plan = first if seed == cfg.seeds[0] else sites.prepare(seed)
             for method in cfg.methods:
@@ -264,6 +266,15 @@ def _run_seed(
         _write_seed_header(sdir, cfg, method, seed, data, part, ds, dataset_bands, split)
         run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
         run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
+
+
+def _preflight(out_dir: Path, subscribers: Sequence[Subscriber]) -> None:
+    """Let every subscriber that can check itself (a tracker's store) do so now, with the
+    run directory in place and before any round: a tracker that cannot be written is one
+    line at the start, not a traceback after minutes of retries."""
+    for sub in subscribers:
+        if isinstance(sub, PreflightCheck):
+            sub.preflight(out_dir)
 
 
 @contextmanager

@@ -23,7 +23,12 @@ from geofl.client.state import ClientState
 from geofl.client.step import dp_events_of
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.data.partition import Partition
-from geofl.engine.checkpoint import load_checkpoint, restore_round_log, save_checkpoint
+from geofl.engine.checkpoint import (
+    load_checkpoint,
+    require_checkpoint,
+    restore_round_log,
+    save_checkpoint,
+)
 from geofl.engine.components import PreparedData, build_components
 from geofl.engine.convergence import EarlyStopper, communication, rounds_to_target, watch
 from geofl.engine.evaluate import evaluate
@@ -315,6 +320,12 @@ class FederatedRun:
         out = self.out_dir
         ckpt_path = out / "checkpoint.pt"
         rounds_path, obs_path = out / "rounds.jsonl", out / "observations.jsonl"
+        if resume and not ckpt_path.exists() and require_checkpoint(out) == 1:
+            log.warning(
+                "%s: no checkpoint.pt after round 1 (killed before it was written, or "
+                "deleted); rerunning this seed from round 1",
+                out,
+            )
         if not (resume and ckpt_path.exists()):
             _rewrite_jsonl(rounds_path, [])
             if self.cfg.eval.observe_updates:

@@ -21,13 +21,15 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlparse
+from typing import Any, NoReturn
+from urllib.parse import unquote, urlparse
 
 from geofl.config.schema import TrackingConfig
+from geofl.errors import ConfigError
 from geofl.events import RunInfo
 from geofl.records import RoundRecord
 from geofl.tracking.params import final_metrics, flatten, method_params, round_metrics
+from geofl.tracking.probe import cause, check_sqlite, check_writable_dir, fast_http
 from geofl.tracking.state import read_state, require, update_state
 
 __all__ = ["MlflowExport", "metric_key"]
@@ -45,6 +47,28 @@ def metric_key(name: str) -> str:
 
 def _is_file_store(uri: str) -> bool:
     return urlparse(uri).scheme in ("", "file")
+
+
+def _store_schemes() -> frozenset[str] | None:
+    """The URI schemes MLflow has a tracking store for (its registry, plug-ins included);
+    None when this MLflow keeps them elsewhere."""
+    try:
+        from mlflow.tracking._tracking_service import utils
+
+        return frozenset(utils._tracking_store_registry._registry)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _local_problem(uri: str) -> str | None:
+    """Why the store of a file or SQLite ``uri`` cannot be written (None: it can, or the
+    store is remote)."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "sqlite":
+        return check_sqlite(uri)
+    if _is_file_store(uri):
+        return check_writable_dir(Path(unquote(parsed.path)))
+    return None
 
 
 class MlflowExport:
@@ -111,6 +135,35 @@ class MlflowExport:
         ids = {"experiment_id": exp_id, "parent": run.info.run_id, "runs": {}}
         update_state(self.run_dir, "mlflow", {"uri": self.uri, **ids})
         return str(run.info.run_id)
+
+    def check(self) -> None:
+        """Before round 1: the URI's scheme has a store, a local store can be written, and
+        the experiment and this run's parent run can be created (or found, on resume) with
+        no HTTP retry and a short timeout, instead of MLflow's minutes of retries.
+
+        Raises:
+            ConfigError: naming ``tracking.mlflow_uri``, the URI and the cause.
+        """
+        scheme, schemes = urlparse(self.uri).scheme, _store_schemes()
+        if schemes is not None and scheme not in schemes:
+            known = ", ".join(sorted(s for s in schemes if s))
+            self._refuse(f"unknown scheme {scheme!r} (MLflow knows {known})")
+        problem = _local_problem(self.uri)
+        if problem is not None:
+            self._refuse(problem)
+        try:
+            with fast_http():
+                self.client().get_run(self.parent())
+        except Exception as err:  # MLflow, requests, SQLAlchemy and OS errors alike
+            self._client = None  # its sessions may hold the failed connection
+            self._refuse(cause(err))
+
+    def _refuse(self, why: str) -> NoReturn:
+        raise ConfigError(
+            "tracking.mlflow_uri",
+            f"{self.uri} cannot be used: {why}; fix the URI or the server, or set "
+            "tracking.mlflow: false",
+        )
 
     # ------------------------------------------------------------------ events
     def start(self, info: RunInfo, earlier: Iterable[RoundRecord]) -> None:

@@ -6,25 +6,35 @@ builds it before the run directory exists (:func:`build_tracking`: a missing lib
 in one line there, exit 2 in the CLI), calls it per (method, seed) and, once every seed is
 done, :meth:`TrackingSubscriber.on_experiment_end`. The CLI adds the rendered report with
 :func:`log_report` (so does ``geofl report`` on a tracked run).
+
+A tracker is checked before round 1 (:meth:`TrackingSubscriber.preflight`: one line, exit 2
+in the CLI, when it cannot be written). A tracker that fails later costs only its own
+export: one warning, the tracker is off for the rest of the process, and the run finishes
+with its own files (``rounds.jsonl``, ``final.json``, the report) as without it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from geofl.config.schema import TrackingConfig
+from geofl.errors import ConfigError
 from geofl.events import SUBSCRIBERS, RunInfo, Subscriber
 from geofl.records import RoundRecord, read_rounds
 from geofl.registry import CheckContext
 from geofl.tracking.mlflow_export import MlflowExport, metric_key
+from geofl.tracking.probe import cause
 from geofl.tracking.state import read_state, update_state
 from geofl.tracking.tensorboard_export import TensorboardExport
 
 __all__ = ["TrackingSubscriber", "build_tracking", "log_report", "summary_metrics"]
+
+log = logging.getLogger("geofl")
 
 #: Run-level files logged to the MLflow parent run at the end.
 RUN_FILES = ("config.yaml", "run.json", "summary.json")
@@ -59,37 +69,75 @@ class TrackingSubscriber:
         self.run_dir = Path(run_dir)
         self.mlflow = MlflowExport(cfg, resolved, run_dir) if cfg.mlflow else None
         self.tensorboard = TensorboardExport(cfg, resolved, run_dir) if cfg.tensorboard else None
+        self._checked = False
 
     @property
     def exporters(self) -> list[MlflowExport | TensorboardExport]:
-        """The enabled exporters."""
+        """The enabled exporters (a failed one is no longer among them)."""
         return [e for e in (self.mlflow, self.tensorboard) if e is not None]
 
+    def preflight(self, run_dir: Path) -> None:
+        """Check every enabled tracker once, before round 1 (the run directory exists).
+
+        Raises:
+            ConfigError: a tracker cannot be written, naming its URI or directory.
+        """
+        if not self._checked:
+            for exporter in self.exporters:
+                exporter.check()
+            self._checked = True
+
+    def _guard(
+        self, exporter: MlflowExport | TensorboardExport, fn: Callable[..., None], *args: Any
+    ) -> None:
+        """``fn(*args)``, one export step of ``exporter``; a failure warns once and turns
+        ``exporter`` off, so that a tracker never costs the run its own results."""
+        try:
+            fn(*args)
+        except Exception as err:  # any library's error: the run's own files come first
+            name = "mlflow" if exporter is self.mlflow else "tensorboard"
+            log.warning(
+                "tracking: %s export failed (%s: %s); %s is off for the rest of this run, "
+                "whose own results are unaffected",
+                name,
+                type(err).__name__,
+                cause(err),
+                name,
+            )
+            if exporter is self.mlflow:
+                self.mlflow = None
+            else:
+                self.tensorboard = None
+
     def on_run_start(self, info: RunInfo) -> None:
+        self.preflight(self.run_dir)  # a FederatedRun driven without run_experiment
         earlier: list[RoundRecord] = []
         if info.start_round > 1:  # resumed: rounds the exporters may not have seen
             path = info.out_dir / "rounds.jsonl"
             earlier = [r for r in read_rounds(path) if r.round < info.start_round]
-        if self.tensorboard is not None:  # so that log_report finds it
-            update_state(self.run_dir, "tensorboard", {"log_dir": str(self.tensorboard.log_dir)})
+        tb = self.tensorboard
+        if tb is not None:  # so that log_report finds it
+            where = {"log_dir": str(tb.log_dir)}
+            self._guard(tb, update_state, self.run_dir, "tensorboard", where)
         for exporter in self.exporters:
-            exporter.start(info, earlier)
+            self._guard(exporter, exporter.start, info, earlier)
 
     def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
         for exporter in self.exporters:
-            exporter.round(record)
+            self._guard(exporter, exporter.round, record)
 
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None:
         for exporter in self.exporters:
-            exporter.end(info, final)
+            self._guard(exporter, exporter.end, info, final)
 
     def on_experiment_end(self, run_dir: Path) -> None:
         """Every seed is done and ``summary.json`` written: log the run-level files and the
         summary's means to the MLflow parent run."""
-        if self.mlflow is not None:
+        ml = self.mlflow
+        if ml is not None:
             summary = _read_summary(Path(run_dir))
             files = [Path(run_dir) / name for name in RUN_FILES]
-            self.mlflow.finish(files, summary=summary_metrics(summary))
+            self._guard(ml, ml.finish, files, None, summary_metrics(summary))
 
 
 def _read_summary(run_dir: Path) -> dict[str, Any]:
@@ -111,7 +159,8 @@ def log_report(run_dir: Path, resolved: Mapping[str, Any] | None = None) -> list
         resolved: The resolved config (default: none needed; the names come from the state).
 
     Returns:
-        The trackers written to (``[]`` for a run exported to none).
+        The trackers written to (``[]`` for a run exported to none). A tracker that fails
+        is left out with a warning: the report itself is written already.
 
     Raises:
         ConfigError: A tracker library recorded for the run is not installed.
@@ -122,15 +171,34 @@ def log_report(run_dir: Path, resolved: Mapping[str, Any] | None = None) -> list
     ml = state.get("mlflow") or {}
     if ml.get("parent") and report.is_dir():
         cfg = TrackingConfig(mlflow=True, mlflow_uri=str(ml["uri"]))
-        MlflowExport(cfg, dict(resolved or {}), run_dir).finish([], report=report)
-        done.append("mlflow")
+        export = MlflowExport(cfg, dict(resolved or {}), run_dir)
+        if _reported("mlflow", export.finish, [], report):
+            done.append("mlflow")
     tb = state.get("tensorboard") or {}
     if tb.get("log_dir") and report.is_dir():
         cfg = TrackingConfig(tensorboard=True, tensorboard_dir=str(tb["log_dir"]))
         text = "```json\n" + json.dumps(_read_summary(run_dir), indent=1)[:60000] + "\n```"
-        TensorboardExport(cfg, dict(resolved or {}), run_dir).report(report, text)
-        done.append("tensorboard")
+        board = TensorboardExport(cfg, dict(resolved or {}), run_dir)
+        if _reported("tensorboard", board.report, report, text):
+            done.append("tensorboard")
     return done
+
+
+def _reported(name: str, fn: Callable[..., None], *args: Any) -> bool:
+    """``fn(*args)``; whether it worked (a failure is one warning naming ``name``)."""
+    try:
+        fn(*args)
+    except ConfigError:
+        raise
+    except Exception as err:  # any library's error: the report is on disk already
+        log.warning(
+            "tracking: the report was not logged to %s (%s: %s)",
+            name,
+            type(err).__name__,
+            cause(err),
+        )
+        return False
+    return True
 
 
 def _check(cfg: TrackingConfig, ctx: CheckContext) -> None:

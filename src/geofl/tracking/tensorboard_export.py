@@ -18,9 +18,11 @@ import numpy as np
 import yaml
 
 from geofl.config.schema import TrackingConfig
+from geofl.errors import ConfigError
 from geofl.events import RunInfo
 from geofl.records import RoundRecord
 from geofl.tracking.params import final_metrics, round_metrics
+from geofl.tracking.probe import check_writable_dir
 from geofl.tracking.state import require
 
 __all__ = ["TensorboardExport", "scalar_tag"]
@@ -57,6 +59,20 @@ class TensorboardExport:
             allow_unicode=True,
         )
         self._writer: Any = None
+
+    def check(self) -> None:
+        """Before round 1: files can be created in the log directory (the disk takes them).
+
+        Raises:
+            ConfigError: naming ``tracking.tensorboard_dir``, the directory and the cause.
+        """
+        problem = check_writable_dir(self.log_dir)
+        if problem is not None:
+            raise ConfigError(
+                "tracking.tensorboard_dir",
+                f"{self.log_dir} cannot be used: {problem}; choose a writable directory, "
+                "or set tracking.tensorboard: false",
+            )
 
     def start(self, info: RunInfo, earlier: Iterable[RoundRecord]) -> None:
         """Open the run's writer; a new directory gets the config and ``earlier`` rounds."""
