@@ -106,7 +106,7 @@ class Yaml12Loader(yaml.SafeLoader):
                     f"{first.start_mark.line + 1}); give each key once",
                     key_node.start_mark,
                 )
-        return super().construct_mapping(node, deep)  # type: ignore[no-untyped-call,no-any-return]
+        return super().construct_mapping(node, deep)
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         """Construct one value; a constructor's own exception becomes a ConstructorError."""
