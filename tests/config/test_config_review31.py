@@ -128,7 +128,6 @@ def test_every_hierarchy_preset_method_passes_validate_and_the_runs_checks(prese
         _check_method(cfg, method, None)
 
 
-@pytest.mark.slow
 def test_validate_prints_ok_for_every_shipped_preset() -> None:
     for preset in list_presets():
         code, out = _cli("config", "validate", preset)
