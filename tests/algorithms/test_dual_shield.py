@@ -162,7 +162,8 @@ def test_dual_shield_refuses_a_weighting_it_would_replace(tmp_path: Path) -> Non
 def test_the_defaults_load(tmp_path: Path) -> None:
     cfg = _load(tmp_path, {"algorithm": {"name": "dual_shield", "absent": "decay"}})
     assert cfg.methods[1].algorithm.name == "dual_shield"
-    assert _load(tmp_path, {"algorithm": {"name": "flame"}}).methods[1].algorithm.name == "flame"
+    flame = {"algorithm": {"name": "flame"}, "weighting": {"name": "uniform"}}
+    assert _load(tmp_path, flame).methods[1].algorithm.name == "flame"
 
 
 def test_cli_exits_2_on_a_bad_lambda(tiny_config_file: Path, tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """FLAME (Nguyen et al., USENIX Security 2022) as an algorithm: the 004 Table 7 baseline.
 
 The method's own defenses run first; FLAME (:func:`geofl.server.flame.flame`) clusters the
-updates they kept, clips the majority cluster to the round's median norm S_t, combines it
-with the method's weighting (FLAME: plain mean — ``weighting: {name: uniform}``) and adds
+updates they kept, clips the majority cluster to the round's median norm S_t, averages it
+uniformly (Nguyen et al. 2022 Alg. 1: the plain mean of the clipped admitted updates, so
+the method must say ``weighting: {name: uniform}``; any other weighting is refused at
+load rather than silently changing the baseline) and adds
 N(0, (λ S_t)² I) from the generator ``(seed, "flame", "noise", round)``; then the plain
 server step. The round record's effective weights are the pre-clipping weights of the kept
 updates; ``flame.*`` scalars report S_t, σ, how many were kept and clipped.
@@ -13,7 +15,7 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from geofl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext
+from geofl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, fail_method_field
 from geofl.algorithms.dual_shield import check_mean_and_weighting
 from geofl.registry import CheckContext
 from geofl.rng import torch_generator
@@ -78,7 +80,23 @@ class FlameStrategy(ComposedStrategy):
 
 
 def _check(_: FlameParams, ctx: CheckContext) -> None:
+    """FLAME's own combiner replaces the aggregator, and its mean is uniform.
+
+    Nguyen et al. 2022 (Alg. 1) average the clipped admitted updates with equal
+    weights; data-size weighting would let a client that claims many samples pull the
+    aggregate, which is what the clipping is there to bound. So the weighting is refused
+    unless it is ``uniform``.
+    """
     check_mean_and_weighting("flame", "the clipped mean, Nguyen et al. 2022 Alg. 1", ctx)
+    weighting = ((ctx.method or {}).get("weighting") or {}).get("name", "data_size")
+    if weighting != "uniform":
+        fail_method_field(
+            ctx,
+            "weighting.name",
+            f"flame averages the clipped admitted updates uniformly (Nguyen et al. 2022, "
+            f"Alg. 1); the {weighting!r} weighting would change the baseline — use "
+            "weighting: {name: uniform}",
+        )
 
 
 @ALGORITHMS.register("flame", params=FlameParams, check=_check)

@@ -1,4 +1,13 @@
-"""``geofl config show|validate``: a config as a run would see it, before running it."""
+"""``geofl config show|validate``: a config as a run would see it, before running it.
+
+``validate`` makes every refusal ``geofl run`` makes from the config alone, by the same
+code (:func:`geofl.config.validate.validate_config`, then the memory estimate of
+:mod:`geofl.config.memory`, whose limit ``GEOFL_MEMORY_LIMIT`` overrides). What needs the
+data itself is checked by ``geofl run`` before anything is written: the model, release
+steps, uplink and attack against the dataset's inputs and metadata, the task against its
+targets, splits and partitions, the first round's privacy budget, the hierarchy's fleet
+(farm/tractor context, clusters) and site-local data.
+"""
 
 from __future__ import annotations
 

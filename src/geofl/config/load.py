@@ -7,6 +7,7 @@ checks against the plug-in registries are :func:`geofl.config.validate.validate_
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -16,8 +17,9 @@ import yaml
 from pydantic import ValidationError
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
-from yaml.nodes import Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 
+from geofl.config.memory import check_memory
 from geofl.config.schema import ExperimentConfig
 from geofl.config.validate import validate_config
 from geofl.errors import ConfigError
@@ -43,6 +45,14 @@ __all__ = [
 #: exhaust the interpreter's stack (RecursionError). Deeper than MAX_DEPTH is refused later
 #: with the field path; this only keeps the parser safe.
 MAX_YAML_DEPTH = 4 * MAX_DEPTH
+
+#: Largest config file read: the shipped presets are under 8 kB, so 1 MiB is far above any
+#: config and far below what would strain memory or the parser.
+MAX_CONFIG_BYTES = 2**20
+
+
+#: Key tags that are not keys of the mapping itself (a merge ``<<``, YAML 1.1's ``=``).
+_SPECIAL_KEYS = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")
 
 
 class Yaml12Loader(yaml.SafeLoader):
@@ -75,6 +85,28 @@ class Yaml12Loader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """Construct a mapping, refusing a key written twice (PyYAML keeps the last silently).
+
+        Only the mapping's own scalar keys count: entries a merge key (``<<: *base``)
+        brings in may be overridden, as YAML intends.
+        """
+        seen: dict[Any, Node] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, ScalarNode) or key_node.tag in _SPECIAL_KEYS:
+                continue
+            key = self.construct_object(key_node)
+            first = seen.setdefault(key, key_node)
+            if first is not key_node:
+                raise ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"duplicate key {printable(str(key))!r} (first on line "
+                    f"{first.start_mark.line + 1}); give each key once",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep)
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         """Construct one value; a constructor's own exception becomes a ConstructorError."""
@@ -129,10 +161,21 @@ def preset_path(name: str) -> Path:
     return Path(str(resources.files("geofl.config.presets").joinpath(f"{name}.yaml")))
 
 
+def _is_preset(name: str) -> bool:
+    """Whether ``name`` is a shipped preset: a plain name whose YAML file is shipped.
+
+    Asks for the one file rather than :func:`list_presets`, which parses every preset
+    (about 2 s of pure-Python YAML on each load).
+    """
+    if not name or Path(name).suffix or Path(name).name != name or name in (".", ".."):
+        return False
+    return preset_path(name).is_file()
+
+
 def load_raw(source: str | Path) -> dict[str, Any]:
     """Parse a preset name or a YAML file into a dict (no validation yet)."""
     path = Path(source)
-    if not path.suffix and str(source) in list_presets():
+    if _is_preset(str(source)):
         path = preset_path(str(source))
     shown = printable(str(path))
     if not path.exists():
@@ -143,7 +186,7 @@ def load_raw(source: str | Path) -> dict[str, Any]:
     if path.is_dir():
         raise ConfigError("config", f"{shown} is a directory; give a preset name or a YAML file")
     try:
-        raw = _parse(path.read_text(encoding="utf-8"))
+        raw = _parse(_read_config_text(path, shown))
     except UnicodeDecodeError:
         raise ConfigError("config", f"{shown} is not UTF-8 text; give a YAML file") from None
     except OSError as err:
@@ -153,6 +196,34 @@ def load_raw(source: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError("config", f"{shown} must hold a mapping at the top level")
     return raw
+
+
+def _read_config_text(path: Path, shown: str) -> str:
+    """The text of a config file, refusing what is no config file before reading it.
+
+    ``/dev/zero`` would be read until memory runs out and a FIFO would block forever, so
+    anything but a regular file is refused from its ``stat`` alone (which opens nothing);
+    a file over :data:`MAX_CONFIG_BYTES` (any real config is a few kB) is refused too, and
+    at most that many bytes are read in case it grows meanwhile.
+
+    Raises:
+        ConfigError: one line naming the file.
+        OSError, UnicodeDecodeError: for the caller to report.
+    """
+    mode = path.stat().st_mode
+    if not stat.S_ISREG(mode):
+        raise ConfigError(
+            "config", f"{shown} is not a regular file (a device, FIFO or socket); give a YAML file"
+        )
+    with path.open("rb") as fh:
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            "config",
+            f"{shown} is over {MAX_CONFIG_BYTES // 2**20} MiB; an experiment config is a few "
+            "kB of YAML: give the config file",
+        )
+    return data.decode("utf-8")
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
@@ -253,7 +324,9 @@ def load_config(
         apply_override(raw, assignment)
     if seeds is not None:
         raw["seeds"] = seeds
-    return config_from_raw(raw)
+    cfg = config_from_raw(raw)
+    check_memory(cfg)  # what this machine can run (not in config_from_raw: merges)
+    return cfg
 
 
 def config_from_raw(raw: dict[str, Any]) -> ExperimentConfig:

@@ -17,6 +17,7 @@ re-exported here, the config's one public import point.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import (
@@ -58,6 +59,11 @@ __all__ = [
 ]
 
 
+#: Longest experiment name (the run directory adds a time stamp; file names stop at 255).
+MAX_NAME = 128
+#: An experiment name: a single path component that cannot be ``.`` or ``..``.
+_SAFE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{MAX_NAME - 1}}}")
+
 #: The task a config without a ``task`` section runs (paper 000's single-label setting).
 DEFAULT_TASK = "classification"
 
@@ -65,7 +71,11 @@ DEFAULT_TASK = "classification"
 class ExperimentConfig(_Strict):
     """A whole experiment: data, model, training budget, methods and seeds."""
 
-    name: str = Field(..., min_length=1)
+    name: str = Field(
+        ...,
+        description="the experiment's name: the default run directory is runs/NAME-TIME, so "
+        "it is a name, not a path (letters, digits and _ . + -, first a letter or digit)",
+    )
     description: str = ""
     seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
     task: Component = Field(
@@ -114,6 +124,19 @@ class ExperimentConfig(_Strict):
         if self.tracking is None:  # and without tracking
             out.pop("tracking", None)
         return out
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_path(cls, v: str) -> str:
+        """Refuse a name that would place the default run directory outside ``runs/``
+        (``../../x``, ``/abs/x``) or that no file system takes (issue 31 item 11)."""
+        if not _SAFE_NAME.fullmatch(v):
+            raise ValueError(
+                f"{printable(v)!r} is not a plain name: use 1-{MAX_NAME} letters, digits and "
+                "_ . + -, starting with a letter or digit (no '/', no '..'); choose the "
+                "directory with --out"
+            )
+        return v
 
     @field_validator("seeds")
     @classmethod

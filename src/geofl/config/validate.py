@@ -13,7 +13,13 @@ from geofl.config.schema import MAX_COUNT, Component, ExperimentConfig, MethodCo
 from geofl.errors import ConfigError
 from geofl.registry import CheckContext, Registry, printable
 
-__all__ = ["clients_per_round", "validate_config"]
+__all__ = [
+    "HIERARCHY_ALGORITHMS",
+    "check_cache_mode",
+    "check_hierarchy_method",
+    "clients_per_round",
+    "validate_config",
+]
 
 
 def clients_per_round(cfg: ExperimentConfig) -> int | None:
@@ -88,6 +94,9 @@ def validate_config(cfg: ExperimentConfig) -> None:
             _component(reg, comp, replace(ctx, path=path))
         for j, aug in enumerate(m.augment or []):
             _component(plugins.AUGMENTATIONS, aug, replace(top, path=f"methods.{i}.augment.{j}"))
+    for i, m in enumerate(cfg.methods):
+        check_hierarchy_method(cfg, m, f"methods.{i}")
+    check_cache_mode(cfg)
     for i, a in enumerate(cfg.analyses):
         _component(plugins.ANALYSES, a, replace(top, path=f"analyses.{i}"))
     if cfg.governance is not None:
@@ -96,6 +105,69 @@ def validate_config(cfg: ExperimentConfig) -> None:
         tracking = cfg.tracking.model_dump()
         plugins.SUBSCRIBERS.check("tracking", tracking, replace(top, path="tracking"))
     _check_sample_count(cfg)
+
+
+#: Algorithms whose server side is FedAvg's: the hierarchy replaces the server (003 §2.2.5:
+#: driver/LEO FedAvg, GEO RobustAvg), so only these keep their meaning under it.
+HIERARCHY_ALGORITHMS = ("fedavg", "fedprox")
+
+
+def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: str) -> None:
+    """Refuse what the 003 hierarchy cannot run (``method.hierarchy`` set), from the config
+    alone: a server-side algorithm, an aggregator or defenses (the tiers aggregate
+    themselves), or client worker processes. ``geofl run`` (via
+    :func:`geofl.engine.hierarchy_build.build_scheduler`) and ``config validate`` both
+    call this, so they refuse alike.
+
+    Args:
+        cfg: The experiment (for ``federation.workers``).
+        method: The method to check.
+        where: Its config path, ``methods.<i>``.
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    if method.hierarchy is None:
+        return
+    if method.algorithm.name not in HIERARCHY_ALGORITHMS:
+        raise ConfigError(
+            f"{where}.algorithm",
+            f"{method.algorithm.name!r} has its own server side; the hierarchy aggregates "
+            f"by driver/LEO FedAvg and GEO RobustAvg: use one of {list(HIERARCHY_ALGORITHMS)}",
+        )
+    if method.defenses or method.aggregator.name != "mean":
+        raise ConfigError(
+            f"{where}.aggregator",
+            "the hierarchy aggregates with GEO RobustAvg (hierarchy.clip, trim_fraction): "
+            "drop aggregator and defenses",
+        )
+    if (cfg.federation.workers or 1) > 1:
+        raise ConfigError(
+            "federation.workers",
+            "the hierarchy runs client steps in this process (tractors hold different "
+            "model versions): set workers to 1",
+        )
+
+
+def check_cache_mode(cfg: ExperimentConfig) -> None:
+    """Refuse ``data.cache: mmap`` for a dataset whose builder has no memory-mapped store
+    (no ``cache_mode`` argument); the run builds the dataset through the same check.
+
+    Raises:
+        ConfigError: naming ``data.cache``.
+    """
+    import inspect
+
+    from geofl import plugins
+
+    if cfg.data.cache == "memory" or cfg.data.sites is not None:
+        return
+    factory = plugins.DATASETS.entry(cfg.data.dataset, path="data.dataset").factory
+    if "cache_mode" not in inspect.signature(factory).parameters:
+        raise ConfigError(
+            "data.cache",
+            f"dataset {cfg.data.dataset!r} has no memory-mapped store; use data.cache: memory",
+        )
 
 
 def _check_eval_metrics(cfg: ExperimentConfig) -> None:
@@ -158,7 +230,12 @@ def _check_sites(cfg: ExperimentConfig) -> None:
 
 def _check_sample_count(cfg: ExperimentConfig) -> None:
     """Refuse more clients than training samples, and sample counts beyond MAX_COUNT."""
-    n = cfg.data.params.get("num_samples")
+    from geofl import plugins
+
+    if cfg.data.sites is not None:
+        return
+    params = plugins.DATASETS.validate(cfg.data.dataset, cfg.data.params, path="data.params")
+    n = getattr(params, "num_samples", None)  # validated: 1e9 in YAML is the int 10**9
     if not isinstance(n, int) or isinstance(n, bool):
         return
     if n > MAX_COUNT:  # n * (1 - val - test) below would overflow a float

@@ -6,7 +6,6 @@ before the run directory is created, so a failed start leaves nothing behind.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import shutil
 from collections.abc import Iterator, Sequence
@@ -19,6 +18,7 @@ import torch
 
 from geofl import plugins
 from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.config.validate import check_cache_mode
 from geofl.data.base import ArrayDataset, standardized_view
 from geofl.data.cache import check_cache_dir, default_cache_dir
 from geofl.data.lazy import StoredRows
@@ -34,7 +34,6 @@ from geofl.engine.run_header import check_out_dir, write_header
 from geofl.engine.stop import StopRequest
 from geofl.engine.threat import check_attack_inputs
 from geofl.engine.uplink_build import check_uplink_inputs
-from geofl.errors import ConfigError
 from geofl.events import ExperimentObserver, PreflightCheck, Subscriber
 from geofl.io import write_json_atomic
 from geofl.models.spec import MODEL_SPEC_FILE, write_model_spec
@@ -59,12 +58,7 @@ def _build_dataset(cfg: ExperimentConfig) -> ArrayDataset:
     check_cache_dir(cache)  # before any decoding
     if cfg.data.cache == "memory":  # builders from other packages need not know the mode
         return plugins.DATASETS.build(cfg.data.dataset, cfg.data.params, cache_dir=cache)
-    factory = plugins.DATASETS.entry(cfg.data.dataset).factory
-    if "cache_mode" not in inspect.signature(factory).parameters:
-        raise ConfigError(
-            "data.cache",
-            f"dataset {cfg.data.dataset!r} has no memory-mapped store; use data.cache: memory",
-        )
+    check_cache_mode(cfg)  # as config validate does
     return plugins.DATASETS.build(
         cfg.data.dataset, cfg.data.params, cache_dir=cache, cache_mode=cfg.data.cache
     )

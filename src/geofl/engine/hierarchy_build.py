@@ -14,6 +14,7 @@ import torch
 
 from geofl.config.hierarchy import HierarchyConfig, LeoConfig
 from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.config.validate import check_hierarchy_method
 from geofl.data.partition import Partition
 from geofl.engine.components import PreparedData, RunComponents
 from geofl.engine.evaluate import evaluate
@@ -38,8 +39,6 @@ __all__ = [
 
 #: Per-sample context columns the fleet is built from (the agri datasets record them).
 FLEET_COLUMNS = ("farm", "region", "crop", "soil", "climate", "link_profile")
-#: Algorithms whose server side is FedAvg's (the hierarchy replaces the server).
-_CLIENT_SIDE_ALGORITHMS = ("fedavg", "fedprox")
 
 Scheduler = SyncScheduler | HierarchicalScheduler
 
@@ -103,24 +102,16 @@ def _test_probe(
 
 
 def _check_method(cfg: ExperimentConfig, method: MethodConfig, runner: ClientRunner | None) -> None:
-    where = f"methods.{method.name}"
-    if method.algorithm.name not in _CLIENT_SIDE_ALGORITHMS:
-        raise ConfigError(
-            f"{where}.algorithm",
-            f"{method.algorithm.name!r} has its own server side; the hierarchy aggregates "
-            f"by driver/LEO FedAvg and GEO RobustAvg: use one of {list(_CLIENT_SIDE_ALGORITHMS)}",
-        )
-    if method.defenses or method.aggregator.name != "mean":
-        raise ConfigError(
-            f"{where}.aggregator",
-            "the hierarchy aggregates with GEO RobustAvg (hierarchy.clip, trim_fraction): "
-            "drop aggregator and defenses",
-        )
-    if (cfg.federation.workers or 1) > 1 or runner is not None:
+    """The config-only refusals :func:`~geofl.config.validate.validate_config` makes too
+    (one function, so ``config validate`` and ``run`` agree), then the one only a run
+    knows: clients that run elsewhere (``runner``, e.g. Flower sites)."""
+    index = next((str(i) for i, m in enumerate(cfg.methods) if m.name == method.name), None)
+    check_hierarchy_method(cfg, method, f"methods.{index or method.name}")
+    if runner is not None:
         raise ConfigError(
             "federation.workers",
             "the hierarchy runs client steps in this process (tractors hold different "
-            "model versions): set workers to 1",
+            "model versions): run it without remote clients",
         )
 
 

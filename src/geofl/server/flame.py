@@ -11,8 +11,9 @@
    benign update at the edge of the majority can be dropped too (as in FLAME's own call).
 2. **Clip**: S_t = median of the L2 norms e_j = ‖Δw_j‖ of *all* K updates (Alg. 1 computes
    e over every local model); each kept update is scaled by min(1, S_t / e_j).
-3. **Aggregate** the clipped kept updates with the given weights (FLAME: the plain mean;
-   geofl's method weighting — use ``weighting: {name: uniform}`` for the paper's rule).
+3. **Aggregate** the clipped kept updates with the given weights. FLAME's rule is the
+   plain mean; the ``flame`` algorithm (:mod:`geofl.algorithms.flame`) refuses any method
+   weighting but ``uniform`` at load, so its weights here are always equal.
 4. **Noise**: N(0, σ² I) added to the aggregate with σ = λ · S_t; λ = 0.001 for image
    classification (Nguyen et al. 2022, §6 "noise level λ = 0.001 for IC", 0.01 for NLP).
    The noise comes from an explicit generator (:mod:`geofl.rng`), never a global RNG.
