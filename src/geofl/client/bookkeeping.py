@@ -24,8 +24,8 @@ paths are compared by what they add to a plain step, which computes the weight g
 ``T·d_in·d_out`` per sample with oneDNN's weight-gradient convolution. The ghost path keeps
 that kernel for its product and adds the Gram products, ``T²(d_in + d_out)``; the
 materialised path replaces it by batched GEMMs of the same ``T·d_in·d_out``, which run
-1.4–1.9× slower per multiply-add on CPU, patch copies included (MKL against oneDNN; the
-small CNN's convolutions, 2026-12-03) and add a pass over
+slower per multiply-add on CPU, patch copies included (MKL against oneDNN; measured on the
+small CNN's convolutions, see ``benchmarks/README.md``) and add a pass over
 ``b·d_in·d_out`` — so it adds about ``T·d_in·d_out``. A layer is therefore **ghost** when
 ``T(d_in + d_out) < d_in·d_out`` (few positions, wide layer: linear layers, late
 convolution stages) and **materialised** otherwise (early convolutions with many pixels).

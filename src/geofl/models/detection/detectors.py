@@ -3,11 +3,9 @@
 Two registered families (paper 004 evaluates a single-stage YOLOv5s and, in Table 8 panel
 C, a two-stage detector):
 
-* ``fcos`` — FCOS (Tian et al. 2019), anchor-free single stage; the default. Measured with
-  ``benchmarks/bench_detectors.py`` on a busy 2-core VM: training images/s at 256 px 1.00
-  (RetinaNet 0.86×, SSDlite 0.92×, Faster R-CNN 0.86×), and mAP@0.5 after 120 Adam steps
-  (batch 8, 128 px scenes) 0.276 vs RetinaNet 0.264 and SSDlite 0.050 (Faster R-CNN:
-  0.590, but 2.4× FCOS's training time);
+* ``fcos`` — FCOS (Tian et al. 2019), anchor-free single stage; the default: of the
+  single-stage detectors it trained fastest and reached the highest mAP@0.5 in
+  ``benchmarks/bench_detectors.py`` (the figures are in ``benchmarks/README.md``);
 * ``faster_rcnn`` — Faster R-CNN with FPN (Ren et al. 2015; Lin et al. 2017), two-stage;
 * ``retinanet`` — RetinaNet (Lin et al. 2017), anchor-based single stage, for comparison.
 
