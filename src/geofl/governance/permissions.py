@@ -204,7 +204,7 @@ class PermissionState:
 class PermissionPolicy:
     """The automatic trigger rules of 000 §3.5.3 (see the module docstring).
 
-    Example:
+    Examples:
         >>> pol = PermissionPolicy(PermissionRules())
         >>> [p.new.name for p in pol.evaluate(5, PermissionState(),
         ...     {7: PermissionObservation(reputation=0.5, failure_streak=2)})]

@@ -45,7 +45,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     Sort the m finite p-values ascending, p_(1) ≤ … ≤ p_(m); the adjusted value of p_(j) is
     max_{i ≤ j} min(1, (m − i + 1) · p_(i)). NaN inputs stay NaN and are not counted in m.
 
-    Example:
+    Examples:
         >>> [round(p, 4) for p in holm([0.01, 0.04, 0.03, 0.005])]
         [0.03, 0.06, 0.06, 0.02]
     """
