@@ -31,6 +31,7 @@ __all__ = [
     "ReleaseStep",
     "apply_release",
     "histogram_released",
+    "is_private",
     "l2_clip",
     "noisy_count",
 ]
@@ -197,6 +198,18 @@ def histogram_released(trainer: str, release: Sequence[str]) -> bool:
     """Whether a client of a method with this trainer and these release steps sends its
     label histogram — what a server may accept from a site (:mod:`geofl.deploy.wire`)."""
     return trainer not in HISTOGRAM_FREE_TRAINERS and "withhold_histogram" not in release
+
+
+def is_private(trainer: str, release: Sequence[str], algorithm_traits: frozenset[str]) -> bool:
+    """Whether a method reports an ε: a DP-SGD trainer, a noise release step (000's
+    risk-aware perturbation, 004's ADP, ``gaussian``) or a central-DP algorithm (DP-FTRL).
+
+    Such a method fits no statistic on the clients' pooled training data: input
+    standardisation and ``pos_weight: auto`` come from the held-out validation split
+    (:func:`geofl.engine.experiment.prepare_split`), which holds no training record.
+    """
+    noisy = any("noise" in RELEASE_STEPS.traits(name) for name in release)
+    return trainer == "dp_sgd" or noisy or "central_dp" in algorithm_traits
 
 
 def apply_release(
