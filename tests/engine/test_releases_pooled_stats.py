@@ -24,6 +24,7 @@ from geofl.engine.experiment import (
     run_experiment,
     split_labels,
 )
+from geofl.engine.export import model_spec
 from geofl.errors import ConfigError
 from geofl.tasks.common import auto_pos_weight
 
@@ -147,3 +148,20 @@ def test_the_run_records_which_statistics_each_method_used(tmp_path: Path) -> No
     for name, want in (("fedavg", "train"), ("dpsgd", "val")):
         part = json.loads((out / "methods" / name / "seed-3" / "partition.json").read_text())
         assert part["data_statistics"] == want
+
+
+def test_regression_target_statistics_of_a_dp_method_come_from_val(tmp_path: Path) -> None:
+    """The regression task's target mean/std (recorded in model.json) are pooled training
+    statistics too: a DP method fits them on the val split, in the run and in the spec."""
+    raw = _binary_raw()
+    raw["task"] = {"name": "regression"}
+    raw["data"] = {"dataset": "synthetic_yield", "params": {"num_samples": 600}}
+    cfg = _cfg(tmp_path, raw)
+    ds, split = _split(cfg)
+    for method, part in zip(cfg.methods, (split.train, split.val), strict=True):
+        data = prepare_split(ds, cfg, 3, split, stats_from=method_stats_split(method))
+        task = build_program(cfg, method, 3, data).task
+        want = ds.targets[torch.as_tensor(part)].double().mean(dim=0).reshape(-1)
+        assert torch.allclose(task.mean, want), method.name  # type: ignore[attr-defined]
+        state = model_spec(cfg, method, 3, data, ds.bands).task.state
+        assert state["target_mean"] == task.mean.tolist()  # type: ignore[attr-defined]
