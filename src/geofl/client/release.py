@@ -20,7 +20,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.client.data import ClientData
-from geofl.registry import NoParams, Registry
+from geofl.registry import CheckContext, NoParams, Registry
 from geofl.update import ClientDirectives, ClientUpdate
 
 __all__ = [
@@ -163,7 +163,13 @@ class _NoisySize:
         return delta, {"num_samples": len(data), "released": released, "dp_event": event}
 
 
-@RELEASE_STEPS.register("noisy_size", params=NoisySizeParams)
+def _check_noisy_size(_: NoisySizeParams, ctx: CheckContext) -> None:
+    """One release of n_k: refuse ``noisy_size`` beside ``conceal_size``."""
+    if "hides_num_samples" in ctx.traits.get("release", frozenset()):
+        ctx.fail("name", "noisy_size and conceal_size both set n_k; keep one of them")
+
+
+@RELEASE_STEPS.register("noisy_size", params=NoisySizeParams, check=_check_noisy_size)
 def build_noisy_size(params: NoisySizeParams) -> ReleaseStep:
     """Release n_k + N(0, z²) instead of n_k, composed into the client's ledger (ε)."""
     return _NoisySize(params.noise_multiplier)
