@@ -29,7 +29,9 @@ C geometrically up to C_max. ``denoise: true`` uses √max(0, ‖g̃‖² − σ
 unbiased estimate of the clean norm's square, still post-processing.
 
 Not released: the training loss and metrics are not differentially private, so they stay in
-the client-local log; the update's metadata carries none.
+the client-local log; the update's metadata carries none. Nor is the label histogram: no
+DP-SGD server side reads it, and exact class counts would reveal a rare class's only record
+outside ε ([10,10,10,9,1] → [10,10,10,9,0]), so the update carries ``label_histogram=None``.
 """
 
 from __future__ import annotations
@@ -283,7 +285,6 @@ class DpSgd(LocalSGD):
             client_id=data.client_id,
             num_samples=len(data),
             round=directives.round,
-            label_histogram=data.label_histogram,
             steps=steps,
             bytes_sent=payload_bytes(delta),
         )

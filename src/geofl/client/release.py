@@ -20,10 +20,21 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from geofl.client.data import ClientData
-from geofl.registry import NoParams, Registry
+from geofl.registry import CheckContext, NoParams, Registry
 from geofl.update import ClientDirectives, ClientUpdate
 
-__all__ = ["RELEASE_STEPS", "L2ClipParams", "ReleaseStep", "apply_release", "l2_clip"]
+__all__ = [
+    "HISTOGRAM_FREE_TRAINERS",
+    "RELEASE_STEPS",
+    "L2ClipParams",
+    "NoisySizeParams",
+    "ReleaseStep",
+    "apply_release",
+    "histogram_released",
+    "is_private",
+    "l2_clip",
+    "noisy_count",
+]
 
 
 class ReleaseStep(Protocol):
@@ -113,6 +124,100 @@ def build_conceal_size(_: NoParams) -> ReleaseStep:
     return _ConcealSize()
 
 
+class NoisySizeParams(BaseModel):
+    """Parameters of the ``noisy_size`` release step."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    noise_multiplier: float = Field(
+        ..., gt=0.0, allow_inf_nan=False, description="z: the count's noise std (sensitivity 1)"
+    )
+
+
+def noisy_count(n: int, z: float, generator: torch.Generator) -> int:
+    """n + N(0, z²), rounded and floored at 1: the Gaussian mechanism on a count.
+
+    Adding or removing one record moves n by 1 (L2 sensitivity 1), so the release is the
+    DpEvent ``GaussianDpEvent(z)``; rounding and the floor are post-processing.
+    """
+    noise = float(torch.randn((), generator=generator, dtype=torch.float64))
+    return max(1, round(n + z * noise))
+
+
+class _NoisySize:
+    name = "noisy_size"
+
+    def __init__(self, z: float) -> None:
+        self.z = z
+
+    def __call__(
+        self,
+        delta: torch.Tensor,
+        *,
+        data: ClientData,
+        directives: ClientDirectives,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        released = noisy_count(len(data), self.z, generator)
+        event = {"mechanism": "gaussian", "noise_multiplier": self.z}
+        return delta, {"num_samples": len(data), "released": released, "dp_event": event}
+
+
+def _check_noisy_size(_: NoisySizeParams, ctx: CheckContext) -> None:
+    """One release of n_k: refuse ``noisy_size`` beside ``conceal_size``."""
+    if "hides_num_samples" in ctx.traits.get("release", frozenset()):
+        ctx.fail("name", "noisy_size and conceal_size both set n_k; keep one of them")
+
+
+@RELEASE_STEPS.register("noisy_size", params=NoisySizeParams, check=_check_noisy_size)
+def build_noisy_size(params: NoisySizeParams) -> ReleaseStep:
+    """Release n_k + N(0, z²) instead of n_k, composed into the client's ledger (ε)."""
+    return _NoisySize(params.noise_multiplier)
+
+
+class _WithholdHistogram:
+    name = "withhold_histogram"
+
+    def __call__(
+        self,
+        delta: torch.Tensor,
+        *,
+        data: ClientData,
+        directives: ClientDirectives,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        return delta, {"withheld": True}
+
+
+@RELEASE_STEPS.register("withhold_histogram", traits=("hides_label_histogram",))
+def build_withhold_histogram(_: NoParams) -> ReleaseStep:
+    """Do not send the label histogram (exact class counts are outside any update-level ε)."""
+    return _WithholdHistogram()
+
+
+#: Local trainers whose update never carries a label histogram (DP-SGD: no server side
+#: needs it, and exact class counts would leak outside ε).
+HISTOGRAM_FREE_TRAINERS = frozenset({"dp_sgd"})
+
+
+def histogram_released(trainer: str, release: Sequence[str]) -> bool:
+    """Whether a client of a method with this trainer and these release steps sends its
+    label histogram — what a server may accept from a site (:mod:`geofl.deploy.wire`)."""
+    return trainer not in HISTOGRAM_FREE_TRAINERS and "withhold_histogram" not in release
+
+
+def is_private(trainer: str, release: Sequence[str], algorithm_traits: frozenset[str]) -> bool:
+    """Whether a method reports an ε: a DP-SGD trainer, a noise release step (000's
+    risk-aware perturbation, 004's ADP, ``gaussian``) or a central-DP algorithm (DP-FTRL).
+
+    Such a method fits no statistic on the clients' pooled training data: input
+    standardisation and ``pos_weight: auto`` come from the held-out validation split
+    (:func:`geofl.engine.experiment.prepare_split`), which holds no training record.
+    """
+    noisy = any("noise" in RELEASE_STEPS.traits(name) for name in release)
+    return trainer == "dp_sgd" or noisy or "central_dp" in algorithm_traits
+
+
 def apply_release(
     update: ClientUpdate,
     steps: Sequence[ReleaseStep],
@@ -133,6 +238,11 @@ def apply_release(
     meta = update.meta
     if any(step.name == "conceal_size" for step in steps):
         meta = replace(meta, num_samples=1)
+    noisy = report.get("noisy_size")
+    if isinstance(noisy, dict):  # the noisy count replaces n_k
+        meta = replace(meta, num_samples=int(noisy["released"]))
+    if "withhold_histogram" in report:
+        meta = replace(meta, label_histogram=None)
     spatial = report.get("spatial_alpha")
     if isinstance(spatial, dict):  # α_k alone leaves the client (001 Eq. 10)
         meta = replace(meta, spatial_alpha=float(spatial["alpha"]))

@@ -31,6 +31,12 @@ s to L evenly spaced values, so α takes L values 0.5, 0.5 + 1/(L−1), …, 1.5
 Smoothing across rounds (001 §4.2, "if desired") is not implemented: α_k is a deterministic
 function of the client's fixed local data, so an EMA of α over rounds is the identity;
 smoothing ω itself would need strategy state (checkpointed) and is left open.
+
+**Privacy.** α_k is computed from the client's raw data, so an exact α_k is outside the
+client's ε (the default, as the paper releases it). ``noise_multiplier: z`` releases
+α_k + N(0, z²) clamped to [0.5, 1.5] instead — a Gaussian mechanism of sensitivity 1 (the
+range of α) reported as a ``dp_event`` and composed into the client's ledger each round
+(:func:`noisy_alpha`).
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ __all__ = [
     "histogram_entropy",
     "ndvi",
     "ndvi_stats",
+    "noisy_alpha",
     "normalized_entropy",
     "quantize_score",
     "red_nir_indices",
@@ -170,6 +177,13 @@ class SpatialAlphaParams(BaseModel):
     levels: int | None = Field(
         None, ge=2, description="Quantise α to this many evenly spaced levels in [0.5, 1.5]"
     )
+    noise_multiplier: float | None = Field(
+        None,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="z: release α_k + N(0, z²) clamped to [0.5, 1.5], inside ε; None: exact α_k "
+        "(outside the client's ε)",
+    )
     elevation_bins: int = Field(16, ge=2, description="Bins of the elevation histogram")
     elevation_range_m: tuple[float, float] = Field(
         (0.0, 4000.0), description="Fixed elevation range binned (values clamped into it)"
@@ -272,8 +286,24 @@ class _SpatialAlpha:
         directives: ClientDirectives,
         generator: torch.Generator,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        _, log = client_alpha(data, self.params)
+        alpha, log = client_alpha(data, self.params)
+        z = self.params.noise_multiplier
+        if z is not None:
+            log = {**log, **noisy_alpha(alpha, z, generator)}
         return delta, log
+
+
+def noisy_alpha(alpha: float, z: float, generator: torch.Generator) -> dict[str, Any]:
+    """α_k + N(0, z²), clamped to [0.5, 1.5], and its DpEvent.
+
+    α_k lies in [0.5, 1.5] (001 Eq. 10) whatever the data, so one record moves it by at most
+    1: the release is the Gaussian mechanism with noise multiplier z, composed into the
+    client's ledger; the clamp is post-processing.
+    """
+    noise = float(torch.randn((), generator=generator, dtype=torch.float64))
+    released = min(max(alpha + z * (ALPHA_MAX - ALPHA_MIN) * noise, ALPHA_MIN), ALPHA_MAX)
+    event = {"mechanism": "gaussian", "noise_multiplier": z}
+    return {"alpha": released, "alpha_exact": alpha, "dp_event": event}
 
 
 @RELEASE_STEPS.register(

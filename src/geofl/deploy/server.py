@@ -33,11 +33,12 @@ import torch
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from geofl.client.release import histogram_released
 from geofl.client.state import ClientStateStore
 from geofl.config.load import dump_config
 from geofl.deploy.setup import DeploySetup, fingerprint
 from geofl.deploy.sitedata import FlowerSiteEvaluator, site_federation
-from geofl.deploy.wire import decode_reply, encode_request, exchange
+from geofl.deploy.wire import check_reply, decode_reply, encode_request, exchange
 from geofl.engine.checkpoint import load_checkpoint
 from geofl.engine.run import FederatedRun
 from geofl.engine.scheduler import ClientJob, LostUpload, StepOutcome
@@ -182,6 +183,8 @@ class FlowerRunner:
         round_timeout: Seconds a round waits for replies.
         plan: The checkpoint the run resumes from (None: a fresh run).
         norm: The global band mean/std sent with every request (site-local data).
+        histogram_allowed: Whether the method's clients send a label histogram (a reply
+            with one is refused otherwise: :func:`~geofl.deploy.wire.check_reply`).
     """
 
     def __init__(
@@ -192,9 +195,10 @@ class FlowerRunner:
         round_timeout: float,
         plan: ResumePlan | None = None,
         norm: tuple[torch.Tensor, torch.Tensor] | None = None,
+        histogram_allowed: bool = True,
     ) -> None:
         self.grid, self.hosts, self.timeout = grid, dict(hosts), round_timeout
-        self.norm = norm
+        self.norm, self.histogram_allowed = norm, histogram_allowed
         self.fp = json.dumps(dict(fp))
         self.resume_round = 0 if plan is None else plan.checkpoint
         self._admitted: dict[int, int] = {} if plan is None else dict(plan.admitted)
@@ -231,6 +235,10 @@ class FlowerRunner:
         site = rep.content.config_records.get("site")
         if site is not None and "error" in site:
             return LostUpload(client, f"site node {node}: {site['error']!s}")
+        why = check_reply(rep.content, histogram_allowed=self.histogram_allowed)
+        if why is not None:
+            log.warning("client %d refused: site node %d %s", client, node, why)
+            return LostUpload(client, f"site node {node} {why}")
         return decode_reply(rep.content)
 
     # Subscriber: who was admitted in each round.
@@ -277,7 +285,8 @@ def run_server(
         evaluator = FlowerSiteEvaluator(grid, names, fed.nodes, json.dumps(fp), norm, round_timeout)
     if data is None or partition is None:
         raise DeployError("the server's setup has no data; load it with load_setup")
-    runner = FlowerRunner(grid, hosts, fp, round_timeout, plan, norm)
+    hist = histogram_released(method.trainer.name, [r.name for r in method.release])
+    runner = FlowerRunner(grid, hosts, fp, round_timeout, plan, norm, hist)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
     subs: list[Any] = [runner]

@@ -29,6 +29,7 @@ from geofl.engine.components import PreparedData
 from geofl.engine.experiment import (
     build_partition,
     load_dataset,
+    method_stats_split,
     prepare_split,
     split_labels,
     task_info,
@@ -96,7 +97,7 @@ def load_setup(config: str | Path, method: str | None, seed: int | None) -> Depl
     ds = load_dataset(cfg)
     task_info(cfg, ds)
     split = make_split(split_labels(ds), cfg.data.split, s, ds.metadata)
-    data = prepare_split(ds, cfg, s, split)
+    data = prepare_split(ds, cfg, s, split, stats_from=method_stats_split(m))
     part = build_partition(cfg, m, ds, split.train, s)
     return DeploySetup(cfg, m, s, data, part)
 

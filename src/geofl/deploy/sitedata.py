@@ -9,9 +9,11 @@ it. What leaves a site, and when:
 1. **Discovery** (``query``, before round 1): its name, the ids of the clients it hosts,
    its :class:`~geofl.engine.sites.DataSchema` (bands, classes, target kind and shape,
    sample shape — no samples) and the :class:`~geofl.engine.sites.BandStats` of its raw
-   train split (count, per-band Σx and Σx² in float64). The server checks that the sites
-   agree, adds the statistics in site order and sends the global mean/std back with every
-   later message. These statistics are aggregate but *not* differentially private.
+   train split (count, per-band Σx and Σx² in float64) — of its held-out val split for a
+   DP method, so that no training record leaves outside the clients' ε. The server checks
+   that the sites agree, adds the statistics in site order and sends the global mean/std
+   back with every later message. These statistics are aggregate but *not* differentially
+   private.
 2. **Training** (``train``, per client and round): the client step's upload and metadata,
    as in the shared-dataset mode (:mod:`geofl.deploy.wire`).
 3. **Evaluation** (``evaluate``, per site and evaluated round): the global model's
@@ -45,6 +47,7 @@ from geofl.deploy.setup import DeploySetup, fingerprint
 from geofl.deploy.site import Site
 from geofl.deploy.wire import NORM_MEAN, NORM_STD, decode_norm, exchange
 from geofl.engine.components import PreparedData
+from geofl.engine.experiment import method_stats_split
 from geofl.engine.site_eval import LocalSiteEvaluator, SiteEvalStats, SiteHeldOut
 from geofl.engine.sites import (
     BandStats,
@@ -58,6 +61,7 @@ from geofl.engine.sites import (
     load_site,
     normalised,
     site_partition,
+    site_stats_inputs,
     split_site,
 )
 from geofl.errors import DeployError
@@ -140,8 +144,10 @@ class LocalSite:
         check_site_data(cfg, ds, name)
         self.schema = DataSchema.of(ds)
         self.split = split_site(cfg, self.index, ds, setup.seed)
+        self.stats_from = method_stats_split(setup.method)  # val for a DP method
         standardize = cfg.data.normalize == "standardize"
-        self.stats = band_stats(self.split.train.inputs) if standardize else None  # type: ignore[arg-type]
+        inputs = site_stats_inputs(self.split, self.stats_from) if standardize else None
+        self.stats = None if inputs is None else band_stats(inputs)
         first = client_offsets(cfg)[self.index]
         self.clients = list(range(first, first + entry.clients))
         self.fingerprint = fingerprint(cfg, setup.method, setup.seed)
@@ -192,9 +198,8 @@ class LocalSite:
         hist = np.zeros((k, part.histograms.shape[1]), dtype=np.int64)
         for j, c in enumerate(self.clients):
             indices[c], hist[c] = np.asarray(part.indices[j], dtype=np.int64), part.histograms[j]
-        data = PreparedData(
-            s.train, s.val, s.test, mean, std, (SiteHeldOut(s.name, s.val, s.test),)
-        )
+        held_out = (SiteHeldOut(s.name, s.val, s.test),)
+        data = PreparedData(s.train, s.val, s.test, mean, std, held_out, self.stats_from)
         setup = replace(self.setup, data=data, partition=Partition(tuple(indices), hist))
         return Site(setup, self.clients, self.state_dir)
 

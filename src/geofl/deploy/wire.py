@@ -49,6 +49,7 @@ from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 __all__ = [
     "TrainRequest",
+    "check_reply",
     "decode_norm",
     "decode_reply",
     "decode_request",
@@ -207,6 +208,23 @@ def encode_declined(client: int, round_idx: int, epsilon: float, target: float) 
     """A client's refusal of the round: its ε would reach ``epsilon`` > ``target``."""
     record = {"client": client, "round": round_idx, "epsilon": epsilon, "target": target}
     return RecordDict({"site": ConfigRecord({**record, "declined": True})})
+
+
+def check_reply(content: RecordDict, *, histogram_allowed: bool) -> str | None:
+    """Why the server refuses a site's reply before decoding it, or None.
+
+    A method whose clients never send their label histogram (DP-SGD, or the
+    ``withhold_histogram`` release step: :func:`~geofl.client.release.histogram_released`)
+    refuses a reply carrying one: exact class counts are outside the client's ε, so a site
+    that sends them runs another method (or was altered) and its upload is not admitted.
+    """
+    update = content.array_records.get("update")
+    if not histogram_allowed and update is not None and "label_histogram" in update:
+        return (
+            "sent a label_histogram, which this method's clients never release (it is "
+            "outside their ε); run the site with the server's config"
+        )
+    return None
 
 
 def decode_reply(content: RecordDict) -> ClientResult | BudgetExhaustedError:

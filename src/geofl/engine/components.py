@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -52,6 +52,7 @@ __all__ = [
     "PreparedData",
     "ProgramParts",
     "RunComponents",
+    "StatsSplit",
     "build_components",
     "build_program",
     "build_task",
@@ -61,6 +62,10 @@ __all__ = [
     "client_datasets",
     "model_dims",
 ]
+
+
+#: The split a run's data statistics are fitted on (:attr:`PreparedData.stats_from`).
+StatsSplit = Literal["train", "val"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,10 @@ class PreparedData:
             site order: evaluation is federated over them
             (:mod:`geofl.engine.site_eval`) and ``val``/``test`` are only their
             concatenation; empty: ``val``/``test`` are the central held-out splits.
+        stats_from: The split ``mean``/``std`` and the task's fitted statistics
+            (``pos_weight: auto``) come from: ``train``, or ``val`` for a DP method, whose
+            ε does not cover statistics pooled over the clients' training records
+            (:func:`geofl.engine.experiment.method_stats_split`).
     """
 
     train: ArrayDataset
@@ -86,6 +95,7 @@ class PreparedData:
     mean: torch.Tensor | None = None
     std: torch.Tensor | None = None
     sites: tuple[SiteHeldOut, ...] = ()
+    stats_from: StatsSplit = "train"
 
 
 @dataclass(frozen=True)
@@ -221,6 +231,8 @@ def build_program(
     and seed give the same client step everywhere.
     """
     task = build_task(cfg, data.train.num_classes, data.train.targets)
+    if data.stats_from == "val":  # checked on train, fitted on held-out labels (DP)
+        task = build_task(cfg, data.val.num_classes, data.val.targets)
     in_channels, num_outputs = model_dims(data, task)
     make_model = partial(_flat_model, cfg, seed, in_channels, num_outputs)
     workspace = make_model()

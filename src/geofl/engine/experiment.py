@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from geofl import plugins
+from geofl.client.release import is_private
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.config.validate import check_cache_mode
 from geofl.data.base import ArrayDataset, standardized_view
@@ -25,7 +26,12 @@ from geofl.data.lazy import StoredRows
 from geofl.data.partition import PARTITIONERS, Partition, make_partition
 from geofl.data.split import Split, make_split
 from geofl.data.targets import label_codes
-from geofl.engine.components import PreparedData, build_task, check_first_round_budget
+from geofl.engine.components import (
+    PreparedData,
+    StatsSplit,
+    build_task,
+    check_first_round_budget,
+)
 from geofl.engine.export import model_spec
 from geofl.engine.input_checks import check_model_inputs, check_release_inputs
 from geofl.engine.provenance import Provenance
@@ -34,6 +40,7 @@ from geofl.engine.run_header import check_out_dir, write_header
 from geofl.engine.stop import StopRequest
 from geofl.engine.threat import check_attack_inputs
 from geofl.engine.uplink_build import check_uplink_inputs
+from geofl.errors import ConfigError
 from geofl.events import ExperimentObserver, PreflightCheck, Subscriber
 from geofl.io import write_json_atomic
 from geofl.models.spec import MODEL_SPEC_FILE, write_model_spec
@@ -41,7 +48,14 @@ from geofl.records import TaskInfo
 from geofl.rng import numpy_generator
 from geofl.rundir import lock_run_dir, seed_dir
 
-__all__ = ["build_partition", "load_dataset", "prepare_split", "run_experiment", "task_info"]
+__all__ = [
+    "build_partition",
+    "load_dataset",
+    "method_stats_split",
+    "prepare_split",
+    "run_experiment",
+    "task_info",
+]
 
 log = logging.getLogger("geofl")
 
@@ -64,12 +78,32 @@ def _build_dataset(cfg: ExperimentConfig) -> ArrayDataset:
     )
 
 
+def method_stats_split(method: MethodConfig) -> StatsSplit:
+    """The split a method's data statistics are fitted on: ``val`` for a method that
+    reports an ε (:func:`~geofl.client.release.is_private`), else ``train``.
+
+    Train statistics pool every client's raw training records — one record moves the
+    mean, std and ``pos_weight: auto`` — and no DP method accounts for that release; the
+    held-out validation split holds no training record, so statistics fitted on it cost
+    no ε (issue 33). Non-DP methods keep the train statistics (results unchanged).
+    """
+    algorithm = plugins.ALGORITHMS.traits(method.algorithm.name)
+    private = is_private(method.trainer.name, [r.name for r in method.release], algorithm)
+    return "val" if private else "train"
+
+
 def prepare_split(
-    ds: ArrayDataset, cfg: ExperimentConfig, seed: int, split: Split | None = None
+    ds: ArrayDataset,
+    cfg: ExperimentConfig,
+    seed: int,
+    split: Split | None = None,
+    *,
+    stats_from: StatsSplit = "train",
 ) -> PreparedData:
     """Global train/val/test split for ``seed`` (stratified by the label attribute of
     :mod:`geofl.data.targets`), standardised per band (per feature for tabular inputs)
-    with train statistics.
+    with the statistics of ``stats_from`` (train; val for DP methods:
+    :func:`method_stats_split`).
 
     In-memory inputs are standardised in place; stored inputs (``data.cache: mmap``) get
     the same statistics (bit-identical up to ``EXACT_STATS_BYTES`` of train data, see
@@ -80,15 +114,23 @@ def prepare_split(
         split = make_split(split_labels(ds), cfg.data.split, seed, ds.metadata)
     train, val, test = ds.subset(split.train), ds.subset(split.val), ds.subset(split.test)
     if cfg.data.normalize != "standardize":
-        return PreparedData(train, val, test)
-    mean, std = train.input_stats()  # one pass over a store; the views apply it per batch
+        return PreparedData(train, val, test, stats_from=stats_from)
+    source = val if stats_from == "val" else train
+    if len(source) == 0:
+        raise ConfigError(
+            "data.split.val",
+            "is empty, but a DP method fits its input statistics on the validation split "
+            "(train statistics pool the clients' records outside ε); give val > 0 or set "
+            "data.normalize: none",
+        )
+    mean, std = source.input_stats()  # one pass over a store; the views apply it per batch
     if isinstance(train.inputs, StoredRows):
         train, val, test = (standardized_view(p, mean, std) for p in (train, val, test))
-        return PreparedData(train, val, test, mean, std)
+        return PreparedData(train, val, test, mean, std, stats_from=stats_from)
     for part in (train, val, test):
         assert isinstance(part.inputs, torch.Tensor)
         part.inputs.sub_(mean).div_(std)
-    return PreparedData(train, val, test, mean, std)
+    return PreparedData(train, val, test, mean, std, stats_from=stats_from)
 
 
 def build_partition(
@@ -215,6 +257,8 @@ def _run_sites(
     for m in cfg.methods:
         sizes = [len(ix) for ix in sites.partition(m, first, cfg.seeds[0]).indices]
         check_first_round_budget(cfg, m, sizes)
+        if method_stats_split(m) == "val":  # a DP method's statistics: every site's val
+            sites.prepare(cfg.seeds[0], "val")
     subscribers = [*subscribers, *_config_subscribers(cfg, resolved, out_dir)]
     created = not out_dir.exists()
     with lock_run_dir(out_dir), _removed_on_failure(out_dir, created):
@@ -226,6 +270,9 @@ def _run_sites(
                 sdir = seed_dir(out_dir, method.name, seed)
                 if resume and (sdir / "final.json").exists():
                     continue
+                stats_from = method_stats_split(method)
+                if plan.data.stats_from != stats_from:
+                    plan = sites.prepare(seed, stats_from)
                 part = sites.partition(method, plan, seed)
                 write_json_atomic(sdir / "partition.json", sites_partition_json(cfg, part))
                 run = FederatedRun(cfg, method, seed, plan.data, part, sdir, subscribers)
@@ -250,12 +297,16 @@ def _run_seed(
 ) -> None:
     """Every method's run of one seed on its split (prepared here, freed on return);
     methods already finished are skipped on resume."""
-    data = prepare_split(ds, cfg, seed, split)
+    data: PreparedData | None = None
     for method in cfg.methods:
         sdir = seed_dir(out_dir, method.name, seed)
         if resume and (sdir / "final.json").exists():
             log.info("%s seed=%d already finished; skipping", method.name, seed)
             continue
+        stats_from = method_stats_split(method)
+        if data is None or data.stats_from != stats_from:  # one prepared split at a time
+            data = None
+            data = prepare_split(ds, cfg, seed, split, stats_from=stats_from)
         part = partitions[method.name]
         _write_seed_header(sdir, cfg, method, seed, data, part, ds, dataset_bands, split)
         run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
@@ -305,8 +356,11 @@ def _write_seed_header(
     split: Split,
 ) -> None:
     """A (method, seed) directory's ``partition.json`` and model spec (what inference and
-    audits need), written before its first round."""
-    write_json_atomic(sdir / "partition.json", _partition_json(part, ds, method, split.train))
+    audits need), written before its first round. ``partition.json`` also records which
+    split the data statistics were fitted on (``data_statistics``: ``train`` pooled over
+    the clients, or ``val`` held out for a DP method)."""
+    doc = {**_partition_json(part, ds, method, split.train), "data_statistics": data.stats_from}
+    write_json_atomic(sdir / "partition.json", doc)
     write_model_spec(sdir / MODEL_SPEC_FILE, model_spec(cfg, method, seed, data, dataset_bands))
 
 

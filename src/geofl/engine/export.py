@@ -28,7 +28,8 @@ def _floats(stat: torch.Tensor | None) -> tuple[float, ...] | None:
 
 
 def _task(cfg: ExperimentConfig, task: Task) -> TaskSpec:
-    """The config's task (name, parameters) and what it fitted on the train split."""
+    """The config's task (name, parameters) and what it fitted on the train split (the val
+    split for a DP method: :attr:`~geofl.engine.components.PreparedData.stats_from`)."""
     return TaskSpec(name=cfg.task.name, params=dict(cfg.task.params), state=task.fitted_state())
 
 
@@ -48,7 +49,8 @@ def model_spec(
         data: The seed's normalised split (its statistics are the ones recorded).
         dataset_bands: The dataset's bands before ``data.bands`` selected some.
     """
-    task = build_task(cfg, data.train.num_classes, data.train.targets)
+    fitted_on = data.val if data.stats_from == "val" else data.train  # as the run's task
+    task = build_task(cfg, fitted_on.num_classes, fitted_on.targets)
     in_channels, num_outputs = model_dims(data, task)
     fmt = file_format_of(cfg.data.dataset)
     train = data.train

@@ -27,7 +27,9 @@ from geofl.attacks.object_asr import missed_objects
 from geofl.attacks.oda import stamp_target_objects
 from geofl.attacks.trigger import Trigger
 from geofl.config.load import load_config
-from geofl.engine.experiment import load_dataset, prepare_split
+from geofl.config.schema import ExperimentConfig
+from geofl.engine.components import StatsSplit
+from geofl.engine.experiment import load_dataset, method_stats_split, prepare_split
 from geofl.errors import RunDirError
 from geofl.inference.load import load_model
 from geofl.report.oda_scenes import OdaScene
@@ -57,6 +59,14 @@ def _display(x: torch.Tensor, mean: torch.Tensor | None, std: torch.Tensor | Non
     return raw[:3].permute(1, 2, 0).clamp(0, 1).numpy()
 
 
+def _stats_split(cfg: ExperimentConfig, name: str) -> StatsSplit:
+    """The split method ``name`` fitted its input statistics on (val for a DP method)."""
+    method = next((m for m in cfg.methods if m.name == name), None)
+    if method is None:
+        raise RunDirError(f"method {name!r} is not in the run's config.yaml")
+    return method_stats_split(method)
+
+
 def collect_oda_scenes(
     run_dir: Path, attacked: str, defended: str, seed: int, count: int = 3
 ) -> tuple[list[OdaScene], str]:
@@ -70,7 +80,9 @@ def collect_oda_scenes(
     threat = _threat(run_dir, attacked, seed)
     cfg = load_config(run_dir / "config.yaml")
     ds = load_dataset(cfg)
-    data = prepare_split(ds, cfg, seed)
+    stats = {m: _stats_split(cfg, m) for m in (attacked, defended)}  # as each run did
+    prepared = {k: prepare_split(ds, cfg, seed, stats_from=k) for k in set(stats.values())}
+    data = prepared[stats[attacked]]
     inputs, targets = data.test.inputs, data.test.targets
     if not isinstance(inputs, torch.Tensor):
         raise RunDirError("the ODA scenes need the dataset in memory (data.cache: memory)")
@@ -81,10 +93,18 @@ def collect_oda_scenes(
     t = threat["trigger"]
     trigger = Trigger(torch.tensor(t["patch"], dtype=torch.float32), 0, 0, float(t["opacity"]))
     rows = targets[index]
-    x = stamp_target_objects(
-        inputs[index], rows, trigger=trigger, target=target, placement=threat["placement"]
-    )
-    dets = {m: _detect(run_dir, m, seed, x) for m in (attacked, defended)}
+    stamped = {
+        k: stamp_target_objects(
+            d.test.inputs[index],
+            rows,
+            trigger=trigger,
+            target=target,
+            placement=threat["placement"],
+        )
+        for k, d in prepared.items()
+    }
+    dets = {m: _detect(run_dir, m, seed, stamped[stats[m]]) for m in (attacked, defended)}
+    x = stamped[stats[attacked]]
     thr = (float(threat["asr"]["score_threshold"]), float(threat["asr"]["iou_threshold"]))
     scenes = []
     for i, row in enumerate(rows):

@@ -47,6 +47,7 @@ from geofl.data.split import make_split
 from geofl.data.targets import label_codes
 from geofl.engine.components import (
     PreparedData,
+    StatsSplit,
     build_task,
     check_model_inputs,
     check_release_inputs,
@@ -75,6 +76,7 @@ __all__ = [
     "normalised",
     "site_partition",
     "site_seed",
+    "site_stats_inputs",
     "sites_partition_json",
     "split_site",
 ]
@@ -174,6 +176,26 @@ def split_site(cfg: ExperimentConfig, i: int, ds: ArrayDataset, seed: int) -> Si
     return SiteSplit(name, ds.subset(s.train), ds.subset(s.val), ds.subset(s.test))
 
 
+def site_stats_inputs(split: SiteSplit, stats_from: StatsSplit) -> torch.Tensor:
+    """The inputs a site's band statistics (Σx, Σx², sent to the server) are taken from:
+    its train split, or for a DP method its held-out val split, so that the released sums
+    hold no training record outside the clients' ε (issue 33).
+
+    Raises:
+        ConfigError: naming ``data.split.val`` when a DP method's site has no val split.
+    """
+    part = split.val if stats_from == "val" else split.train
+    if stats_from == "val" and len(part) == 0:
+        raise ConfigError(
+            "data.split.val",
+            f"site {split.name} has no validation records, but a DP method fits its input "
+            "statistics on them (train statistics are outside ε); give val > 0 or set "
+            "data.normalize: none",
+        )
+    assert isinstance(part.inputs, torch.Tensor)  # data.sites needs cache: memory
+    return part.inputs
+
+
 def normalised(split: SiteSplit, mean: torch.Tensor, std: torch.Tensor) -> SiteSplit:
     """``split`` with every part standardised by the global ``mean``/``std`` (copies)."""
     parts = []
@@ -236,13 +258,14 @@ class SitesPlan:
             self.task = check_site_data(cfg, ds, site.name)
         check_schemas([s.name for s in sites], [DataSchema.of(d) for d in self.datasets])
 
-    def prepare(self, seed: int) -> SitePlan:
-        """Every site's split of ``seed``, normalised with the combined statistics."""
+    def prepare(self, seed: int, stats_from: StatsSplit = "train") -> SitePlan:
+        """Every site's split of ``seed``, normalised with the combined statistics of each
+        site's ``stats_from`` split (val for a DP method: :func:`site_stats_inputs`)."""
         cfg = self.cfg
         splits = [split_site(cfg, i, ds, seed) for i, ds in enumerate(self.datasets)]
         mean = std = None
         if cfg.data.normalize == "standardize":
-            stats = [band_stats(s.train.inputs) for s in splits]  # type: ignore[arg-type]
+            stats = [band_stats(site_stats_inputs(s, stats_from)) for s in splits]
             mean, std = combine_band_stats(stats, splits[0].train.inputs.ndim)
             splits = [normalised(s, mean, std) for s in splits]
         data = PreparedData(
@@ -252,6 +275,7 @@ class SitesPlan:
             mean,
             std,
             tuple(SiteHeldOut(s.name, s.val, s.test) for s in splits),
+            stats_from,
         )
         return SitePlan(data, tuple(splits))
 
