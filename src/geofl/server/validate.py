@@ -133,7 +133,7 @@ def l2_norms(x: torch.Tensor) -> torch.Tensor:
         ``[K]`` float64 norms (NaN/inf only where a row holds NaN/inf).
     """
     rows = x.detach().reshape(1, -1) if x.dim() == 1 else x.detach()
-    norms = torch.linalg.vector_norm(rows, dim=1).to(torch.float64)
+    norms: torch.Tensor = torch.linalg.vector_norm(rows, dim=1).to(torch.float64)
     lo, hi = _F32_NORM_BAND
     for k in torch.nonzero(~((norms >= lo) & (norms <= hi))).flatten().tolist():
         norms[k] = torch.linalg.vector_norm(rows[k], dtype=torch.float64)
