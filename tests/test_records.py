@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,27 @@ def test_read_rounds_strict_names_file_and_line(tmp_path: Path, damaged: str) ->
     assert str(path) in str(err.value) and "\n" not in str(err.value)
     # non-strict reading (resume after a crash) keeps what precedes the damage
     assert [r.round for r in read_rounds(path, strict=False)] == [1]
+
+
+def test_non_finite_statistics_are_written_as_null_and_read_back(tmp_path: Path) -> None:
+    from geofl.io import dumps_line
+
+    inf, nan = float("inf"), float("nan")
+    rec = RoundRecord(
+        round=1,
+        status=RoundStatus.AGGREGATED,
+        participants=[0, 1],
+        weights=[nan, 1.0],
+        update_norms=[inf, 0.5],
+        update_noise=[nan, 0.25],
+        time_s={"train": inf},
+        strategy={"cgf.score.0": -inf},
+        epsilon={"0": inf, "1": 2.0},  # a non-private client's ε
+    )
+    line = dumps_line(rec.to_json())  # strict JSON: non-finite numbers become null
+    assert "Infinity" not in line and "NaN" not in line
+    (back,) = read_rounds(_write_lines(tmp_path / "rounds.jsonl", [line]))
+    assert math.isnan(back.update_norms[0]) and back.update_norms[1] == 0.5
+    assert math.isnan(back.update_noise[0]) and math.isnan(back.weights[0])
+    assert math.isnan(back.time_s["train"]) and math.isnan(back.strategy["cgf.score.0"])
+    assert back.epsilon == {"0": inf, "1": 2.0}

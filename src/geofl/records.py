@@ -4,12 +4,16 @@ Produced by the scheduler, read by subscribers (governance, progress), reports a
 analyses. One line of ``rounds.jsonl`` is :meth:`RoundRecord.to_json` of one record;
 :meth:`RoundRecord.from_json` reads it back — including records written before the record
 was typed (rejections as bare strings, no status), so older run directories still load.
+The line is strict JSON: a NaN or ±inf statistic is written as null
+(:func:`geofl.io.dumps_line`) and read back as NaN (a client's ε as inf), so every line the
+writer emits is one the reader accepts.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -298,7 +302,7 @@ class RoundRecord:
                 or with values of the wrong type (callers name the file and line).
         """
         participants = [int(c) for c in data["participants"]]
-        weights = [float(w) for w in data.get("weights") or []]
+        weights = [_num(w) for w in data.get("weights") or []]
         status = data.get("status")
         if status is None:  # pre-typed records: infer from what they held
             status = (
@@ -326,16 +330,16 @@ class RoundRecord:
             bytes_up=int(data.get("bytes_up") or 0),
             bytes_down=int(data.get("bytes_down") or 0),
             aggregation_error=data.get("aggregation_error"),
-            update_norms=[float(x) for x in data.get("update_norms") or []],
-            update_noise=[float(x) for x in data.get("update_noise") or []],
+            update_norms=[_num(x) for x in data.get("update_norms") or []],
+            update_noise=[_num(x) for x in data.get("update_noise") or []],
             client_log=dict(data.get("client_log") or {}),
-            time_s={str(k): float(v) for k, v in (data.get("time_s") or {}).items()},
+            time_s={str(k): _num(v) for k, v in (data.get("time_s") or {}).items()},
             model_sha256=str(data.get("model_sha256") or ""),
             update_set_sha256=str(data.get("update_set_sha256") or ""),
             val=_opt_metrics(data.get("val")),
             test=_opt_metrics(data.get("test")),
-            strategy={str(k): float(v) for k, v in (data.get("strategy") or {}).items()},
-            epsilon={str(k): float(v) for k, v in (data.get("epsilon") or {}).items()},
+            strategy={str(k): _num(v) for k, v in (data.get("strategy") or {}).items()},
+            epsilon={str(k): _eps(v) for k, v in (data.get("epsilon") or {}).items()},
             lr=_opt_float(data.get("lr")),
             uplink=dict(data["uplink"]) if data.get("uplink") is not None else None,
             hierarchy=dict(data["hierarchy"]) if data.get("hierarchy") is not None else None,
@@ -344,6 +348,17 @@ class RoundRecord:
 
 def _opt_float(x: Any) -> float | None:
     return None if x is None else float(x)
+
+
+def _num(x: Any) -> float:
+    """A statistic of the record (a norm, a weight, a strategy scalar); null — how the
+    writer (:func:`geofl.io.to_jsonable`) encodes NaN and ±inf — reads as NaN."""
+    return math.nan if x is None else float(x)
+
+
+def _eps(x: Any) -> float:
+    """A client's ε; null reads as inf (ε is never NaN: a non-finite ε is unbounded)."""
+    return math.inf if x is None else float(x)
 
 
 def _opt_metrics(x: Any) -> SplitMetrics | None:

@@ -72,3 +72,12 @@ def test_pld_defers_to_rdp_for_astronomically_weak_noise() -> None:
         for _ in range(25):
             acc.record(0, dpa.GaussianDpEvent(5e-4))
     assert pld.epsilon(0, 1e-5) == rdp.epsilon(0, 1e-5)
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian", "poisson_gaussian"])
+def test_a_nan_noise_multiplier_is_refused_not_accounted_as_epsilon_zero(mechanism: str) -> None:
+    from geofl.privacy.accounting import dp_event_from_spec
+
+    spec = {"mechanism": mechanism, "noise_multiplier": math.nan, "sampling_probability": 0.1}
+    with pytest.raises(ValueError, match="noise_multiplier=nan"):
+        dp_event_from_spec(spec)

@@ -179,3 +179,24 @@ def test_missing_metadata() -> None:
     update = ClientUpdate(torch.zeros(D), None)  # type: ignore[arg-type]
     assert validate_update(update, D) == "meta is NoneType, expected UpdateMeta"
     assert validate_header(None) == "meta is NoneType, expected UpdateMeta"
+
+
+def test_l2_norms_are_exact_where_a_float32_reduction_overflows_or_underflows() -> None:
+    from geofl.server.validate import l2_norms
+
+    x = torch.zeros(4, D)
+    x[0], x[1], x[2] = 1e30, 1e-25, torch.tensor([3.0, 4.0, 0.0, 0.0])
+    assert torch.linalg.vector_norm(x, dim=1)[:2].tolist() == [math.inf, 0.0]  # the defect
+    norms = l2_norms(x)
+    assert norms.dtype == torch.float64
+    assert norms.tolist() == pytest.approx([2e30, 2e-25, 5.0, 0.0], rel=1e-7)
+    assert l2_norms(torch.full((D,), F32_MAX)).tolist() == pytest.approx([2 * F32_MAX])
+    assert math.isnan(float(l2_norms(torch.tensor([1e30, math.nan]))[0]))
+
+
+def test_an_update_scaled_by_1e30_is_valid_and_its_norm_finite() -> None:
+    from geofl.server.validate import l2_norms
+
+    delta = torch.full((D,), 0.01) * 1e30
+    assert validate_update(_update(delta), D) is None  # the robust aggregators' business
+    assert math.isfinite(float(l2_norms(delta)[0]))

@@ -46,19 +46,22 @@ def epsilon_cmd(
         raise fail(f"--accountant: must be rdp or pld, got {accountant!r}")
     if orders not in ("dp_accounting", "tf_privacy"):
         raise fail(f"--orders: must be dp_accounting or tf_privacy, got {orders!r}")
-    if not 0.0 < delta < 1.0:
-        raise fail(f"--delta: must be in (0, 1), got {delta:g}")
-    if q is not None and not 0.0 < q <= 1.0:
-        raise fail(f"--q: must be in (0, 1], got {q:g}")
-    if any(z <= 0.0 for z in noise_multiplier):
-        raise fail("--sigma: every noise multiplier must be > 0")
     if (q is None or steps is None) and dataset_size is None:
         raise fail("--dataset-size: needed unless both --q and --steps are given")
+    q_name = "--q" if q is not None else "--batch-size / --dataset-size"
+    if q is None:  # B/n as dp_sgd_plan takes it, computed here so it can be checked
+        q = 1.0 if batch_size >= (dataset_size or 1) else batch_size / (dataset_size or 1)
+    bad = _bad_number(noise_multiplier, (q_name, q), delta)
+    if bad is not None:
+        raise fail(bad)
     plan_q, plan_steps = dp_sgd_plan(
         dataset_size or 1,
         LocalTrainParams(batch_size=batch_size, local_epochs=local_epochs, local_steps=steps),
         q,
     )
+    bad = _bad_count(plan_steps * rounds)
+    if bad is not None:
+        raise fail(bad)
     table = Table(
         title=f"ε(δ = {delta:g}), {accountant}, q = {plan_q:.6g}, "
         f"{plan_steps} steps × {rounds} rounds"
@@ -79,3 +82,35 @@ def epsilon_cmd(
             raise fail(str(err)) from None
         table.add_row(f"{z:g}", f"{eps:.4g}")
     Console().print(table)  # the answer goes to stdout
+
+
+def _bad_number(sigmas: list[float], rate: tuple[str, float], delta: float) -> str | None:
+    """Why σ, q (``rate``: the option it came from and its value, given or B/n) or δ is
+    out of range (NaN and ±inf included), or None.
+
+    σ must lie in :data:`~geofl.privacy.accounting.NOISE_MULTIPLIER_RANGE` and q be at
+    least :data:`~geofl.privacy.accounting.MIN_SAMPLING_RATE`: a NaN σ would print ε = 0,
+    and beyond these bounds the accountants divide by an underflowed σ², overflow or raise
+    (PLD on a subnormal q), so such a value is refused rather than answered wrongly.
+    """
+    from geofl.privacy.accounting import MIN_SAMPLING_RATE, NOISE_MULTIPLIER_RANGE
+
+    lo, hi = NOISE_MULTIPLIER_RANGE
+    for z in sigmas:
+        if not lo <= z <= hi:  # False for NaN
+            return f"--sigma: must be a number in [{lo:g}, {hi:g}], got {z:g}"
+    if not 0.0 < delta < 1.0:
+        return f"--delta: must be in (0, 1), got {delta:g}"
+    name, q = rate
+    if not MIN_SAMPLING_RATE <= q <= 1.0:
+        return f"{name}: q must be in [{MIN_SAMPLING_RATE:.3g}, 1], got {q:g}"
+    return None
+
+
+def _bad_count(count: int) -> str | None:
+    """Why ``count`` DP-SGD steps are more than the accountants compose, or None."""
+    from geofl.privacy.accounting import MAX_RELEASES
+
+    if count > MAX_RELEASES:  # not printed: a product of huge ints may not print
+        return f"--rounds × steps: more than {MAX_RELEASES} releases, the most accounted"
+    return None

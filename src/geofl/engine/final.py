@@ -1,5 +1,6 @@
-"""What ``final.json`` reports beyond the last round's metrics: whether the run diverged,
-and ε per client from each client's own privacy ledger."""
+"""What ``final.json`` reports beyond the last round's metrics: whether the run diverged
+(or stalled: every update refused to the end), and ε per client from each client's own
+privacy ledger."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from geofl.privacy.accounting import (
     dp_events_json,
     epsilon_summary,
 )
-from geofl.records import RoundRecord
+from geofl.records import RejectionReason, RoundRecord, RoundStatus
 
-__all__ = ["DIVERGENCE_FACTOR", "divergence", "privacy_summary"]
+__all__ = ["DIVERGENCE_FACTOR", "divergence", "privacy_summary", "stalled"]
 
 
 def privacy_summary(
@@ -58,12 +59,18 @@ DIVERGENCE_FACTOR = 10.0
 
 
 def divergence(records: Sequence[RoundRecord]) -> str | None:
-    """Why a run diverged, or None: a non-finite training or test loss in any round, or a
-    final test loss above :data:`DIVERGENCE_FACTOR` × the first evaluated one.
+    """Why a run diverged, or None: a non-finite training or test loss in any round, a
+    final test loss above :data:`DIVERGENCE_FACTOR` × the first evaluated one, or a run
+    whose every update was refused from some round to the end (:func:`stalled`).
 
     Args:
         records: The run's round records in order.
     """
+    return _loss_divergence(records) or stalled(records)
+
+
+def _loss_divergence(records: Sequence[RoundRecord]) -> str | None:
+    """The loss rules of :func:`divergence`."""
     first: float | None = None
     for rec in records:
         if rec.train_loss is not None and not math.isfinite(rec.train_loss):
@@ -83,3 +90,42 @@ def divergence(records: Sequence[RoundRecord]) -> str | None:
                 f"evaluated round's {first:.3g}"
             )
     return None
+
+
+def stalled(records: Sequence[RoundRecord]) -> str | None:
+    """Why the model made no progress to the end of the run, or None.
+
+    A round whose every arriving update validation refused (NaN/Inf from clients whose
+    training blew up, e.g. ``train.lr=1e6``) leaves the model unchanged, and so does every
+    later round that trains from it: the losses of such a run stay finite (there are none
+    to report, or the last model's), so only the refusals show it. The run stalled when
+    such a round is followed, to the end, by no round that aggregated an update.
+
+    Args:
+        records: The run's round records in order.
+
+    Returns:
+        ``"from round r on no update was aggregated: … (n; client k: detail)"``, or None.
+    """
+    since: RoundRecord | None = None
+    for rec in records:
+        if rec.status is RoundStatus.AGGREGATED:
+            since = None
+        elif since is None and _refused_all(rec):
+            since = rec
+    if since is None:
+        return None
+    bad = [r for r in since.rejected if r.reason is RejectionReason.MALFORMED]
+    return (
+        f"from round {since.round} on no update was aggregated: every update that arrived "
+        f"in round {since.round} was malformed ({len(bad)}; client {bad[0].client}: "
+        f"{bad[0].detail})"
+    )
+
+
+def _refused_all(rec: RoundRecord) -> bool:
+    """Whether updates arrived in ``rec`` and validation refused every one (the others
+    were lost or declined)."""
+    return rec.status is RoundStatus.NO_UPDATES and any(
+        r.reason is RejectionReason.MALFORMED for r in rec.rejected
+    )

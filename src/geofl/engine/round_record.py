@@ -26,6 +26,7 @@ from geofl.hashing import params_sha256, update_set_sha256
 from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
 from geofl.server.sampling import Cohort
 from geofl.server.strategy import StrategyResult, UpdateBatch
+from geofl.server.validate import l2_norms
 from geofl.update import ClientUpdate, noise_scale
 
 __all__ = ["Collected", "declined", "reported_mean", "sync_record", "with_hashes"]
@@ -106,7 +107,7 @@ def sync_record(
         bytes_up=int(sum(m.bytes_sent for m in metas)),
         bytes_down=trained * (dim * 4 + got.payload_bytes),
         aggregation_error=error,
-        update_norms=torch.linalg.vector_norm(batch.deltas, dim=1).tolist() if metas else [],
+        update_norms=l2_norms(batch.deltas).tolist() if metas else [],  # float64: no overflow
         update_noise=noise_scale(batch.deltas).tolist() if metas else [],
         client_log=got.client_log,
         strategy=dict(result.info) if result is not None else {},

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -56,6 +57,9 @@ logging.getLogger("absl").addFilter(_QuietUnconvergedOrders())
 __all__ = [
     "ACCOUNTANTS",
     "DP_EVENTS_FILE",
+    "MAX_RELEASES",
+    "MIN_SAMPLING_RATE",
+    "NOISE_MULTIPLIER_RANGE",
     "TF_PRIVACY_ORDERS",
     "Accountant",
     "DpLedger",
@@ -99,6 +103,19 @@ class Accountant(Protocol):
 ACCOUNTANTS: Registry[Accountant] = Registry("accountant")
 
 
+#: The noise multipliers σ the accountants are numerically defined for: σ² and 1/σ² stay
+#: finite normal floats with room to spare. Beyond it dp_accounting divides by σ² = 0
+#: (σ = 1e-300) or overflows exp(·/σ²) and cosh (σ = 1e300), and its PLD accountant
+#: reports ε = 0 for σ = 1e-160; ``geofl epsilon`` refuses σ outside it.
+NOISE_MULTIPLIER_RANGE = (1e-150, 1e150)
+#: The smallest sampling rate q accounted: the smallest normal float (dp_accounting's PLD
+#: raises on a subnormal q, and its RDP series take seconds there).
+MIN_SAMPLING_RATE = sys.float_info.min
+#: The most releases one event composes: dp_accounting's PLD self-composition takes the
+#: count as a C ``ssize_t``.
+MAX_RELEASES = 2**63 - 1
+
+
 def dp_event_from_spec(spec: Mapping[str, Any]) -> dpa.DpEvent:
     """The DpEvent of one ledger entry (see the module docstring for the two formats).
 
@@ -107,6 +124,8 @@ def dp_event_from_spec(spec: Mapping[str, Any]) -> dpa.DpEvent:
     """
     mech = spec.get("mechanism")
     z = float(spec["noise_multiplier"])
+    if math.isnan(z):  # NaN ≤ 0 is False: it would pass as a private release with ε = 0
+        raise ValueError(f"{mech} event with noise_multiplier=nan")
     if mech == "gaussian":
         return dpa.GaussianDpEvent(z) if z > 0 else dpa.NonPrivateDpEvent()
     if mech == "poisson_gaussian":

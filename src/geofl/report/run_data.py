@@ -170,12 +170,12 @@ def read_json(path: Path) -> Any:
 def _read_rounds(path: Path) -> list[RoundRecord]:
     if not path.is_file():
         return []
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    lines = [ln for ln in path.read_bytes().splitlines() if ln.strip()]
     out: list[RoundRecord] = []
     for i, line in enumerate(lines):
-        try:
-            out.append(RoundRecord.from_json(json.loads(line)))
-        except json.JSONDecodeError as exc:
+        try:  # decoded line by line, so a stray non-UTF-8 byte is named by its line
+            out.append(RoundRecord.from_json(json.loads(line.decode("utf-8"))))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             if i == len(lines) - 1:  # a run still writing may leave a truncated last line
                 break
             raise RunDirError(

@@ -18,7 +18,7 @@ import torch
 
 from geofl.update import ClientUpdate, UpdateMeta
 
-__all__ = ["MAX_NUM_SAMPLES", "validate_header", "validate_update"]
+__all__ = ["MAX_NUM_SAMPLES", "l2_norms", "validate_header", "validate_update"]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,9 @@ MAX_NUM_SAMPLES = 2**53
 #: Uploads are copied into float32 rows, so a wider Δw must fit the float32 range.
 _F32_MAX = float(torch.finfo(torch.float32).max)
 _INT64_MAX = 2**63 - 1
+#: Norms a float32 reduction gets right: beyond it ‖Δw‖² overflows (1e30 · 0.01 per entry
+#: already does), below it the squares of the entries underflow.
+_F32_NORM_BAND = (1e-18, 1e18)
 _INT_FIELDS = ("client_id", "round", "steps", "bytes_sent")
 _FLOAT_FIELDS = ("train_loss",)  # NaN/Inf allowed: NaN is the default
 
@@ -85,7 +88,12 @@ def validate_update(
 
 
 def _tensor_reason(name: str, t: object, dim: int) -> str | None:
-    """Why ``t`` is not a dense, finite floating ``[dim]`` tensor that fits float32, or None."""
+    """Why ``t`` is not a dense, finite floating ``[dim]`` tensor that fits float32, or None.
+
+    What passes has a finite float64 L2 norm (at most 3.4e38·√D), so its statistics in the
+    round record (:func:`l2_norms`, σ̂) are numbers; a float32 reduction of it may still
+    overflow (‖Δw‖² of a 1e30-scaled update), which is why the record uses :func:`l2_norms`.
+    """
     if not isinstance(t, torch.Tensor):
         return f"{name} is {type(t).__name__}, not a tensor"
     if t.layout != torch.strided or t.is_meta:
@@ -107,6 +115,29 @@ def _tensor_reason(name: str, t: object, dim: int) -> str | None:
         if peak > _F32_MAX:  # the float32 row it is copied into would hold inf
             return f"{name} has values up to |{peak:.3g}|, beyond the float32 range"
     return None
+
+
+def l2_norms(x: torch.Tensor) -> torch.Tensor:
+    """``[K]`` float64 ‖x_k‖₂ of the rows of ``x`` ``[K, D]`` (or ``[1]`` of a ``[D]``),
+    free of overflow and underflow.
+
+    Each row's norm is first reduced in its own dtype (one pass, no copy); a row whose
+    result falls outside the band where a float32 sum of squares is exact enough (a finite
+    1e30-scaled update has ‖Δw‖² = inf in float32) is reduced again in float64, which holds
+    the square of every float32 value. Only such rows are copied, one at a time.
+
+    Args:
+        x: ``[K, D]`` (or ``[D]``) floating tensor.
+
+    Returns:
+        ``[K]`` float64 norms (NaN/inf only where a row holds NaN/inf).
+    """
+    rows = x.detach().reshape(1, -1) if x.dim() == 1 else x.detach()
+    norms: torch.Tensor = torch.linalg.vector_norm(rows, dim=1).to(torch.float64)
+    lo, hi = _F32_NORM_BAND
+    for k in torch.nonzero(~((norms >= lo) & (norms <= hi))).flatten().tolist():
+        norms[k] = torch.linalg.vector_norm(rows[k], dtype=torch.float64)
+    return norms
 
 
 def _uploads_reason(extra: object, dim: int, tensor_names: Sequence[str]) -> str | None:
