@@ -22,19 +22,22 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from typer.testing import CliRunner
 
 pytest.importorskip("flwr")
 
 from flwr.app import RecordDict
 
+from geofl.cli import app
 from geofl.client.data import ClientData
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
+from geofl.deploy.server import _check_resumed_randomness
 from geofl.deploy.setup import DeploySetup, deploy_randomness, fingerprint, load_setup
 from geofl.deploy.site import Site
 from geofl.deploy.wire import decode_reply, decode_request, encode_request
 from geofl.engine.components import build_program
-from geofl.errors import ConfigError
+from geofl.errors import ConfigError, DeployError
 from geofl.update import ClientDirectives
 
 SEED, CLIENT, ROUND = 3, 1, 1
@@ -187,3 +190,66 @@ def test_the_mode_is_in_the_fingerprint_by_name(tmp_path: Path) -> None:
     fa, fb = (fingerprint(s.cfg, s.method, s.seed) for s in (a, b))
     assert (fa["randomness"], fb["randomness"]) == ("secure", "seeded")
     assert {k for k in fa if fa[k] != fb[k]} == {"randomness"}
+
+
+def _resume_round_2(setup: DeploySetup, tmp_path: Path) -> tuple[ClientResult, ClientResult]:
+    """Rounds 1 and 2 of client ``CLIENT`` on a site (Flower run 1), then round 2 again
+    after the server resumed from its round-1 checkpoint (Flower run 2, a new site process
+    with the same state directory); the first and the resumed round-2 results."""
+    params = Site(setup, [CLIENT], tmp_path / "state").workspace.snapshot()
+
+    def ask(site: Site, state: RecordDict, r: int, run: int, **resume: int) -> ClientResult:
+        d = ClientDirectives(r, CLIENT)
+        req = decode_request(encode_request(params, d, "{}", r - 1, **resume))
+        res = decode_reply(site.train(req, state, run))
+        assert isinstance(res, ClientResult)
+        return res
+
+    first, state = Site(setup, [CLIENT], tmp_path / "state"), RecordDict()
+    ask(first, state, 1, run=1)
+    before = ask(first, state, 2, run=1)
+    restarted = Site(setup, [CLIENT], tmp_path / "state")
+    restarted.check_resume({CLIENT: (1, 1)}, 1, 2)  # discovery: checkpoint 1, ledger 1
+    after = ask(restarted, RecordDict(), 2, run=2, resume_round=1, ledger_events=1)
+    return before, after
+
+
+def test_seeded_resume_replays_the_lost_round_and_counts_it_once(tmp_path: Path) -> None:
+    before, after = _resume_round_2(load_setup(_config(tmp_path), None, None, "seeded"), tmp_path)
+    assert torch.equal(before.update.delta, after.update.delta)  # the same release again
+    assert len(after.state.dp_events) == 2  # rounds 1 and 2
+
+
+def test_secure_resume_draws_fresh_noise_and_counts_every_release(tmp_path: Path) -> None:
+    before, after = _resume_round_2(load_setup(_config(tmp_path), None, None), tmp_path)
+    assert not torch.equal(before.update.delta, after.update.delta)  # no replay of old noise
+    # round 1, the lost round 2 (released before the restart) and the rerun round 2
+    assert len(after.state.dp_events) == 3
+    assert after.state.dp_events[1] == after.state.dp_events[2] == before.state.dp_events[1]
+
+
+def test_resuming_a_run_directory_in_the_other_mode_is_refused(tmp_path: Path) -> None:
+    _check_resumed_randomness(tmp_path, "secure")  # nothing to resume: nothing to check
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(_raw()), encoding="utf-8")
+    _check_resumed_randomness(tmp_path, "seeded")  # written before the modes: seeded
+    with pytest.raises(DeployError, match=r"run with privacy.randomness seeded, this resume "):
+        _check_resumed_randomness(tmp_path, "secure")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(_raw(randomness="secure")))
+    _check_resumed_randomness(tmp_path, "secure")
+    with pytest.raises(DeployError, match="resume with randomness secure"):
+        _check_resumed_randomness(tmp_path, "seeded")
+
+
+def test_loopback_cli_warns_on_seeded_and_refuses_an_unknown_mode(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    runner = CliRunner()
+    args = ["deploy", "loopback", str(cfg), "--out", str(tmp_path / "o"), "--sites", "9"]
+    res = runner.invoke(app, [*args, "--randomness", "seeded"])
+    assert res.exit_code == 2  # too many sites: refused before anything starts ...
+    assert "warning: privacy.randomness is seeded" in res.stderr  # ... after the warning
+    res = runner.invoke(app, [*args, "--randomness", "sekure"])
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: randomness: 'sekure' is not a mode; use one of ['seeded', 'secure']"
+    ]
+    assert "warning" not in runner.invoke(app, args).stderr  # default secure: no warning
