@@ -13,6 +13,7 @@ runs), the server's replay is :func:`geofl.client.step.client_step` with the gen
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -32,13 +33,18 @@ from geofl.cli import app
 from geofl.client.data import ClientData
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
+from geofl.config.load import load_config
 from geofl.deploy.server import _check_resumed_randomness
 from geofl.deploy.setup import DeploySetup, deploy_randomness, fingerprint, load_setup
 from geofl.deploy.site import Site
 from geofl.deploy.wire import decode_reply, decode_request, encode_request
 from geofl.engine.components import build_program
+from geofl.engine.experiment import run_experiment
 from geofl.errors import ConfigError, DeployError
+from geofl.rundir import seed_dir
 from geofl.update import ClientDirectives
+from tests.deploy.test_flower_loopback import SEED as LOOP_SEED
+from tests.deploy.test_flower_loopback import _raw as loopback_raw
 
 SEED, CLIENT, ROUND = 3, 1, 1
 
@@ -253,3 +259,31 @@ def test_loopback_cli_warns_on_seeded_and_refuses_an_unknown_mode(tmp_path: Path
         "error: randomness: 'sekure' is not a mode; use one of ['seeded', 'secure']"
     ]
     assert "warning" not in runner.invoke(app, args).stderr  # default secure: no warning
+
+
+@pytest.mark.slow
+def test_loopback_deployment_is_secure_by_default_and_records_it(tmp_path: Path) -> None:
+    """``geofl deploy loopback`` without ``--randomness``: server and sites agree on secure
+    (the fingerprint carries it), the run records it, ε equals the seeded simulation's
+    (randomness does not change accounting) and the model does not (fresh noise)."""
+    raw = loopback_raw()
+    raw.pop("privacy")  # unset: seeded in simulation, secure in deployment
+    raw["federation"]["rounds"] = 1
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    sim = seed_dir(run_experiment(load_config(config), tmp_path / "sim"), "dpsgd", LOOP_SEED)
+    res = CliRunner().invoke(
+        app, ["deploy", "loopback", str(config), "--out", str(tmp_path / "dep"), "--timeout", "900"]
+    )
+    assert res.exit_code == 0, res.output[-3000:]
+    assert "warning" not in res.stderr
+    dep = seed_dir(tmp_path / "dep", "dpsgd", LOOP_SEED)
+    recorded = yaml.safe_load((tmp_path / "dep" / "config.yaml").read_text())
+    assert recorded["privacy"]["randomness"] == "secure"
+    fa = json.loads((sim / "final.json").read_text())
+    fb = json.loads((dep / "final.json").read_text())
+    assert (fa["privacy"]["randomness"], fb["privacy"]["randomness"]) == ("seeded", "secure")
+    assert fb["privacy"]["epsilon_per_client"] == fa["privacy"]["epsilon_per_client"]
+    pa = torch.load(sim / "checkpoint.pt", weights_only=False)["params"]
+    pb = torch.load(dep / "checkpoint.pt", weights_only=False)["params"]
+    assert not torch.equal(pa, pb)
