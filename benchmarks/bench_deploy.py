@@ -49,6 +49,7 @@ def config(rounds: int, samples: int, workers: int) -> dict[str, Any]:
         "model": {"name": "small_cnn", "params": {"width": 8, "blocks": 2}},
         "train": {"batch_size": 32, "local_epochs": 1},
         "federation": {"num_clients": 2, "rounds": rounds, "workers": workers},
+        "privacy": {"randomness": "seeded"},  # the simulator's generators: equal hashes
         "methods": [{"name": "fedavg", "partition": {"name": "iid"}}],
     }
 

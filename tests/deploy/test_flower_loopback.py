@@ -46,6 +46,7 @@ def _raw(**model: Any) -> dict[str, Any]:
         "model": {"name": "small_cnn", "params": {"width": 4, "blocks": 1, **model}},
         "train": {"batch_size": 32, "local_epochs": 1},
         "federation": {"num_clients": 2, "rounds": 2},
+        "privacy": {"randomness": "seeded"},  # the simulator's generators: bit-equal runs
         "methods": [
             {
                 "name": "dpsgd",

@@ -88,7 +88,7 @@ def test_in_process_federation_equals_the_simulator(tmp_path: Path) -> None:
     raw["federation"]["rounds"] = 2
     config = _write(tmp_path / "exp.yaml", raw)
     sim = seed_dir(run_experiment(load_config(config), tmp_path / "sim"), "fedavg", 3)
-    setup = load_setup(config, None, None)
+    setup = load_setup(config, None, None, "seeded")  # the simulator's generators
     assert setup.data is None  # the server loads nothing
     sites = [LocalSite(setup, n, "", tmp_path / f"{n}-state") for n in ("north", "south")]
     assert [s.clients for s in sites] == [[0], [1, 2]]

@@ -104,7 +104,7 @@ def test_a_site_in_a_new_flower_run_continues_like_one_that_never_stopped(
     ]
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(yaml.safe_dump(raw))
-    setup = load_setup(cfg, None, None)
+    setup = load_setup(cfg, None, None, "seeded")  # a rerun step repeats its noise
     comps = build_components(setup.cfg, setup.method, setup.seed, setup.data, setup.partition)
     params = comps.workspace.snapshot()
 

@@ -77,7 +77,7 @@ def test_parse_clients_and_its_errors() -> None:
 def test_site_step_equals_the_simulator_and_state_follows_acks(
     scaffold_config: Path, tmp_path: Path
 ) -> None:
-    setup = load_setup(scaffold_config, None, None)
+    setup = load_setup(scaffold_config, None, None, "seeded")  # the simulator's generators
     site = Site(setup, [1], tmp_path / "state")
     comps = build_components(setup.cfg, setup.method, setup.seed, setup.data, setup.partition)
     params = comps.workspace.snapshot()

@@ -17,6 +17,7 @@ from geofl.client.trainer import LocalTrainParams
 from geofl.errors import ConfigError
 from geofl.models.base import FlatModel
 from geofl.registry import CheckContext, Registry
+from geofl.rng import SEEDED, RandomSource
 from geofl.server.strategy import Strategy
 from geofl.server.tier import FlatTier
 from geofl.tasks.base import Task
@@ -53,6 +54,8 @@ class AlgorithmContext:
         num_classes: The task's output width (0 when unknown).
         task: The run's learning task, for a server that trains or evaluates models itself
             (BackdoorIndicator); None where unavailable.
+        randomness: Where a private server's noise comes from (``privacy.randomness``:
+            seeded, or a secret the server holds — DP-FTRL's tree noise).
     """
 
     tier: FlatTier
@@ -68,6 +71,7 @@ class AlgorithmContext:
     input_shape: tuple[int, ...] = ()
     num_classes: int = 0
     task: Task | None = None
+    randomness: RandomSource = SEEDED
 
 
 @dataclass(frozen=True)

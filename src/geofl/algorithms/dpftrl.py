@@ -33,6 +33,15 @@ reported per round (``dp_ftrl.epsilon`` in the round record) and at the end
 through the clipped sum, so server defenses, robust aggregators, other weightings and
 governance gates (they let one client's update decide whether others count, or who
 takes part later) are refused at load time.
+
+Where the tree noise comes from (``privacy.randomness``): ``seeded`` derives it from the
+run's seed, which every client holding the config knows — a client could regenerate and
+subtract it, so the guarantee then holds only against parties without the config.
+``secure`` keys it by a 256-bit secret the server draws from the OS CSPRNG when the strategy
+is built; the secret is never in the config or in anything sent to clients. It is kept in
+the strategy's checkpoint state (which already holds the noiseless Σ x_s, so it is exactly
+as private): a resumed run must redraw no tree node, since a node's noise is released in
+many prefixes but accounted once. Resuming with the other mode is refused.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from geofl.client.trainer import LocalTrainParams
 from geofl.errors import ConfigError
 from geofl.privacy.tree import TreeParticipation, node_count, prefix_noise, tree_epsilon
 from geofl.registry import CheckContext
+from geofl.rng import SEEDED, RandomSource, SecretSource
 from geofl.server.strategy import RoundPlan, StrategyResult, UpdateBatch
 from geofl.update import ClientDirectives, ClientUpdate
 
@@ -133,14 +143,23 @@ class DpFtrlStrategy:
         num_clients: N.
         dim: D.
         seed: Run seed; node noise comes from generators ``(seed, "dp_ftrl", "tree", b,
-            "level", h, "node", j)``.
+            "level", h, "node", j)`` of ``source``.
+        source: Seeded, or a :class:`~geofl.rng.SecretSource` holding the server's secret.
     """
 
     uploads: tuple[str, ...] = ()
     scalars: tuple[str, ...] = ()
 
-    def __init__(self, settings: FtrlSettings, *, num_clients: int, dim: int, seed: int) -> None:
-        self.s, self.dim, self.keys = settings, dim, (seed, "dp_ftrl")
+    def __init__(
+        self,
+        settings: FtrlSettings,
+        *,
+        num_clients: int,
+        dim: int,
+        seed: int,
+        source: RandomSource = SEEDED,
+    ) -> None:
+        self.s, self.dim, self.keys, self.source = settings, dim, (seed, "dp_ftrl"), source
         self.participation = TreeParticipation(num_clients, settings.tree_rounds)
         self.accounted = 0  # last round whose leaf the accounting has taken
         self.theta0: torch.Tensor | None = None  # [D], the model before the first step
@@ -178,10 +197,12 @@ class DpFtrlStrategy:
         while self.closed_trees < tree:  # the final prefix of each closed tree is carried
             closed = self.closed_trees
             self.carried_noise += prefix_noise(
-                self.dim, std=std, keys=self.keys, tree=closed, leaf=r_max
+                self.dim, std=std, keys=self.keys, tree=closed, leaf=r_max, source=self.source
             )
             self.closed_trees += 1
-        own = prefix_noise(self.dim, std=std, keys=self.keys, tree=tree, leaf=leaf)
+        own = prefix_noise(
+            self.dim, std=std, keys=self.keys, tree=tree, leaf=leaf, source=self.source
+        )
         return self.carried_noise + own
 
     def nodes_summed(self, round_idx: int) -> int:
@@ -242,6 +263,7 @@ class DpFtrlStrategy:
             "tree_rounds": s.tree_rounds,
             "sq_sensitivity_max": max(sq, default=0),
             "estimator": "plain binary-tree prefix sums (Kairouz et al. 2021)",
+            "randomness": self.source.mode,
             "neighbouring": (
                 "add/remove one client's whole data (client-level DP); participation drawn "
                 "independently of the data; no amplification by sampling"
@@ -254,9 +276,13 @@ class DpFtrlStrategy:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Tree, FTRL and accounting state; the node noise is regenerated, not stored."""
+        """Tree, FTRL and accounting state; the node noise is regenerated, not stored (in
+        secure mode from the server's secret, which is stored: the state is server-private,
+        it already holds the noiseless sum)."""
         theta0 = None if self.theta0 is None else self.theta0.clone()
+        secret = self.source.key if isinstance(self.source, SecretSource) else None
         return {
+            "secret": secret,
             "theta0": theta0,
             "true_sum": self.true_sum.clone(),
             "carried_noise": self.carried_noise.clone(),
@@ -267,7 +293,13 @@ class DpFtrlStrategy:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore from :meth:`state_dict`."""
+        """Restore from :meth:`state_dict` (in secure mode, with the checkpoint's secret).
+
+        Raises:
+            ConfigError: naming ``privacy.randomness`` when the checkpoint was written in
+                the other mode (resuming would redraw released tree nodes).
+        """
+        self.source = _resumed_source(self.source, state.get("secret"))
         theta0 = state["theta0"]
         self.theta0 = None if theta0 is None else theta0.clone()
         self.true_sum = state["true_sum"].clone()
@@ -276,6 +308,19 @@ class DpFtrlStrategy:
         self.velocity = state["velocity"].clone()
         self.accounted = int(state["accounted"])
         self.participation.load_state_dict(state["participation"])
+
+
+def _resumed_source(current: RandomSource, secret: bytes | None) -> RandomSource:
+    """The tree's source after a resume: the checkpoint's secret, in the same mode."""
+    was = "seeded" if secret is None else "secure"
+    if was != current.mode:
+        raise ConfigError(
+            "privacy.randomness",
+            f"the checkpoint's dp_ftrl tree noise is {was} but this run is {current.mode}; "
+            f"resume with privacy.randomness: {was} (a new source would redraw noise of tree "
+            "nodes already released), or start a new run",
+        )
+    return current if secret is None else SecretSource(secret)
 
 
 class DpFtrlClient(PlainClient):
@@ -386,5 +431,11 @@ def build_dp_ftrl(params: DpFtrlParams, *, ctx: AlgorithmContext) -> Algorithm:
         tree_rounds=params.tree_rounds or math.ceil(ctx.num_clients / m),
         delta=ctx.delta,
     )
-    strategy = DpFtrlStrategy(settings, num_clients=ctx.num_clients, dim=ctx.dim, seed=ctx.seed)
+    strategy = DpFtrlStrategy(
+        settings,
+        num_clients=ctx.num_clients,
+        dim=ctx.dim,
+        seed=ctx.seed,
+        source=ctx.randomness,
+    )
     return Algorithm(strategy, DpFtrlClient(params.clip))

@@ -10,7 +10,10 @@
   of a multi-site deployment; README "Many cores, many sites"); ``--resume`` continues a
   run directory from its checkpoint (the sites' state lies under ``DIR/flower``). With
   site-local data (``data.sites``) it starts one SuperNode per site (``--sites`` is
-  ignored), each loading its own entry's data.
+  ignored), each loading its own entry's data. ``--randomness`` sets the server's and every
+  site's ``privacy.randomness`` (default the config's, else ``secure``: nobody can
+  regenerate another party's noise); ``seeded`` reproduces the simulation bit for bit and
+  prints a warning.
 """
 
 from __future__ import annotations
@@ -84,18 +87,29 @@ def loopback_cmd(
     round_timeout: Annotated[float, typer.Option(help="Seconds a round waits.")] = 300.0,
     timeout: Annotated[float, typer.Option(help="Seconds the whole run may take.")] = 3600.0,
     resume: Annotated[bool, typer.Option(help="Continue from the run's checkpoint.")] = False,
+    randomness: Annotated[
+        str,
+        typer.Option(
+            help="secure (default: secret noise per site) or seeded (reproducible, and "
+            "regenerable by the server: a warning)."
+        ),
+    ] = "",
 ) -> None:
     """Run CONFIG on a SuperLink and SuperNodes started on this machine."""
     try:
         from geofl.config.load import load_config
         from geofl.deploy.flower import ERROR_FILE
         from geofl.deploy.loopback import Loopback
+        from geofl.deploy.setup import SEEDED_WARNING, deploy_randomness
     except ImportError:
         raise fail("geofl deploy needs Flower: pip install 'geofl[deploy]'") from None
     from geofl.errors import GeoflError
 
     try:
         cfg = load_config(config)
+        mode = deploy_randomness(cfg, randomness or None)
+        if mode == "seeded":
+            typer.echo(f"warning: {SEEDED_WARNING}", err=True)
         k = cfg.federation.num_clients
         if cfg.data.sites is not None:  # site-local data: one SuperNode per site
             nodes = [{"site": s.name} for s in cfg.data.sites]
@@ -114,7 +128,9 @@ def loopback_cmd(
             "resume": resume,
             "round-timeout": round_timeout,
             "connect-timeout": 120.0,
+            "randomness": mode,
         }
+        nodes = [{**node, "randomness": mode} for node in nodes]  # each site's own choice
         with Loopback(out.resolve() / "flower", nodes) as lb:
             output = lb.run(rc, timeout=timeout)
     except GeoflError as err:

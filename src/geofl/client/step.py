@@ -9,6 +9,9 @@ function; what varies per deployment is only where ``state`` is kept.
 
 Randomness comes from :class:`ClientStreams`, generators derived from (seed, round, client,
 purpose), so a client's result does not depend on which process ran it or what ran before.
+The program's :class:`~geofl.rng.RandomSource` turns those keys into generators: seeded
+(anyone with the keys regenerates them) or secure (keyed by a secret the client's process
+holds; ``privacy.randomness``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from geofl.client.trainer import (
     train_for_round,
 )
 from geofl.errors import BudgetExhaustedError
-from geofl.rng import Key, torch_generator
+from geofl.rng import SEEDED, Key, RandomSource
 from geofl.update import ClientDirectives, ClientUpdate, payload_bytes
 
 __all__ = [
@@ -56,9 +59,10 @@ class ClientStreams:
 
     keys: tuple[Key, ...]
 
-    def torch(self, purpose: str) -> torch.Generator:
-        """The generator for ``purpose`` (``train``, ``attack``, ``release``, …)."""
-        return torch_generator(*self.keys, purpose)
+    def torch(self, purpose: str, source: RandomSource = SEEDED) -> torch.Generator:
+        """The generator for ``purpose`` (``train``, ``attack``, ``release``, …) from
+        ``source`` (the program's ``randomness``)."""
+        return source.torch(*self.keys, purpose)
 
 
 class ClientBehaviour(Protocol):
@@ -171,6 +175,8 @@ class ClientProgram:
         attack: Malicious behaviour, applied when the client is one of its attackers.
         privacy: How the client accounts for its releases (ε after each round, and the
             budget stop), or None when nothing is accounted on the client.
+        randomness: Where the client's generators come from (``privacy.randomness``):
+            seeded, or a secret held by the process running the client.
     """
 
     trainer: LocalTrainer
@@ -179,6 +185,7 @@ class ClientProgram:
     release: Sequence[ReleaseStep] = ()
     attack: ClientBehaviour | None = None
     privacy: ClientPrivacy | None = None
+    randomness: RandomSource = SEEDED
 
     def state_specs(self, dim: int) -> dict[str, StateSpec]:
         """Every per-client state tensor: the algorithm's and the trainer's.
@@ -249,29 +256,29 @@ def client_step(
         attack.observe(global_params, directives)
     if malicious and isinstance(attack, DataPoisoning):
         train_data = attack.poison(data, directives.round)
-    alg = program.algorithm
+    alg, source = program.algorithm, program.randomness.for_step()  # secure: a new key
     correction = alg.correction(global_params, state, directives)
     trainer_state = {k: state.tensors[k] for k in program.trainer.state_specs()}
     kwargs: dict[str, Any] = {"correction": correction}
     if program.train.augment:  # own stream: the batch schedule's draws stay as without
-        kwargs["augment_generator"] = streams.torch("augment")
+        kwargs["augment_generator"] = streams.torch("augment", source)
     if trainer_state:
         kwargs["state"] = trainer_state
     update = program.trainer(
-        global_params, train_data, directives, streams.torch("train"), **kwargs
+        global_params, train_data, directives, streams.torch("train", source), **kwargs
     )
     kept = update.local_state
     update = replace(update, local_state={})
     train = train_for_round(program.train, directives)  # the round's η_l, if scheduled
     update, new_tensors = alg.finish(update, state, directives, train, global_params=global_params)
     if attack is not None and malicious:
-        update = attack(update, directives, streams.torch("attack"))
+        update = attack(update, directives, streams.torch("attack", source))
     update = apply_release(
         update,
         program.release,
         data=data,
         directives=directives,
-        generator=streams.torch("release"),
+        generator=streams.torch("release", source),
     )
     meta = replace(update.meta, bytes_sent=payload_bytes(update.delta, update.tensors))
     update = replace(update, meta=meta)

@@ -73,8 +73,11 @@ class FederationConfig(_OmitUnset):
     )
 
 
-class PrivacyConfig(_Strict):
-    """How ε is accounted for releases that add calibrated noise."""
+class PrivacyConfig(_OmitUnset):
+    """How ε is accounted for releases that add calibrated noise, and where the noise and
+    the sampling come from (``randomness``, :mod:`geofl.rng`)."""
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("randomness",)
 
     accountant: Component = Field(default_factory=lambda: Component(name="rdp"))
     delta: float = Field(1e-5, gt=0.0, lt=1.0, description="δ of the reported (ε, δ)")
@@ -83,4 +86,11 @@ class PrivacyConfig(_Strict):
         gt=0.0,
         description="a client declines any round that would take its ε(δ) past this "
         "(logged; the run continues with the others); None: no limit",
+    )
+    randomness: Literal["seeded", "secure"] | None = Field(
+        None,
+        description="seeded: noise and sampling derived from (seed, round, client) — "
+        "reproducible, and regenerable by anyone who knows the config (the server); secure: "
+        "from a secret each party draws from the OS CSPRNG and keeps. Absent: seeded in "
+        "simulation, secure in geofl deploy",
     )

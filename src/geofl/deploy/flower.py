@@ -10,14 +10,18 @@ Run config (``flwr run --run-config``; both apps read it):
   restart): sites restore their clients' state from their state directories;
 * ``sites`` — how many SuperNodes to wait for;
 * ``round-timeout`` / ``connect-timeout`` — seconds a round waits for replies, and the
-  server for its sites.
+  server for its sites;
+* ``randomness`` — ``seeded`` or ``secure``: the *server's* randomness mode
+  (:func:`~geofl.deploy.setup.deploy_randomness`; default the config's, else secure).
 
 Node config (``flower-supernode --node-config``): ``clients`` — the client ids the site
 hosts (``"0"``, ``"0,1"``, ``"2-5"``), and optionally ``config`` — the site's own copy of
 the experiment YAML (data paths may differ per site; every result-relevant section must
 match the server's, which the config fingerprint checks), and ``state-dir`` — where the
 site saves its clients' steps (default ``~/.geofl/site-state``;
-:mod:`geofl.deploy.sitestate`).
+:mod:`geofl.deploy.sitestate`), and ``randomness`` — the site's own randomness mode (a site
+never takes it from the run config, which the server's side writes; a mode that differs
+from the server's is refused by the fingerprint).
 
 With site-local data (``data.sites``, :mod:`geofl.deploy.sitedata`) a node names ``site``
 (its entry's name; it hosts that entry's clients — a ``clients`` value is ignored, so one
@@ -73,7 +77,7 @@ def server_main(grid: Grid, context: Context) -> None:
     config, method, seed = _run_setting(context)
     (Path(str(rc["out"])) / ERROR_FILE).unlink(missing_ok=True)  # a resumed run's old error
     try:
-        setup = load_setup(config, method, seed)
+        setup = load_setup(config, method, seed, str(rc.get("randomness", "")) or None)
         final = run_server(
             grid,
             setup,
@@ -102,9 +106,10 @@ def _site(context: Context) -> Site | LocalSite:
     config = str(node.get("config", config))
     clients, name = str(node.get("clients", "")), str(node.get("site", ""))
     state_dir, data = str(node.get("state-dir", "")), str(node.get("data", ""))
-    key = (config, method or "", str(seed), clients, name, state_dir, data)
+    randomness = str(node.get("randomness", ""))
+    key = (config, method or "", str(seed), clients, name, state_dir, data, randomness)
     if key not in _SITES:
-        setup = load_setup(config, method, seed)
+        setup = load_setup(config, method, seed, randomness or None)
         where = Path(state_dir) if state_dir else None
         if setup.cfg.data.sites is not None:
             if not name:
@@ -184,6 +189,11 @@ def site_evaluate(msg: Message, context: Context) -> Message:
 
 
 def _mismatch(sections: list[str]) -> str:
+    if sections == ["randomness"]:
+        return (
+            "randomness differs from the server's; give the site's node config randomness= "
+            "the server's mode (seeded or secure; default secure)"
+        )
     return (
         f"config differs from the server's in {', '.join(sections)}; give the site the "
         "server's experiment config (only data paths may differ)"

@@ -41,6 +41,7 @@ APP_CONFIG: dict[str, Any] = {
     "sites": 2,
     "round-timeout": 120.0,
     "connect-timeout": 60.0,
+    "randomness": "",  # the server's privacy.randomness ("": the config's, else secure)
 }
 
 

@@ -17,6 +17,15 @@ restore each client from their state directories as of that checkpoint. Discover
 them the checkpoint's round and, per client, its last admitted round and ledger length
 (:func:`resume_plan`), and a site that cannot restore a client stops the run with one line
 before any round.
+
+Resume and randomness (``privacy.randomness``): a run resumes in the mode it started in
+(``config.yaml`` records it; another mode is refused with one line). In ``secure`` mode a
+resumed site holds a new secret, so the rounds after the checkpoint are trained with fresh
+noise and batches: the run no longer equals an uninterrupted one, but every release is
+accounted — a site's ledger keeps the releases of steps it took after the checkpoint
+(:meth:`~geofl.deploy.sitestate.SiteStateDir.restore`), and a rerun round is a new
+release on top. DP-FTRL's tree noise is the exception: the server's secret is kept in its
+checkpoint, so no released tree node is ever redrawn.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
@@ -250,6 +260,29 @@ class FlowerRunner:
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
 
 
+def _check_resumed_randomness(out: Path, mode: str) -> None:
+    """Refuse to resume a run directory in another randomness mode than it started in (a
+    ``config.yaml`` without the field was written before the modes: seeded).
+
+    Raises:
+        DeployError: one line naming both modes.
+    """
+    path = out / "config.yaml"
+    if not path.is_file():
+        return
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return  # the run's own resume check reports a damaged run directory
+    privacy = doc.get("privacy") if isinstance(doc, dict) else None
+    was = str(privacy.get("randomness") or "seeded") if isinstance(privacy, dict) else "seeded"
+    if was != mode:
+        raise DeployError(
+            f"{path} was run with privacy.randomness {was}, this resume is {mode}; resume "
+            f"with randomness {was} (a run's rounds must not mix modes) or start a new run"
+        )
+
+
 def run_server(
     grid: Grid,
     setup: DeploySetup,
@@ -271,6 +304,8 @@ def run_server(
     cfg, method, seed = setup.cfg, setup.method, setup.seed
     fp = fingerprint(cfg, method, seed)
     run_dir = seed_dir(out, method.name, seed)
+    if resume:
+        _check_resumed_randomness(out, cfg.privacy.randomness or "secure")
     plan = resume_plan(run_dir / "checkpoint.pt") if resume else None
     if plan is not None and plan.checkpoint:
         log.info("resuming %s seed=%d after round %d", method.name, seed, plan.checkpoint)

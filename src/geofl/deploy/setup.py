@@ -11,12 +11,22 @@ with every request, so a site whose config differs (another model, task, method,
 refused with the sections named instead of training something else. With site-local
 data (``data.sites``) a site's dataset definition is its own: only the sites' names and
 client counts enter the fingerprint.
+
+Randomness (``privacy.randomness``, :mod:`geofl.rng`): a deployment is ``secure`` unless
+told otherwise — every party draws its noise and sampling from a secret it holds, so the
+server cannot regenerate a site's DP noise (nor a client the server's). ``seeded`` (the
+simulator's default, which reproduces the simulation bit for bit) needs an explicit
+choice: the config's ``privacy.randomness: seeded`` or the ``randomness`` run/node config
+key (``geofl deploy loopback --randomness seeded``), and logs a warning. The resolved mode
+is written into the setup's config, so it enters the fingerprint: a site whose mode
+differs from the server's is refused, and the server's ``config.yaml`` records it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,8 +45,26 @@ from geofl.engine.experiment import (
     task_info,
 )
 from geofl.errors import ConfigError, DeployError
+from geofl.rng import RANDOMNESS_MODES, Randomness
 
-__all__ = ["DeploySetup", "fingerprint", "fingerprint_mismatch", "load_setup"]
+__all__ = [
+    "SEEDED_WARNING",
+    "DeploySetup",
+    "deploy_randomness",
+    "fingerprint",
+    "fingerprint_mismatch",
+    "load_setup",
+]
+
+log = logging.getLogger("geofl")
+
+#: Logged (and printed by ``geofl deploy``) when a deployment runs seeded.
+SEEDED_WARNING = (
+    "privacy.randomness is seeded: every site's DP noise and batch sampling (and DP-FTRL's "
+    "tree noise) derive from the seed in the config, so the server (and any client with the "
+    "config) can regenerate and remove them — ε = ∞ against them; use secure outside "
+    "reproducibility tests"
+)
 
 #: Config sections whose difference between server and a site changes the run.
 FINGERPRINT_SECTIONS = ("data", "task", "model", "train", "federation", "privacy", "method")
@@ -74,9 +102,33 @@ def pick_method(cfg: ExperimentConfig, name: str | None) -> MethodConfig:
     )
 
 
-def load_setup(config: str | Path, method: str | None, seed: int | None) -> DeploySetup:
+def deploy_randomness(cfg: ExperimentConfig, override: str | None = None) -> Randomness:
+    """The randomness mode of a deployment: ``override`` (a run or node config's
+    ``randomness``) when given, else the config's ``privacy.randomness``, else ``secure``.
+
+    Raises:
+        ConfigError: naming ``randomness`` when ``override`` is not a mode.
+    """
+    if override:
+        if override not in RANDOMNESS_MODES:
+            raise ConfigError(
+                "randomness", f"{override!r} is not a mode; use one of {list(RANDOMNESS_MODES)}"
+            )
+        return "seeded" if override == "seeded" else "secure"
+    return cfg.privacy.randomness or "secure"
+
+
+def _with_randomness(cfg: ExperimentConfig, mode: Randomness) -> ExperimentConfig:
+    privacy = cfg.privacy.model_copy(update={"randomness": mode})
+    return cfg.model_copy(update={"privacy": privacy})
+
+
+def load_setup(
+    config: str | Path, method: str | None, seed: int | None, randomness: str | None = None
+) -> DeploySetup:
     """Load ``config`` and build the split and partition of (``method``, ``seed``) (with
-    site-local data, ``data.sites``, the config only).
+    site-local data, ``data.sites``, the config only); ``privacy.randomness`` is resolved by
+    :func:`deploy_randomness` (``randomness``: the run or node config's override).
 
     Raises:
         DeployError: when the config file is missing.
@@ -90,6 +142,10 @@ def load_setup(config: str | Path, method: str | None, seed: int | None) -> Depl
         )
     plugins.load_all()
     cfg = load_config(path)
+    mode = deploy_randomness(cfg, randomness)
+    if mode == "seeded":
+        log.warning(SEEDED_WARNING)
+    cfg = _with_randomness(cfg, mode)
     m = pick_method(cfg, method)
     s = cfg.seeds[0] if seed is None else int(seed)
     if cfg.data.sites is not None:  # site-local data: nothing to load here
@@ -103,7 +159,8 @@ def load_setup(config: str | Path, method: str | None, seed: int | None) -> Depl
 
 
 def fingerprint(cfg: ExperimentConfig, method: MethodConfig, seed: int) -> dict[str, str]:
-    """A short hash of every result-relevant config section (and the seed)."""
+    """A short hash of every result-relevant config section, the seed, and the randomness
+    mode in clear (when the config sets it; :func:`load_setup` always does)."""
     dump = cfg.model_dump(mode="json")
     dump["data"] = {k: v for k, v in dump["data"].items() if k not in ("cache", "cache_dir")}
     if dump["data"].get("sites") is not None:  # each site's definition (paths) is its own
@@ -111,11 +168,14 @@ def fingerprint(cfg: ExperimentConfig, method: MethodConfig, seed: int) -> dict[
                                  for s in dump["data"]["sites"]]  # fmt: skip
     dump["federation"] = {k: v for k, v in dump["federation"].items() if k != "workers"}
     dump["method"] = method.model_dump(mode="json")
+    randomness = dump["privacy"].pop("randomness", None)  # its own entry, named on mismatch
     out = {}
     for key in FINGERPRINT_SECTIONS:
         text = json.dumps(dump.get(key), sort_keys=True, separators=(",", ":"))
         out[key] = hashlib.sha256(text.encode()).hexdigest()[:16]
     out["seed"] = str(seed)
+    if randomness is not None:
+        out["randomness"] = str(randomness)
     return out
 
 

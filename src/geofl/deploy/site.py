@@ -12,6 +12,13 @@ way, as the simulator does (:meth:`~geofl.engine.scheduler.SyncScheduler._forget
 Every step is also saved to the site's state directory (:mod:`geofl.deploy.sitestate`),
 from which a client whose context state is gone (a run resumed after a SuperLink restart
 is a new Flower run) is restored as of the server's checkpoint.
+
+Randomness: with ``privacy.randomness: secure`` (a deployment's default) the program
+draws every step's noise and batches from a new secret (:mod:`geofl.rng`), so the
+uploads are *not* the simulator's and the server cannot regenerate them; a resumed or
+restarted site cannot replay its old noise, so its ledger keeps the releases of steps
+after the checkpoint (:meth:`~geofl.deploy.sitestate.SiteStateDir.restore`). With
+``seeded`` the uploads equal the simulator's bit for bit.
 """
 
 from __future__ import annotations
@@ -79,6 +86,7 @@ class Site:
         everyone = client_datasets(data, partition, parts.task)
         self.seed = setup.seed
         self.program: ClientProgram = parts.program
+        self.replayable = parts.program.randomness.mode == "seeded"  # a rerun repeats noise
         self.workspace, self.task, self.held_out = parts.workspace, parts.task, data.sites
         self.dim = parts.workspace.spec.numel
         self.clients: dict[int, ClientData] = {k: everyone[k] for k in clients}
@@ -100,7 +108,7 @@ class Site:
             a, m = plan.get(k, (0, 0))
             self.disk.restore(
                 k, admitted=a, checkpoint=checkpoint, ledger=m, flower_run=flower_run,
-                current=checkpoint + 1,
+                current=checkpoint + 1, replayable=self.replayable,
             )  # fmt: skip
 
     def train(self, req: TrainRequest, state: RecordDict, flower_run: int = 0) -> RecordDict:
@@ -114,6 +122,7 @@ class Site:
             restored = self.disk.restore(
                 k, admitted=req.admitted_round, checkpoint=req.resume_round,
                 ledger=req.ledger_events, flower_run=flower_run, current=d.round,
+                replayable=self.replayable,
             )  # fmt: skip
             self._commit(state, k, restored)
         self._acknowledge(state, k, req.admitted_round)

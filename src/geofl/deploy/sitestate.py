@@ -25,7 +25,10 @@ checkpoint; the site rebuilds (:meth:`SiteStateDir.restore`)
 
 and refuses with one line when it lacks the round-a step or its ledger is shorter than m
 (a state directory older than the checkpoint). Steps after c belong to rounds the
-checkpoint does not cover: they are dropped (those rounds rerun identically).
+checkpoint does not cover: with seeded randomness they are dropped (those rounds rerun
+identically, releasing nothing new); with secure randomness (``privacy.randomness``) the
+rerun draws fresh noise, so the steps after c stay on disk and the restored ledger is the
+longest saved one — their releases happened and count, the rerun's count on top.
 
 Pruning keeps at most three steps per client: a future resume starts from a checkpoint no
 older than the round before the current request, so it needs only the last admitted step,
@@ -129,7 +132,15 @@ class SiteStateDir:
         return {n: torch.full(s.shape, s.fill, dtype=torch.float32) for n, s in self.specs.items()}
 
     def restore(
-        self, k: int, *, admitted: int, checkpoint: int, ledger: int, flower_run: int, current: int
+        self,
+        k: int,
+        *,
+        admitted: int,
+        checkpoint: int,
+        ledger: int,
+        flower_run: int,
+        current: int,
+        replayable: bool = True,
     ) -> ClientState:
         """Client ``k``'s state as of the server's round-``checkpoint`` checkpoint.
 
@@ -142,18 +153,23 @@ class SiteStateDir:
                 before ``current`` stay usable (a SuperNode that lost its context
                 mid-run); every other step after ``checkpoint`` is dropped.
             current: The round now asked for.
+            replayable: Whether a rerun step repeats its noise (seeded randomness); False
+                (secure): the ledger keeps the releases of the steps after ``checkpoint``.
 
         Raises:
             DeployError: one line naming the client, the round and the directory when the
                 site lacks the round-``admitted`` step or its ledger is shorter than the
                 server's.
         """
-        keep = []
+        keep: list[int] = []
+        released: tuple[Any, ...] = ()  # secure: the longest ledger of a dropped step
         for r in self.rounds(k):
             if r <= checkpoint or (r < current and self.load(k, r)[1] == flower_run):
                 keep.append(r)
-            else:
+            elif replayable:
                 self._file(k, r).unlink(missing_ok=True)
+            else:
+                released = max(released, self.load(k, r)[0].dp_events, key=len)
         hint = (
             "start this SuperNode with the state-dir it used before the restart (node "
             "config state-dir), or start the run afresh"
@@ -165,6 +181,7 @@ class SiteStateDir:
             )
         tensors = self.load(k, admitted)[0].tensors if admitted else self.fresh()
         events = self.load(k, keep[-1])[0].dp_events if keep else ()
+        events = max(events, released, key=len)  # ledgers only grow: the longest holds all
         if len(events) < ledger:
             raise DeployError(
                 f"client {k}: saved privacy ledger under {self._client(k)} has {len(events)} "

@@ -38,7 +38,7 @@ from geofl.errors import ConfigError
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
 from geofl.privacy.budget import ledger_epsilon
-from geofl.rng import torch_generator
+from geofl.rng import random_source, torch_generator
 from geofl.server.aggregators import AGGREGATORS
 from geofl.server.defenses import DEFENSES
 from geofl.server.lr_schedule import LR_SCHEDULES, LrSchedule
@@ -245,6 +245,7 @@ def build_program(
         AGGREGATORS.build(method.aggregator.name, method.aggregator.params),
         [DEFENSES.build(d.name, d.params) for d in method.defenses],
     )
+    randomness = random_source(cfg.privacy.randomness)  # secure: this process's own key
     ctx = AlgorithmContext(
         tier,
         fed.server_lr,
@@ -259,6 +260,7 @@ def build_program(
         input_shape=tuple(int(s) for s in data.train.inputs.shape[1:]),
         num_classes=num_outputs,
         task=task,
+        randomness=randomness,
     )
     algorithm = ALGORITHMS.build(method.algorithm.name, method.algorithm.params, ctx=ctx)
     attack = build_attack(cfg, method, seed, data.train)
@@ -275,6 +277,7 @@ def build_program(
         release=[RELEASE_STEPS.build(s.name, s.params) for s in method.release],
         attack=attack,
         privacy=ClientPrivacy(_ledger_epsilon(cfg), cfg.privacy.target_epsilon),
+        randomness=randomness,
     )
     return ProgramParts(task, workspace, program, algorithm.strategy)
 

@@ -27,7 +27,8 @@ __all__ = ["DIVERGENCE_FACTOR", "divergence", "privacy_summary", "stalled"]
 def privacy_summary(
     cfg: ExperimentConfig, store: ClientStateStore, num_clients: int, out_dir: Path
 ) -> dict[str, Any] | None:
-    """ε per client from each client's own ledger (what clients would report); each
+    """ε per client from each client's own ledger (what clients would report), and where
+    their noise came from (``randomness``: seeded or secure, :mod:`geofl.rng`); each
     client's event list also goes to ``dp_events.json`` for offline recomputation."""
     acc_cfg = cfg.privacy.accountant
     accountant = ACCOUNTANTS.build(acc_cfg.name, acc_cfg.params)
@@ -45,13 +46,15 @@ def privacy_summary(
     if not zs:
         return None
     write_json_atomic(out_dir / DP_EVENTS_FILE, dp_events_json(ledgers, cfg.privacy))
-    return epsilon_summary(
+    summary = epsilon_summary(
         accountant,
         delta=cfg.privacy.delta,
         noise_multipliers=sorted(zs),
         kind=acc_cfg.name,
         record_level=mechanisms == {"poisson_gaussian"},
     )
+    summary["randomness"] = cfg.privacy.randomness or "seeded"  # absent: the simulator's
+    return summary
 
 
 #: Test loss above this many times the first evaluated round's counts as divergence.

@@ -11,9 +11,14 @@ coordinate. (Honaker's estimator, which averages every node's two readings, lowe
 variance by up to ~2×; it needs every node's value, the plain one only the current
 decomposition — so here a node's noise is never stored but regenerated from its generator.)
 
-Node noise comes from :func:`~geofl.rng.torch_generator` of ``(*keys, "tree", b, "level", h,
-"node", j)``: the same node always gets the same noise, whatever ran before, so a run
-resumed from a checkpoint releases exactly what an uninterrupted one does.
+Node noise comes from the generator of ``(*keys, "tree", b, "level", h, "node", j)`` of a
+:class:`~geofl.rng.RandomSource`: the same node always gets the same noise, whatever ran
+before, so a run resumed from a checkpoint releases exactly what an uninterrupted one does.
+That is also a privacy requirement: a node's noise is released many times (in every prefix
+whose decomposition holds the node) and the accounting counts it once, so it must never be
+redrawn. With the seeded source anyone who knows the keys (the config's seed) regenerates
+the noise; the secret source (``privacy.randomness: secure``) keys it by the server's
+secret.
 
 Accounting (:class:`TreeParticipation`). Neighbouring datasets add or remove one client's
 whole data; the participation pattern (who is asked to train in which round) is drawn from
@@ -39,7 +44,7 @@ import dp_accounting as dpa
 import torch
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from geofl.rng import Key, torch_generator
+from geofl.rng import SEEDED, Key, RandomSource
 
 __all__ = [
     "RDP_ORDERS",
@@ -81,7 +86,13 @@ def node_count(leaf: int) -> int:
 
 
 def prefix_noise(
-    dim: int, *, std: float, keys: tuple[Key, ...], tree: int, leaf: int
+    dim: int,
+    *,
+    std: float,
+    keys: tuple[Key, ...],
+    tree: int,
+    leaf: int,
+    source: RandomSource = SEEDED,
 ) -> torch.Tensor:
     """The noise on the released prefix ``[1, leaf]`` of tree ``tree``: Σ of its nodes' noise.
 
@@ -91,6 +102,7 @@ def prefix_noise(
         keys: Generator key prefix (e.g. ``(seed, "dp_ftrl")``).
         tree: Index b ≥ 0 of the tree (restarts count up).
         leaf: Position i ≥ 1 of the round in its tree.
+        source: Where the node generators come from (seeded, or the server's secret).
 
     Returns:
         ``[D]`` float64 noise, variance std² · :func:`node_count` per coordinate.
@@ -99,7 +111,7 @@ def prefix_noise(
     if std == 0.0:
         return out
     for h, j in prefix_nodes(leaf):
-        gen = torch_generator(*keys, "tree", tree, "level", h, "node", j)
+        gen = source.torch(*keys, "tree", tree, "level", h, "node", j)
         out.add_(torch.randn(dim, generator=gen, dtype=torch.float64), alpha=std)
     return out
 

@@ -27,7 +27,13 @@ from geofl.report.governance import governance_html
 from geofl.report.hierarchy import hierarchy_html
 from geofl.report.paired import paired_html
 from geofl.report.paper import paper_figures
-from geofl.report.privacy import attack_section, epsilon_sentences, neighbouring, weight_figures
+from geofl.report.privacy import (
+    attack_section,
+    epsilon_sentences,
+    neighbouring,
+    randomness_sentence,
+    weight_figures,
+)
 from geofl.report.results import incomplete_notice, results_html
 from geofl.report.run_data import RunData, load_run
 from geofl.report.summary import RunSummary, write_summary, write_text_atomic
@@ -71,6 +77,7 @@ def _privacy_html(run: RunData, out: Path) -> str:
             + '.</p>\n<ul class="epsilon">'
             + "".join(f"<li>{escape(s)}</li>" for s in sentences)
             + "</ul>"
+            + f"<p>{escape(randomness_sentence(run) or '')}</p>"
         )
     if attack:
         parts.append("<h3>Passive attribute inference</h3>\n" + attack)

@@ -2,6 +2,8 @@
 
 * :func:`epsilon_sentences` — the honest (ε, δ) of every method whose release adds Gaussian
   noise (``final.json["privacy"]``), with "no meaningful formal guarantee" when ε > 10.
+* :func:`randomness_sentence` — where that noise came from (``privacy.randomness``):
+  seeded (reproducible, and regenerable by whoever knows the config) or secure.
 * :func:`attack_section` — the passive attribute-inference AUC
   (``analysis/attribute_inference.json``): a bar chart and a table, ours next to the paper's.
 * :func:`weight_figures` — clients × rounds heatmaps of the JS-consistency aggregation
@@ -30,6 +32,7 @@ __all__ = [
     "epsilon_sentence",
     "epsilon_sentences",
     "neighbouring",
+    "randomness_sentence",
     "weight_figures",
 ]
 
@@ -121,6 +124,39 @@ def neighbouring(run: RunData) -> str | None:
             if isinstance(p, dict) and p.get("neighbouring"):
                 return str(p["neighbouring"])
     return None
+
+
+#: What each ``privacy.randomness`` mode means for the ε above (one sentence each).
+RANDOMNESS_MEANING = {
+    "seeded": (
+        "seeded — noise and Poisson batches derive from (seed, round, client), so the run "
+        "is reproducible bit for bit, but anyone who knows the config and seed (a "
+        "deployment's server included) can regenerate and remove the noise: the ε holds "
+        "only against parties without them"
+    ),
+    "secure": (
+        "secure — every client step draws its noise and batches from a fresh secret from "
+        "the OS CSPRNG (DP-FTRL's tree noise from a server-held secret), so no other party "
+        "can regenerate them; the run is not reproducible"
+    ),
+}
+
+
+def randomness_sentence(run: RunData) -> str | None:
+    """One sentence on where the accounted noise came from (``randomness`` in
+    ``final.json["privacy"]`` / ``["server_privacy"]``; absent: seeded, as every run was
+    before the field existed); None when no seed reports privacy."""
+    modes: set[str] = set()
+    for seeds in run.methods.values():
+        for r in seeds.values():
+            for key in ("privacy", "server_privacy"):
+                p = (r.final or {}).get(key)
+                if isinstance(p, dict):
+                    modes.add(str(p.get("randomness") or "seeded"))
+    if not modes:
+        return None
+    parts = [RANDOMNESS_MEANING.get(m, m) for m in sorted(modes)]
+    return "Randomness (privacy.randomness): " + "; ".join(parts) + "."
 
 
 # ---------------------------------------------------------------------------- attack
