@@ -32,6 +32,7 @@ the entry's definition. Its sites answer a third message type, ``evaluate``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -57,9 +58,13 @@ log = logging.getLogger("geofl")
 server_app = ServerApp()
 client_app = ClientApp()
 
-#: Sites built in this process, by (config, method, seed, clients or site, state dir, data):
-#: a long-lived ClientApp process builds its data and program once.
+#: Sites built in this process, by (config, method, seed, clients or site, state dir, data,
+#: the config's and data file's contents): a long-lived ClientApp process (a warm site,
+#: :mod:`geofl.deploy.warmsite`) builds its data and program once per run setting.
 _SITES: dict[tuple[str, ...], Site | LocalSite] = {}
+
+#: Sites a process keeps built (the oldest goes first): a warm site serves run after run.
+MAX_SITES = 4
 
 
 def _run_setting(context: Context) -> tuple[str, str | None, int | None]:
@@ -107,8 +112,12 @@ def _site(context: Context) -> Site | LocalSite:
     clients, name = str(node.get("clients", "")), str(node.get("site", ""))
     state_dir, data = str(node.get("state-dir", "")), str(node.get("data", ""))
     randomness = str(node.get("randomness", ""))
-    key = (config, method or "", str(seed), clients, name, state_dir, data, randomness)
+    # an edited file (same path) is another site
+    key: tuple[str, ...] = (config, method or "", str(seed), clients, name, state_dir, data)
+    key += (randomness, _content(config), _content(data))
     if key not in _SITES:
+        while len(_SITES) >= MAX_SITES:
+            del _SITES[next(iter(_SITES))]
         setup = load_setup(config, method, seed, randomness or None)
         where = Path(state_dir) if state_dir else None
         if setup.cfg.data.sites is not None:
@@ -122,6 +131,14 @@ def _site(context: Context) -> Site | LocalSite:
             hosted = parse_clients(clients, setup.cfg.federation.num_clients)
             _SITES[key] = Site(setup, hosted, where)
     return _SITES[key]
+
+
+def _content(path: str) -> str:
+    """A hash of the file at ``path`` ("" when there is none: building reports that)."""
+    try:
+        return hashlib.sha256(Path(path).expanduser().read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def _error(msg: Message, text: str) -> Message:

@@ -27,6 +27,7 @@ from typing import Any
 import tomli_w
 
 from geofl.deploy.certs import Certificates, NodeKey, write_certificates, write_node_key
+from geofl.deploy.warmsite import DEFAULT_POLL_S
 from geofl.errors import DeployError
 
 __all__ = ["APP_CONFIG", "Loopback", "free_port", "write_app"]
@@ -120,6 +121,12 @@ class Loopback:
         auth: SuperNode authentication (implies ``tls``): a key pair per site
             (:func:`geofl.deploy.certs.write_node_key`), each public key registered with
             ``flwr supernode register`` once the SuperLink listens.
+        warm: Run each site warm (:mod:`geofl.deploy.warmsite`): its SuperNode with
+            ``--isolation process`` and idle waits of ``poll_s``, beside one long-lived
+            process that runs every ClientApp task; False: Flower's stock SuperNode, which
+            starts a ``flwr-clientapp`` process per message (the slow path, kept for
+            ``benchmarks/bench_deploy.py``'s comparison).
+        poll_s: Seconds between a warm site's (and its SuperNode's) looks for work.
     """
 
     workdir: Path
@@ -127,6 +134,8 @@ class Loopback:
     start_timeout: float = 60.0
     tls: bool = False
     auth: bool = False
+    warm: bool = True
+    poll_s: float = DEFAULT_POLL_S
     port: int = 0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
@@ -230,19 +239,22 @@ class Loopback:
         key: Path | None = None,
     ) -> subprocess.Popen[bytes]:
         """Start SuperNode ``i`` with ``node`` as its node config (with ``auth``, and
-        ``key`` None, it authenticates with site ``i``'s key)."""
+        ``key`` None, it authenticates with site ``i``'s key); with ``warm``, its warm site
+        process too (started by the node's command, in its process group and log)."""
         if key is None and self.auth and i < len(self.keys):
             key = self.keys[i].private
         cfg = " ".join(f'{k}="{v}"' for k, v in node.items())
         port = free_port()
         self.ports.append(port)
-        proc = self._spawn(
-            f"supernode{i}",
-            [_bin("flower-supernode"), *self._node_security(key),
-             "--superlink", superlink or f"127.0.0.1:{self.port}",
-             "--port", str(port), "--max-retries", "3", "--max-wait-time", "20",
-             "--node-config", cfg],
-        )  # fmt: skip
+        link = superlink or f"127.0.0.1:{self.port}"
+        retry = ["--max-retries", "3", "--max-wait-time", "20"]
+        args = [*self._node_security(key), "--superlink", link, "--port", str(port), *retry]
+        args += ["--node-config", cfg]
+        cmd = [_bin("flower-supernode")]
+        if self.warm:
+            cmd = [sys.executable, "-m", "geofl.deploy.warmsite", "supernode"]
+            cmd += ["--poll", str(self.poll_s), "--"]
+        proc = self._spawn(f"supernode{i}", [*cmd, *args])
         self.nodes[i] = proc
         return proc
 
