@@ -1,14 +1,37 @@
-"""Shared fixtures: an isolated dataset cache and a tiny, fast experiment config."""
+"""Shared fixtures (an isolated dataset cache, a tiny fast experiment config), the test tiers'
+markers and the Hypothesis profiles.
+
+Tiers: ``pytest`` runs the fast tier (pyproject's ``addopts`` deselect the markers below);
+``pytest -m ""`` runs everything, as the README's test command and CI do. Hypothesis profiles:
+``HYPOTHESIS_PROFILE=dev`` (the default: few examples, for a quick local loop) or ``ci``
+(``.ci/run``: more examples); a test fixes its own count only where each example is costly.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from hypothesis import settings
 
 torch.set_num_threads(1)
+
+settings.register_profile("dev", max_examples=20, deadline=None)
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that need a ganache node (the ``ganache_url`` fixture, or the ``rpc``
+    backend of the ``make_ledger`` fixture, which requests it at run time) ``ganache``."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        names = getattr(item, "fixturenames", ())
+        if "ganache_url" in names or params.get("make_ledger") == "rpc":
+            item.add_marker(pytest.mark.ganache)
 
 
 @pytest.fixture(autouse=True)

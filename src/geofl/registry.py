@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
+    "EXTRAS",
     "MAX_DEPTH",
     "MAX_VALUES",
     "CheckContext",
@@ -40,6 +42,7 @@ __all__ = [
     "format_validation_error",
     "printable",
     "reject_loose_values",
+    "require_extra",
 ]
 
 #: Deepest nesting of mappings and lists a config (or a plug-in's parameters) may have.
@@ -99,6 +102,7 @@ class RegistryEntry(Generic[T]):
         traits: Capabilities and needs other plug-ins' checks can ask about (e.g. an
             aggregator is ``linear``; a release step adds ``noise``).
         check: Load-time check of this plug-in against the rest of the experiment.
+        requires: Optional extras (:data:`EXTRAS` keys) the implementation needs.
     """
 
     key: str
@@ -107,6 +111,50 @@ class RegistryEntry(Generic[T]):
     doc: str
     traits: frozenset[str] = frozenset()
     check: Check | None = None
+    requires: tuple[str, ...] = ()
+
+
+#: Optional extra (``pip install 'geofl[<extra>]'``) → the modules it installs. The core
+#: install runs simulation; a config that uses a part below needs its extra, and load-time
+#: validation refuses the config in one line when a module is missing (so ``config
+#: validate`` and ``run`` refuse alike, before any round). Keep in step with pyproject.toml.
+EXTRAS: Mapping[str, tuple[str, ...]] = {
+    "governance": ("web3", "eth_tester", "eth", "vyper", "coincurve"),
+    "space": ("sgp4",),
+    "detection": ("pycocotools",),
+    "deploy": ("flwr",),
+    "tracking": ("mlflow", "tensorboard"),
+}
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken parent package or a stub without a spec
+        return False
+
+
+def require_extra(extra: str, path: str, alternative: str = "") -> None:
+    """Raise the one-line ConfigError naming the pip command when ``extra`` is missing.
+
+    Args:
+        extra: A key of :data:`EXTRAS`.
+        path: Config path of the field that needs it (``governance``, ``task.name``).
+        alternative: What else the user may do instead (``"or set … : ideal"``), or "".
+
+    Raises:
+        ConfigError: ``<path>: needs the '<extra>' extra (<missing> not installed): pip
+            install 'geofl[<extra>]'``.
+    """
+    missing = [m for m in EXTRAS[extra] if not _installed(m)]
+    if missing:
+        also = f", {alternative}" if alternative else ""
+        raise ConfigError(
+            path,
+            f"needs the {extra!r} extra ({', '.join(missing)} not installed): "
+            f"pip install 'geofl[{extra}]'{also}",
+        )
 
 
 def printable(text: str) -> str:
@@ -273,6 +321,7 @@ class Registry(Generic[T]):
         params: type[BaseModel] = NoParams,
         traits: tuple[str, ...] = (),
         check: Check | None = None,
+        requires: tuple[str, ...] = (),
     ) -> Callable[[F], F]:
         """Decorator registering ``factory`` under ``key``.
 
@@ -281,17 +330,24 @@ class Registry(Generic[T]):
             params: Pydantic model of the parameters.
             traits: Capabilities other plug-ins' checks can ask about.
             check: ``check(params, ctx)`` run at config load time.
+            requires: Optional extras the implementation needs (:data:`EXTRAS` keys);
+                validating its parameters fails in one line naming the pip command when
+                one is missing.
 
         Raises:
-            RegistryError: if ``key`` is already registered.
+            RegistryError: if ``key`` is already registered or ``requires`` names an
+                unknown extra.
         """
+        unknown = [x for x in requires if x not in EXTRAS]
+        if unknown:
+            raise RegistryError(f"{self.kind} {key!r} requires unknown extras {unknown}")
 
         def deco(factory: F) -> F:
             if key in self._entries:
                 raise RegistryError(f"{self.kind} {key!r} is already registered")
             doc = (factory.__doc__ or "").strip().splitlines()
             self._entries[key] = RegistryEntry(
-                key, factory, params, doc[0] if doc else "", frozenset(traits), check
+                key, factory, params, doc[0] if doc else "", frozenset(traits), check, requires
             )
             return factory
 
@@ -308,8 +364,11 @@ class Registry(Generic[T]):
             ) from None
 
     def validate(self, key: str, params: Mapping[str, Any], *, path: str = "") -> BaseModel:
-        """Validate ``params`` against the entry's parameter model."""
+        """Validate ``params`` against the entry's parameter model, after checking that the
+        extras the entry requires are installed."""
         entry = self.entry(key, path=path)
+        for extra in entry.requires:
+            require_extra(extra, path or key)
         reject_loose_values(entry.params, dict(params), path)
         try:
             return entry.params.model_validate(dict(params))

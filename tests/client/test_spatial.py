@@ -155,7 +155,7 @@ def test_spatial_weights_normalise_alpha_times_size() -> None:
     assert WEIGHTINGS.build("spatial", {})(metas, 1).tolist() == pytest.approx([0.25, 0.75])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(
     st.lists(st.tuples(st.floats(0.5, 1.5), st.integers(1, 10_000)), min_size=1, max_size=12),
     st.randoms(use_true_random=False),

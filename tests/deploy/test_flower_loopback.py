@@ -35,7 +35,7 @@ from geofl.deploy.loopback import Loopback, free_port
 from geofl.engine.experiment import run_experiment
 from geofl.rundir import seed_dir
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.deploy]  # Flower processes
 
 SEED = 3
 

@@ -29,7 +29,7 @@ from geofl.engine.experiment import run_experiment
 from geofl.rundir import seed_dir
 from tests.deploy.test_flower_loopback import SEED, _raw, _rounds, _run_config, _write
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.deploy]  # Flower processes
 
 METHOD = "scaffold-dp"
 

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from geofl.config.load import load_config
@@ -50,6 +51,7 @@ def _raw() -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow  # ~8 s CPU: detection runs under every defense
 def test_defenses_run_on_detection_under_oda_and_record_asr(tmp_path: Path) -> None:
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(_raw()))

@@ -222,6 +222,7 @@ def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # ~13 s CPU: many CLI runs on bad sources
 def test_bad_sources_and_outputs_end_in_one_line(tmp_path: Path) -> None:
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00garbage")

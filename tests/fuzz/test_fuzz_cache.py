@@ -26,7 +26,6 @@ from geofl.data.eurosat import EUROSAT_RGB_SPEC
 from geofl.data.folderscan import scan_folder
 
 FUZZ = settings(
-    max_examples=40,
     deadline=None,
     derandomize=True,
     database=None,

@@ -26,7 +26,6 @@ from geofl.data.boxfiles import BoxRecord, read_coco_json
 from geofl.errors import DataError
 
 FUZZ = settings(
-    max_examples=300,
     deadline=None,
     derandomize=True,
     database=None,

@@ -461,7 +461,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz-config")
 
 
-@settings(FUZZ, max_examples=700)
+@settings(FUZZ)
 @given(raw=mutated())
 def test_mutated_presets_load_or_fail_with_one_line(work: Path, raw: Any) -> None:
     outcome = load_or_refuse(_write(work / "mutated.yaml", raw))
@@ -469,7 +469,7 @@ def test_mutated_presets_load_or_fail_with_one_line(work: Path, raw: Any) -> Non
     event(outcome[:70] if outcome else "loaded")
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ)
 @given(data=st.data(), name=st.sampled_from(PRESETS))
 def test_set_overrides_load_or_fail_with_one_line(
     work: Path, data: st.DataObject, name: str

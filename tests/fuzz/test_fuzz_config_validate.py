@@ -28,7 +28,6 @@ plugins.load_all()
 FUZZ = settings(
     deadline=None,
     derandomize=True,
-    max_examples=60,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 LIMIT = 2**30  # 1 GiB, set through the environment

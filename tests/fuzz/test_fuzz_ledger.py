@@ -26,7 +26,6 @@ from geofl.governance.audit import ChainRecords, LedgerRun, audit_counts, parse_
 from geofl.governance.ledger import AggregationCommitted
 
 FUZZ = settings(
-    max_examples=150,
     deadline=None,
     derandomize=True,
     database=None,

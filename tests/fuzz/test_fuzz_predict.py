@@ -156,7 +156,7 @@ def _fuzz_decode(
     return check
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ)
 @given(data=mutants(MS_SEEDS))
 def test_ms_mutants_decode_or_refuse_on_one_line(
     ms_run: TrainedRun, tmp_path: Path, capped: None, data: bytes
@@ -164,7 +164,7 @@ def test_ms_mutants_decode_or_refuse_on_one_line(
     _fuzz_decode(ms_run, tmp_path, MS_SEEDS, ".tif")(data)
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ)
 @given(data=mutants(RGB_SEEDS))
 def test_rgb_mutants_decode_or_refuse_on_one_line(
     rgb_run: TrainedRun, tmp_path: Path, capped: None, data: bytes

@@ -699,7 +699,7 @@ def check_verdict(case: Case, reason: str | None) -> None:
         assert reason is None or (isinstance(reason, str) and reason and "\n" not in reason)
 
 
-@settings(FUZZ, max_examples=1200)
+@settings(FUZZ)
 @given(case=cases())
 def test_validate_update_rejects_every_malformed_update_with_a_reason(case: Case) -> None:
     reason = validate_update(case.update(), D, case.tensor_names, case.scalar_names)
@@ -814,7 +814,7 @@ def rounds(draw: st.DrawFn) -> tuple[str, dict[int, Case]]:
     return algorithm, {k: draw(cases(most=2, needs=needs)) for k in sorted(senders)}
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ)
 @given(spec=rounds())
 def test_a_round_proceeds_without_the_malformed_updates(
     spec: tuple[str, dict[int, Case]],

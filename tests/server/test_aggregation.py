@@ -40,7 +40,7 @@ def test_weighted_mean_rejects_bad_weights() -> None:
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(
     arrays(np.float32, st.tuples(st.integers(1, 8), st.integers(1, 16)), elements=finite),
     st.data(),

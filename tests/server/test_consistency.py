@@ -179,7 +179,7 @@ counts = arrays(
 ).filter(lambda h: bool((h.sum(axis=1) > 0).all()))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(deadline=None)
 @given(counts, st.floats(0.1, 20.0), st.integers(2, 9), st.data())
 def test_consistency_properties(
     hist: np.ndarray, beta: float, scale: int, data: st.DataObject

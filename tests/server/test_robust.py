@@ -514,7 +514,7 @@ def _within_bounds(out: torch.Tensor, u: torch.Tensor) -> bool:
     return bool((out >= u.min(0).values - tol).all() and (out <= u.max(0).values + tol).all())
 
 
-@settings(max_examples=40, deadline=None)
+@settings(deadline=None)
 @given(matrices, st.floats(0.0, 0.49), st.data())
 def test_trimmed_mean_and_median_properties(
     arr: np.ndarray, beta: float, data: st.DataObject
@@ -559,7 +559,7 @@ def test_trimmed_mean_and_median_properties(
         assert torch.allclose(same, u[0], rtol=1e-6, atol=1e-30)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(deadline=None)
 @given(
     arrays(np.float32, st.tuples(st.integers(4, 9), st.integers(1, 6)), elements=finite),
     st.data(),
@@ -591,7 +591,7 @@ int_matrices = arrays(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(int_matrices, st.integers(1_000, 10_000), st.data())
 def test_krum_selection_invariant_to_a_common_offset(
     arr: np.ndarray, offset: int, data: st.DataObject

@@ -174,7 +174,7 @@ _cases = st.integers(1, 12).flatmap(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(case=_cases, clip=st.floats(0.1, 1e4), beta=st.sampled_from([0.0, 0.1, 0.2, 0.3]))
 def test_properties(
     case: tuple[np.ndarray, np.ndarray, list[int]], clip: float, beta: float

@@ -30,7 +30,7 @@ def _hra(u: torch.Tensor, ref: torch.Tensor, prev: torch.Tensor) -> tuple[torch.
     return res.hard, reputation_weights(r, res.hard)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(matrices, st.data())
 def test_cgf_hra_is_permutation_invariant_and_convex(x: object, data: st.DataObject) -> None:
     u = torch.tensor(x, dtype=torch.float32)
@@ -53,7 +53,7 @@ def test_cgf_hra_is_permutation_invariant_and_convex(x: object, data: st.DataObj
     assert bool((agg <= kept.max(0).values + slack).all())
 
 
-@settings(max_examples=40, deadline=None)
+@settings(deadline=None)
 @given(matrices, st.data())
 def test_flame_weights_and_hull(x: object, data: st.DataObject) -> None:
     u = torch.tensor(x, dtype=torch.float32)
@@ -70,7 +70,7 @@ def test_flame_weights_and_hull(x: object, data: st.DataObject) -> None:
     assert bool((res.delta <= pts.max(0).values + slack).all())
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(matrices, st.data())
 def test_flame_kept_set_is_permutation_invariant_for_distinct_distances(
     x: object, data: st.DataObject

@@ -182,7 +182,7 @@ def test_f1_and_r2_match_sklearn(seed: int) -> None:
         assert np.isnan(r2).all()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 4), st.booleans()), min_size=2, max_size=40).filter(
         lambda rows: 0 < sum(b for _, b in rows) < len(rows)

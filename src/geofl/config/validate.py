@@ -11,7 +11,7 @@ from typing import Any
 
 from geofl.config.schema import MAX_COUNT, Component, ExperimentConfig, MethodConfig
 from geofl.errors import ConfigError
-from geofl.registry import CheckContext, Registry, printable
+from geofl.registry import CheckContext, Registry, printable, require_extra
 
 __all__ = [
     "HIERARCHY_ALGORITHMS",
@@ -125,7 +125,7 @@ def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: s
         where: Its config path, ``methods.<i>``.
 
     Raises:
-        ConfigError: naming the field.
+        ConfigError: naming the field; also when orbit contacts lack the ``space`` extra.
     """
     if method.hierarchy is None:
         return
@@ -147,6 +147,8 @@ def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: s
             "the hierarchy runs client steps in this process (tractors hold different "
             "model versions): set workers to 1",
         )
+    if method.hierarchy.leo.contacts == "orbit":  # sgp4 propagates the TLEs
+        require_extra("space", f"{where}.hierarchy.leo.contacts", "or set it to ideal")
 
 
 def check_cache_mode(cfg: ExperimentConfig) -> None:

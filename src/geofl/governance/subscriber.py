@@ -17,18 +17,20 @@ import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from geofl.errors import GovernanceError
 from geofl.events import SUBSCRIBERS, RunInfo, Subscriber
 from geofl.governance.config import GovernanceConfig
-from geofl.governance.ledger import Ledger
-from geofl.governance.process import COORDINATOR, GovernanceProcess, rule_document
 from geofl.io import append_jsonl, write_json_atomic
 from geofl.records import RoundRecord, read_rounds
 from geofl.registry import CheckContext
+
+if TYPE_CHECKING:  # the ledger and the process need the `governance` extra (web3, py-evm)
+    from geofl.governance.ledger import Ledger
+    from geofl.governance.process import GovernanceProcess
 
 __all__ = ["GovernanceSubscriber", "build_offline", "open_ledger"]
 
@@ -40,8 +42,10 @@ RULE_FILE = "governance.rule.json"
 
 def open_ledger(cfg: GovernanceConfig, seed_dir: Path, seed: int) -> Ledger:
     """A fresh ledger for one run: embedded in ``seed_dir/ledger`` or on a JSON-RPC node."""
-    # the backends import web3 (seconds): only a governed run pays for them
+    # the backends import web3 (seconds; the `governance` extra): only a governed run
+    # pays for them, and the core install registers this subscriber without them
     from geofl.governance.ledger import EmbeddedLedger, RpcLedger
+    from geofl.governance.process import COORDINATOR
 
     backend = cfg.backend
     if backend.name == "embedded":
@@ -78,6 +82,8 @@ def _process(
     method: str,
     num_params: int,
 ) -> GovernanceProcess:
+    from geofl.governance.process import GovernanceProcess, rule_document
+
     part = json.loads((seed_dir / "partition.json").read_text())
     hist = np.asarray(part["histograms"], dtype=np.int64)
     ledger = open_ledger(cfg, seed_dir, seed)
@@ -197,7 +203,7 @@ def _check(gov: GovernanceConfig, ctx: CheckContext) -> None:
         ctx.fail("methods", f"unknown methods {unknown}")
 
 
-@SUBSCRIBERS.register("governance", params=GovernanceConfig, check=_check)
+@SUBSCRIBERS.register("governance", params=GovernanceConfig, check=_check, requires=("governance",))
 def build_governance(gov: GovernanceConfig, *, experiment: Mapping[str, Any]) -> Subscriber:
     """The on-chain governance layer (000 §3.5) for the experiment's governed runs."""
     return GovernanceSubscriber(gov, experiment)

@@ -28,11 +28,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sgp4.api import WGS72, Satrec, SatrecArray, jday
 
 from geofl.errors import OrbitError
+
+if TYPE_CHECKING:
+    from sgp4.api import Satrec
+
+# sgp4 is the `space` extra: parsing TLEs and building Walker constellations need only the
+# core install (config load imports this module); propagation imports sgp4 when it runs.
 
 __all__ = [
     "GEO_MEAN_MOTION",
@@ -81,6 +87,8 @@ class Tle:
 
     def satrec(self) -> Satrec:
         """The sgp4 satellite record (WGS72, as TLEs are fitted)."""
+        from sgp4.api import WGS72, Satrec
+
         return Satrec.twoline2rv(self.line1, self.line2, WGS72)
 
 
@@ -332,6 +340,8 @@ def check_location(lat_deg: float, lon_deg: float, *, field: str) -> None:
 
 def julian_dates(start: datetime, n_slots: int, slot_s: float) -> tuple[np.ndarray, np.ndarray]:
     """Julian date of slot starts, split as sgp4 wants: whole part [T] and fraction [T]."""
+    from sgp4.api import jday
+
     t = to_utc(start)
     jd, fr = jday(t.year, t.month, t.day, t.hour, t.minute, t.second + t.microsecond * 1e-6)
     frac = fr + np.arange(n_slots, dtype=np.float64) * (slot_s / DAY_S)
@@ -392,6 +402,8 @@ def propagate(tles: Sequence[Tle], jd: np.ndarray, fr: np.ndarray) -> np.ndarray
     Raises:
         OrbitError: naming the satellite, when sgp4 fails (e.g. it has decayed).
     """
+    from sgp4.api import SatrecArray
+
     err, r, _ = SatrecArray([t.satrec() for t in tles]).sgp4(jd, fr)
     bad = np.flatnonzero(err.any(axis=1))
     if bad.size:

@@ -246,7 +246,7 @@ declare_metrics("detection", {"map_50": "max", "map": "max", "map_75": "max", "l
 declare_whole_sample_labels("detection")
 
 
-@TASKS.register("detection", params=DetectionParams)
+@TASKS.register("detection", params=DetectionParams, requires=("detection",))
 def build_detection(params: DetectionParams, *, num_classes: int, train_targets: Any) -> Task:
     """Object detection on ``boxes`` targets: detector loss, COCO mAP (004 §3)."""
     t = require_tensor("detection", train_targets)
