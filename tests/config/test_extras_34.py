@@ -120,3 +120,16 @@ def test_core_install_imports_and_validates_demo() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "core ok 3" in out.stdout
+
+
+def test_ledger_commands_on_a_core_install_name_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``geofl ledger …`` opens the chain: without the extra, one line naming pip, exit 2."""
+    _hide(monkeypatch, "governance")
+    done = runner.invoke(app, ["ledger", "verify", str(tmp_path)])
+    assert done.exit_code == 2, done.output
+    lines = done.output.strip().splitlines()
+    assert len(lines) == 1, done.output
+    assert "geofl ledger: needs the 'governance' extra" in lines[0]
+    assert "pip install 'geofl[governance]'" in lines[0]

@@ -27,6 +27,18 @@ SeedOpt = Annotated[int | None, typer.Option(help="Only this seed.")]
 out = Console(width=None if sys.stdout.isatty() else 160)
 
 
+@ledger_app.callback()
+def _needs_governance() -> None:
+    # Every ledger command opens the chain: on a core install, one line naming the extra.
+    from geofl.errors import ConfigError
+    from geofl.registry import require_extra
+
+    try:
+        require_extra("governance", "geofl ledger")
+    except ConfigError as err:
+        raise fail(str(err)) from None
+
+
 def _ledgers(run_dir: Path, method: str | None, seed: int | None) -> Iterator[tuple[Any, Any]]:
     """Each governed run of ``run_dir`` with its ledger opened read-only (closed after)."""
     from geofl.governance.audit import find_ledgers, open_readonly
