@@ -132,7 +132,7 @@ def test_geo_coverage_counts_by_hand() -> None:
 
 def test_region_centres_of_rows() -> None:
     got = region_centres_of(np.array([1, 0, 1]), np.array([5.0, 1.0, 5.0]), np.array([6, 2, 6]))
-    assert got.tolist() == [[1.0, 2.0], [5.0, 6.0]]
+    assert got == ((1.0, 2.0), (5.0, 6.0))
     with pytest.raises(HierarchyError, match="one centre"):
         region_centres_of(np.array([0, 0]), np.array([1.0, 2.0]), np.array([0.0, 0.0]))
     with pytest.raises(HierarchyError, match="one centre"):  # region 1 has no row
@@ -161,7 +161,7 @@ def test_dataset_geography_parameter(tmp_path: Path) -> None:
     assert set(region.tolist()) == set(range(12))
     lat, lon = np.asarray(data.metadata["region_lat"]), np.asarray(data.metadata["region_lon"])
     want = region_centres_of(region, lat, lon)
-    assert want.tolist() == [[r.lat, r.lon] for r in GEOGRAPHIES["world"][:12]]
+    assert list(want) == [(r.lat, r.lon) for r in GEOGRAPHIES["world"][:12]]
     default = build_synthetic_agri(
         SyntheticAgriParams(task="stress", num_blocks=200), cache_dir=tmp_path
     )

@@ -18,7 +18,9 @@ def _world_raw(rounds: int) -> dict[str, Any]:
     hier = {"round_s": 3600, "driver_deadline_s": 600, "staleness_metric": False}
     raw = agri_raw(hier, rounds=rounds)
     raw["data"]["params"].update(
-        geography="world", farms_per_region=[1] * REGIONS, num_tractors=2 * REGIONS,
+        geography="world",
+        farms_per_region=[1] * REGIONS,
+        num_tractors=2 * REGIONS,
         num_blocks=20 * REGIONS,
     )
     raw["federation"]["num_clients"] = 2 * REGIONS

@@ -56,8 +56,10 @@ def min_separation_km(lat: np.ndarray, lon: np.ndarray, region: np.ndarray) -> f
     return float(d[other].min()) if other.any() else float("inf")
 
 
-def region_centres_of(region: np.ndarray, lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
-    """``[R, 2]`` (lat, lon) of regions 0 … R − 1 from per-row ``region`` ids and centre
+def region_centres_of(
+    region: np.ndarray, lat: np.ndarray, lon: np.ndarray
+) -> tuple[tuple[float, float], ...]:
+    """(lat, lon) of regions 0 … R − 1 from per-row ``region`` ids and centre
     columns (as ``synthetic_agri`` records them for a geography other than ``paper3``).
 
     Raises:
@@ -72,7 +74,7 @@ def region_centres_of(region: np.ndarray, lat: np.ndarray, lon: np.ndarray) -> n
         raise HierarchyError(
             "region_lat/region_lon: every region needs one centre shared by all its rows"
         )
-    return out
+    return tuple((float(a), float(b)) for a, b in out)
 
 
 @dataclass(frozen=True)
