@@ -44,7 +44,6 @@ def test_world_geography_run_trims_and_counts_regions(tmp_path: Path) -> None:
     for g in seen:
         assert g["models"] == len(g["regions_per_model"]) and g["farms"] >= g["regions"] >= 1
         assert g["trimmed"] == int(0.1 * g["models"] + 1e-9)
-    print(seen)
     best = max(seen, key=lambda g: g["models"])
     assert best["models"] >= 10 and best["trimmed"] >= 1  # RobustAvg trims
     assert best["regions"] >= 8
