@@ -60,6 +60,7 @@ from geofl.engine.hierarchy_tiers import GeoResult, geo_aggregate
 from geofl.engine.scheduler import ClientRunner, RoundOutcome, SyncScheduler, _Collected
 from geofl.engine.uplink import TransmitStatus, link_bytes
 from geofl.hierarchy.clusters import DriverMonitor
+from geofl.hierarchy.geography import geo_coverage
 from geofl.network.payload import encode_raw
 from geofl.security.envelope import OVERHEAD_BYTES
 
@@ -230,6 +231,7 @@ class HierarchicalScheduler(HierarchyEvents):
             )  # fmt: skip
             params = geo.params
             self._stats.event(end, "geo")
+            self._stats.geo = self._coverage([m.clients for _, m in regionals])
         self.versions[round_idx] = params
         if self.personal is not None and geo is not None:
             self.personal.publish(round_idx, params, [m for _, m in regionals])
@@ -238,6 +240,13 @@ class HierarchicalScheduler(HierarchyEvents):
         elif geo is not None:
             self.stations.schedule_downlink(round_idx, end, self._stats)
         return params, geo
+
+    def _coverage(self, clients: list[tuple[int, ...]]) -> dict[str, Any]:
+        """The GEO step's regional models, regions, farms and trim (the record's ``geo``)."""
+        region = self.topo.region if self.topo.region is not None else np.zeros_like(self.topo.farm)
+        return geo_coverage(
+            clients, region, self.topo.farm, trim_fraction=self.cfg.trim_fraction
+        ).to_json()
 
     def _held(self, client: int) -> torch.Tensor:
         """The model tractor ``client`` trains from: its personalized model, or the global

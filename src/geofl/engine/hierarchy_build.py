@@ -25,6 +25,7 @@ from geofl.engine.scheduler import ClientRunner, SyncScheduler
 from geofl.errors import ConfigError, HierarchyError, OrbitError
 from geofl.hierarchy.clusters import capability_score, form_clusters
 from geofl.hierarchy.fleet import REGION_CENTRES, Fleet, fleet_from_context
+from geofl.hierarchy.geography import region_centres_of
 from geofl.network.contacts import ephemeris
 from geofl.network.orbits import Tle, parse_tles, walker_constellation
 from geofl.network.stations import StationContacts
@@ -139,9 +140,14 @@ def fleet_of_run(data: PreparedData, partition: Partition, *, seed: int) -> Flee
     _, region = np.unique(col["region"], return_inverse=True)
     _, farm = np.unique(col["farm"], return_inverse=True)
     try:
+        centres = REGION_CENTRES  # 003's three regions, unless the rows carry centres
+        if "region_lat" in meta and "region_lon" in meta:
+            centres = region_centres_of(
+                region, np.asarray(meta["region_lat"])[rows], np.asarray(meta["region_lon"])[rows]
+            )
         return fleet_from_context(
             tractor, farm, region, col["crop"], col["soil"], col["climate"],
-            col["link_profile"], seed=seed, region_centres=REGION_CENTRES,
+            col["link_profile"], seed=seed, region_centres=centres,
         )  # fmt: skip
     except HierarchyError as err:
         raise ConfigError(

@@ -72,6 +72,9 @@ class HierarchyStats:
         missed_downlink: Tractors that missed a global model (outage or down) and kept
             their last one (§2.1.2(4)).
         stranded: Driver models with no LEO contact left in the plan.
+        geo: What the GEO aggregation saw: regional models, agro-climatic regions and
+            farms, regions per model, RobustAvg's trim (:class:`~geofl.hierarchy.geography.
+            GeoCoverage`); None when the GEO did not aggregate.
         events: The round's timeline, ``(t_s, kind, leo, cluster, station)`` with kind
             ``uplink`` (a driver model reached LEO ``leo`` in a pass over ``station``, the
             tractor driving ``cluster``), ``relay`` (LEO ``leo`` relayed its regional model
@@ -97,6 +100,7 @@ class HierarchyStats:
     down: int = 0
     missed_downlink: int = 0
     stranded: int = 0
+    geo: dict[str, Any] | None = None
     events: list[tuple[float, str, int, int, int]] = field(default_factory=list)
 
     def hop(
@@ -149,5 +153,6 @@ class HierarchyStats:
             "down": self.down,
             "missed_downlink": self.missed_downlink,
             "stranded": self.stranded,
+            "geo": self.geo,
             "events": [list(e) for e in self.events],
         }

@@ -11,9 +11,12 @@ What the agri data does not carry is drawn here, seeded (generators
 * **Locations** (Alg. 2's λ_i). 003 gives no coordinates; its three regions (Table 12:
   high / medium / low NQI, humid / subhumid / semiarid) are placed at documented centres
   (:data:`REGION_CENTRES`): the US Corn Belt (Ames, Iowa), the central Plains (Salina,
-  Kansas) and the semi-arid West (Limon, eastern Colorado). Each farm's centre is the region
-  centre plus an isotropic Gaussian offset of ``farm_spread_km`` (σ, per axis, in a local
-  tangent plane), each tractor its farm centre plus ``tractor_spread_km``.
+  Kansas) and the semi-arid West (Limon, eastern Colorado) — all three inside one LEO
+  footprint. The ``world`` geography (:data:`~geofl.data.agri.catalog.GEOGRAPHIES`) puts up
+  to thirteen regions ≥ 3,600 km apart instead, so that LEO passes separate them
+  (:mod:`geofl.hierarchy.geography`). Each farm's centre is the region centre plus an
+  isotropic Gaussian offset of ``farm_spread_km`` (σ, per axis, in a local tangent plane),
+  each tractor its farm centre plus ``tractor_spread_km``.
 * **Capability reports** (§2.1.4 ρ inputs, raw units): compute GFLOPS ~
   LogNormal(ln 500, 0.5); energy efficiency GFLOPS/W ~ LogNormal(ln 20, 0.4); latency ms ~
   Uniform over the tractor's nominal link range of 003 Table 3 (3G 150–500, 4G 60–150,
@@ -32,7 +35,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geofl.data.agri.catalog import CLIMATES, CROPS, FARMS_PER_REGION, TEXTURES
+from geofl.data.agri.catalog import (
+    CLIMATES,
+    CROPS,
+    FARMS_PER_REGION,
+    GEOGRAPHIES,
+    TEXTURES,
+    geography_regions,
+)
 from geofl.data.agri.synthetic import generate_blocks
 from geofl.errors import HierarchyError
 from geofl.rng import numpy_generator
@@ -61,10 +71,9 @@ CAPABILITY_FIELDS: tuple[str, ...] = (
 )
 #: (lat, lon) degrees of each region's centre, in 003 Table 12's order (high, medium, low NQI):
 #: Ames IA (Corn Belt, humid), Salina KS (central Plains, subhumid), Limon CO (semi-arid West).
-REGION_CENTRES: tuple[tuple[float, float], ...] = (
-    (42.03, -93.62),
-    (38.84, -97.61),
-    (39.26, -103.69),
+#: (The ``paper3`` geography of :data:`~geofl.data.agri.catalog.GEOGRAPHIES`.)
+REGION_CENTRES: tuple[tuple[float, float], ...] = tuple(
+    (r.lat, r.lon) for r in GEOGRAPHIES["paper3"]
 )
 #: Nominal one-way latency range (ms) of the 3G / 4G / 5G profiles, 003 Table 3.
 LINK_LATENCY_MS: tuple[tuple[float, float], ...] = ((150.0, 500.0), (60.0, 150.0), (20.0, 60.0))
@@ -297,20 +306,31 @@ def synthetic_fleet(
     num_blocks: int = 5168,
     num_tractors: int = 120,
     farms_per_region: Sequence[int] = FARMS_PER_REGION,
-    region_centres: Sequence[tuple[float, float]] = REGION_CENTRES,
+    region_centres: Sequence[tuple[float, float]] | None = None,
     farm_spread_km: float = 40.0,
     tractor_spread_km: float = 1.5,
+    geography: str = "paper3",
 ) -> Fleet:
-    """The fleet of ``synthetic_agri`` with the same ``seed`` and sizes (003 Table 1, 12).
+    """The fleet of ``synthetic_agri`` with the same ``seed``, sizes and ``geography`` (003
+    Table 1, 12).
 
     Draws the same field blocks as the dataset (:func:`geofl.data.agri.synthetic.
     generate_blocks`, ~0.6 s at the default size), so tractor ``i`` here is client ``i``
     there: 120 tractors of 35 farms in three regions (14 / 13 / 8 farms). Locations and
-    reports are drawn with generators of ``seed`` as in :func:`fleet_from_context`.
+    reports are drawn with generators of ``seed`` as in :func:`fleet_from_context`, around
+    ``region_centres`` (None: the geography's centres, :data:`REGION_CENTRES` for
+    ``paper3``).
+
+    Raises:
+        ValueError: when ``geography`` is unknown or has fewer regions than
+            ``farms_per_region`` has entries.
     """
+    if region_centres is None:
+        regions = geography_regions(geography, len(farms_per_region))
+        region_centres = [(r.lat, r.lon) for r in regions]
     blocks = generate_blocks(
         seed, num_blocks=num_blocks, num_tractors=num_tractors,
-        farms_per_region=tuple(farms_per_region),
+        farms_per_region=tuple(farms_per_region), geography=geography,
     )  # fmt: skip
     return fleet_from_context(
         blocks.tractor, blocks.farm, blocks.region, blocks.crop, blocks.texture,

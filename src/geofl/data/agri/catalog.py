@@ -2,13 +2,15 @@
 
 Everything the generator, the real-format readers and the §3.1.1 pipeline must agree on
 lives here: the crop classes and the CropScape/CDL codes that map to them, the USDA soil
-texture groups, the climate zones, the three regions of 003 Table 12 (14 / 13 / 8 farms)
-and the exact feature columns of Task A (48, 003 Table 1) and Task B (52).
+texture groups, the climate zones, the three regions of 003 Table 12 (14 / 13 / 8 farms),
+the geographies the synthetic fleet can be placed in (:data:`GEOGRAPHIES`) and the exact
+feature columns of Task A (48, 003 Table 1) and Task B (52).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,10 +20,14 @@ __all__ = [
     "CLIMATES",
     "CROPS",
     "FARMS_PER_REGION",
+    "GEOGRAPHIES",
+    "MAX_REGIONS",
     "REGION_LINK_SHARES",
     "TASK_A_FEATURES",
     "TASK_B_FEATURES",
     "TEXTURES",
+    "AgroRegion",
+    "geography_regions",
     "texture_group",
 ]
 
@@ -61,6 +67,84 @@ REGION_LINK_SHARES: tuple[tuple[float, float, float], ...] = (
     (0.30, 0.55, 0.15),
     (0.70, 0.30, 0.00),
 )
+
+
+class AgroRegion(NamedTuple):
+    """One agro-climatic region of a geography.
+
+    Attributes:
+        name: Short name (documentation and reports).
+        lat, lon: Centre, decimal degrees.
+        climate: Index into :data:`CLIMATES`: the zone its farms lie in (w.p. 0.75; else a
+            neighbouring zone), which sets soils, weather, crop mix and irrigation.
+        link: Index into :data:`REGION_LINK_SHARES`: its tractors' 3G/4G/5G mix (high,
+            medium or low NQI).
+    """
+
+    name: str
+    lat: float
+    lon: float
+    climate: int
+    link: int
+
+
+#: Where the synthetic fleet's regions lie (the dataset's ``geography`` parameter).
+#:
+#: ``paper3`` — 003 Table 12's three regions (high / medium / low NQI; humid / subhumid /
+#: semiarid) at Ames IA, Salina KS and Limon CO. They are 490–900 km apart, inside one LEO
+#: footprint, so one pass carries drivers of all three.
+#:
+#: ``world`` — thirteen agro-climatic regions on six continents (our choice, in this order;
+#: a geography of N regions takes the first N). Every pair of centres is ≥ 3,600 km apart
+#: on the great circle (the closest: North China Plain – Punjab, 3,605 km), so that no LEO
+#: pass covers farms of two regions: at 003's 550 km altitude and 10° elevation mask a
+#: satellite's footprint has a ground radius ρ = R·(arccos(R·cos ε / (R + h)) − ε) ≈
+#: 1,664 km, two ground points see it at once only when they are ≤ 2ρ ≈ 3,329 km apart, and
+#: farms lie within ~3σ = 120 km of their centre (``farm_spread_km`` 40), so centres need
+#: ≥ 3,329 + 240 ≈ 3,570 km. The first eight lie where a LEO overhead also sees 003's GEO
+#: at 98° W (the default ``geo_longitude_deg``), so their passes are relayed as they end,
+#: one region per regional model; a LEO over the last five cannot reach that GEO and carries
+#: their drivers' models until it can, possibly over a second region (the round record's
+#: ``hierarchy.geo.regions_per_model`` shows it). Climate zone and connectivity per region
+#: are our reading of each region (Köppen class; rural mobile coverage).
+GEOGRAPHIES: Mapping[str, tuple[AgroRegion, ...]] = {
+    "paper3": (
+        AgroRegion("corn_belt_ames_ia", 42.03, -93.62, 0, 0),
+        AgroRegion("central_plains_salina_ks", 38.84, -97.61, 1, 1),
+        AgroRegion("semiarid_west_limon_co", 39.26, -103.69, 2, 2),
+    ),
+    "world": (
+        AgroRegion("us_corn_belt", 42.03, -93.62, 0, 0),
+        AgroRegion("argentine_pampas", -33.89, -60.57, 0, 1),
+        AgroRegion("beauce_france", 48.20, 1.80, 1, 0),
+        AgroRegion("llanos_colombia", 4.50, -72.00, 0, 2),
+        AgroRegion("matanuska_alaska", 61.60, -149.10, 1, 2),
+        AgroRegion("groundnut_basin_senegal", 14.50, -16.00, 2, 2),
+        AgroRegion("canterbury_new_zealand", -43.50, 172.00, 1, 1),
+        AgroRegion("central_maui_hawaii", 20.80, -156.30, 2, 1),
+        AgroRegion("north_china_plain", 38.04, 114.51, 1, 0),
+        AgroRegion("punjab_india", 30.90, 75.85, 2, 1),
+        AgroRegion("free_state_south_africa", -28.50, 26.50, 2, 1),
+        AgroRegion("central_java", -7.50, 110.50, 0, 1),
+        AgroRegion("ethiopian_highlands", 9.00, 38.70, 1, 2),
+    ),
+}
+
+#: The most regions any geography has (the bound on a field block's region index).
+MAX_REGIONS = max(len(g) for g in GEOGRAPHIES.values())
+
+
+def geography_regions(name: str, n: int) -> tuple[AgroRegion, ...]:
+    """The first ``n`` regions of geography ``name`` (ValueError naming what to change)."""
+    if name not in GEOGRAPHIES:
+        raise ValueError(f"geography {name!r} is not one of {sorted(GEOGRAPHIES)}")
+    regions = GEOGRAPHIES[name]
+    if not 1 <= n <= len(regions):
+        raise ValueError(
+            f"geography {name!r} has {len(regions)} regions but {n} were asked for: give "
+            f"1 to {len(regions)} entries in farms_per_region"
+        )
+    return regions[:n]
 
 
 def _one_hot(prefix: str, names: tuple[str, ...]) -> tuple[str, ...]:

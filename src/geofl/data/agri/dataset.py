@@ -7,19 +7,28 @@ rate, kg N/ha, ``real``), ``task: stress`` is Task B (52 features → crop stres
 ``soil`` (texture class), ``climate``, ``block``, ``week`` and ``link_profile``, so
 ``partition: {name: group, key: tractor}`` with 120 clients gives 003 §3.1.1's two-level
 farm → tractor partition (clients = tractors) and ``eval.group_by: region`` the per-region
-metrics of 003 Table 12.
+metrics of 003 Table 12. ``synthetic_agri`` with a ``geography`` other than ``paper3`` also
+carries each row's region centre (``region_lat``, ``region_lon``), from which the
+hierarchy's fleet places the farms (:func:`~geofl.hierarchy.geography.region_centres_of`);
+``paper3`` rows carry none, and the fleet uses 003's three centres.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from geofl.data.agri.catalog import FARMS_PER_REGION
+from geofl.data.agri.catalog import (
+    FARMS_PER_REGION,
+    GEOGRAPHIES,
+    AgroRegion,
+    geography_regions,
+)
 from geofl.data.agri.pipeline import task_a_samples, task_b_samples
 from geofl.data.agri.synthetic import generate_blocks
 from geofl.data.agri.tables import FieldBlocks
@@ -79,14 +88,30 @@ class SyntheticAgriParams(BaseModel):
     farms_per_region: list[int] = Field(
         default_factory=lambda: list(FARMS_PER_REGION),
         min_length=1,
-        max_length=3,
-        description="farms in each region (003 Table 12: 14, 13, 8)",
+        max_length=max(len(g) for g in GEOGRAPHIES.values()),
+        description="farms in each region (003 Table 12: 14, 13, 8); one entry per region "
+        "of the geography used",
+    )
+    geography: Literal["paper3", "world"] = Field(
+        "paper3",
+        description="where the regions lie: paper3 = 003's Ames IA / Salina KS / Limon CO "
+        "(one LEO footprint); world = up to 13 agro-climatic regions on six continents, "
+        "≥ 3,600 km apart so that no LEO pass covers two",
     )
     weeks: int = Field(26, ge=10, le=52, description="weeks of the season")
     acquisitions: int = Field(2, ge=1, le=7, description="imagery acquisitions per week")
     cloud_rate: float = Field(0.3, ge=0, lt=1, description="share of cloudy acquisitions")
     cloud_max: float = Field(0.2, ge=0, le=1, description="cloud mask: largest usable fraction")
     stress_scale: float = Field(1.0, gt=0, description="multiplier of the stress-event odds")
+
+    @model_validator(mode="after")
+    def _regions_in_geography(self) -> Self:
+        if any(f < 1 for f in self.farms_per_region):
+            raise ValueError(
+                f"farms_per_region {self.farms_per_region}: every region needs ≥ 1 farm"
+            )
+        geography_regions(self.geography, len(self.farms_per_region))  # ValueError: too many
+        return self
 
 
 @DATASETS.register("synthetic_agri", params=SyntheticAgriParams)
@@ -114,5 +139,20 @@ def build_synthetic_agri(params: SyntheticAgriParams, *, cache_dir: Path) -> Arr
         cloud_rate=params.cloud_rate,
         cloud_max=params.cloud_max,
         stress_scale=params.stress_scale,
+        geography=params.geography,
     )
-    return blocks_to_dataset(blocks, params.task, f"synthetic_agri_{params.task}")
+    data = blocks_to_dataset(blocks, params.task, f"synthetic_agri_{params.task}")
+    if params.geography == "paper3":
+        return data
+    return _with_region_centres(
+        data, geography_regions(params.geography, len(params.farms_per_region))
+    )
+
+
+def _with_region_centres(data: ArrayDataset, regions: tuple[AgroRegion, ...]) -> ArrayDataset:
+    """``data`` with per-row ``region_lat`` / ``region_lon`` (the row's region centre)."""
+    region = np.asarray(data.metadata["region"], dtype=np.int64)
+    lat = np.array([r.lat for r in regions])[region]
+    lon = np.array([r.lon for r in regions])[region]
+    meta = {**data.metadata, "region_lat": lat, "region_lon": lon}
+    return replace(data, metadata=meta)

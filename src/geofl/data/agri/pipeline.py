@@ -285,7 +285,9 @@ def task_b_samples(blocks: FieldBlocks) -> AgriSamples:
         "soil_moisture_mean_3w": _rolling(w["soil_moisture"], 3, "mean"),
         "gdd_3w": _rolling(_gdd(blocks), 3, "sum"),
     }  # fmt: skip
-    group = np.asarray(blocks.crop) * 8 + np.asarray(blocks.region)
+    region = np.asarray(blocks.region)
+    stride = max(8, int(region.max()) + 1) if region.size else 8  # 8: codes of 003's regions
+    group = np.asarray(blocks.crop) * stride + region
     labels = stress_labels(ndvi, evi, group)
     x, block, week = _assemble(blocks, cols, TASK_B_FEATURES, BASELINE_WEEKS)
     y = labels[:, BASELINE_WEEKS:].reshape(-1)

@@ -11,7 +11,11 @@ Generative model (generators ``(seed, "synthetic_agri", purpose)``):
   LogNormal(0, 0.6); 120 tractors (003 Table 1): one per farm, the rest and the blocks
   dealt by size (largest remainder). A farm lies in its region's climate zone (humid,
   subhumid, semiarid) w.p. 0.75, else in a neighbouring one. Each tractor has a nominal
-  3G/4G/5G uplink drawn from its region's shares (:data:`REGION_LINK_SHARES`).
+  3G/4G/5G uplink drawn from its region's shares (:data:`REGION_LINK_SHARES`). A region's
+  zone and shares come from the geography (:data:`~geofl.data.agri.catalog.GEOGRAPHIES`:
+  003's three regions, or agro-climatic regions across continents), so regions differ in
+  data exactly as 003's three do: by zone (soils, weather, crops, irrigation, elevation),
+  connectivity and per-farm effects.
 * **Blocks** — crop from the farm's Dirichlet crop mix (zone suitability), soil from one of
   the farm's three map units (texture, OM, pH by zone; CEC, AWC, bulk density from
   pedotransfer-like rules). Two-level partition (003 §3.1.1 "Federated Partitioning"):
@@ -38,7 +42,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from geofl.data.agri.catalog import CROPS, FARMS_PER_REGION, REGION_LINK_SHARES, texture_group
+from geofl.data.agri.catalog import (
+    CROPS,
+    FARMS_PER_REGION,
+    REGION_LINK_SHARES,
+    AgroRegion,
+    geography_regions,
+    texture_group,
+)
 from geofl.data.agri.pipeline import CROP_N_PER_T, uptake_fraction, weekly_composite
 from geofl.data.agri.tables import FieldBlocks
 from geofl.rng import numpy_generator
@@ -86,18 +97,26 @@ def largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
     return out
 
 
-def _fleet(seed: int, farms_per_region: tuple[int, ...], tractors: int, blocks: int) -> _Fleet:
+def _fleet(
+    seed: int,
+    farms_per_region: tuple[int, ...],
+    tractors: int,
+    blocks: int,
+    regions: tuple[AgroRegion, ...],
+) -> _Fleet:
     rng = numpy_generator(seed, _NAME, "fleet")
     region = np.repeat(np.arange(len(farms_per_region)), farms_per_region)
+    climate = np.array([r.climate for r in regions], dtype=np.int64)
+    link = np.array([r.link for r in regions], dtype=np.int64)
     f = region.size
     size = rng.lognormal(0.0, 0.6, f)
     per_farm_t = 1 + largest_remainder(size, tractors - f)
     per_farm_b = per_farm_t + largest_remainder(size, blocks - int(per_farm_t.sum()))
-    zone = np.minimum(region, 2)
+    zone = climate[region]
     moved = rng.random(f) < 0.25
     zone = np.where(moved, np.clip(zone + rng.choice([-1, 1], f), 0, 2), zone)
     mix = np.stack([rng.dirichlet(_SUITABILITY[z]) for z in zone])
-    shares = np.asarray(REGION_LINK_SHARES)[np.minimum(np.repeat(region, per_farm_t), 2)]
+    shares = np.asarray(REGION_LINK_SHARES)[link[np.repeat(region, per_farm_t)]]
     profile = (rng.random((shares.shape[0], 1)) > np.cumsum(shares, axis=1)).sum(axis=1)
     return _Fleet(region, zone, mix, per_farm_t, per_farm_b, np.minimum(profile, 2))
 
@@ -320,14 +339,23 @@ def generate_blocks(
     cloud_max: float = 0.2,
     stress_scale: float = 1.0,
     view_noise: float = 0.08,
+    geography: str = "paper3",
 ) -> FieldBlocks:
     """Draw the field blocks (see the module docstring) and composite their imagery.
 
     Defaults give 003 Table 1's fleet (120 tractors, 35 farms) and, over 26 weeks,
     5168 × 24 = 124,032 Task A rows (paper: 124,043) and 5168 × 18 = 93,024 Task B rows
-    (paper: 95,351).
+    (paper: 95,351). ``geography`` (:data:`~geofl.data.agri.catalog.GEOGRAPHIES`) gives
+    region r its climate zone and link mix: ``paper3`` is zone r and shares r of the
+    three regions, as before geographies existed; ``world`` has one entry of
+    ``farms_per_region`` per region, up to thirteen.
+
+    Raises:
+        ValueError: when ``geography`` is unknown or has fewer regions than
+            ``farms_per_region`` has entries.
     """
-    fleet = _fleet(seed, tuple(farms_per_region), num_tractors, num_blocks)
+    regions = geography_regions(geography, len(farms_per_region))
+    fleet = _fleet(seed, tuple(farms_per_region), num_tractors, num_blocks, regions)
     farm, crop, soil = _blocks(seed, fleet)
     rng = numpy_generator(seed, _NAME, "season")
     b = farm.size

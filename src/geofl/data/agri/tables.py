@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geofl.data.agri.catalog import CLIMATES, CROPS, FARMS_PER_REGION, texture_group
+from geofl.data.agri.catalog import CLIMATES, CROPS, MAX_REGIONS, texture_group
 from geofl.errors import DataError
 
 __all__ = [
@@ -56,7 +56,8 @@ class FieldBlocks:
         block_id: ``[B]`` block names (strings).
         farm: ``[B]`` int64 farm index.
         tractor: ``[B]`` int64 tractor index (the federated client, 003 §3.1).
-        region: ``[B]`` int64 region index (0 = high NQI … 2 = low NQI, 003 Table 12).
+        region: ``[B]`` int64 region index (0 = high NQI … 2 = low NQI, 003 Table 12; up to
+            :data:`~geofl.data.agri.catalog.MAX_REGIONS` − 1 in a wider geography).
         climate: ``[B]`` int64 index into :data:`~geofl.data.agri.catalog.CLIMATES`.
         crop: ``[B]`` int64 index into :data:`~geofl.data.agri.catalog.CROPS`.
         soil: :data:`SOIL_COLUMNS` → ``[B]`` float64.
@@ -99,7 +100,7 @@ class FieldBlocks:
             if bad:
                 raise DataError(f"field blocks: {what} columns {bad} are not of shape {shape}")
         for name, size in (
-            ("region", len(FARMS_PER_REGION)),
+            ("region", MAX_REGIONS),
             ("climate", len(CLIMATES)),
             ("crop", len(CROPS)),
         ):
