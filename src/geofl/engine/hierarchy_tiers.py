@@ -2,8 +2,8 @@
 
 * driver: FedAvg of the cluster's arrived tractor models (§2.1.6, §2.2.1),
 * LEO: redundancy filter + regional FedAvg w̄_l = (1/N_l) Σ w_i (§2.2.3, Alg. 3 l. 2–4),
-* GEO: ω_l = exp(−κ(t − t'_l)) · ω_fair(l) (Eq. 8, 11) normalised (Eq. 12), RobustAvg over
-  Δ_l = w̄_l − w^t (§2.2.5 Eq. 1–3), w^{t+1} = w^t + Δ̃ (Alg. 3 l. 11).
+* GEO: a strategy over the regional models (:mod:`geofl.engine.hierarchy_geo`: the paper's
+  staleness × fairness RobustAvg, or the method's own server side).
 
 Both schedulers (the event-driven one and the synchronous reference) call these functions,
 with their inputs in a canonical order (tractors, clusters and LEOs by id), so a zero-delay
@@ -13,22 +13,14 @@ asynchronous run and the synchronous hierarchy aggregate exactly the same tensor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from geofl.engine.clock import TierModel, TractorUpdate
 from geofl.hierarchy.regional import redundancy_filter, regional_fedavg
-from geofl.hierarchy.weights import (
-    context_entropy,
-    fairness_weights,
-    geo_weights,
-    staleness_weights,
-)
-from geofl.server.robust import robust_avg
 
-__all__ = ["GeoResult", "driver_fedavg", "geo_aggregate", "leo_regional"]
+__all__ = ["driver_fedavg", "leo_regional"]
 
 
 def driver_fedavg(
@@ -115,76 +107,4 @@ def leo_regional(models: Sequence[TierModel], *, threshold: float, now_s: float)
         tractor_weights=tuple(weights),
         client_rounds=tuple(r for m in kept for r in m.client_rounds),
         client_created=tuple(c for m in kept for c in m.client_created),
-    )
-
-
-@dataclass(frozen=True)
-class GeoResult:
-    """One GEO aggregation (Alg. 3 l. 7–11).
-
-    Attributes:
-        params: ``[D]`` w^{t+1}.
-        staleness: ``[L]`` t − t'_l of each regional model.
-        stale: ``[L]`` float64 ω_stale (Eq. 8).
-        fair: ``[L]`` float64 ω_fair (Eq. 11, unnormalised; ones without fairness).
-        weights: ``[L]`` float64 ω̃_l (Eq. 12).
-        effective: ``[L]`` float64 the weights RobustAvg effectively used.
-    """
-
-    params: torch.Tensor
-    staleness: list[int]
-    stale: torch.Tensor
-    fair: torch.Tensor
-    weights: torch.Tensor
-    effective: torch.Tensor
-
-
-def geo_aggregate(
-    current: torch.Tensor,
-    regionals: Sequence[TierModel],
-    round_idx: int,
-    *,
-    kappa: float,
-    clip: float,
-    trim_fraction: float,
-    fairness: bool,
-    geo_delta: str,
-) -> GeoResult:
-    """GEO_Aggregate of Alg. 3 over the regional models received since the last one.
-
-    Args:
-        current: ``[D]`` w^t, the GEO's model.
-        regionals: The regional models (in LEO-id order).
-        round_idx: t.
-        kappa: κ of Eq. 8.
-        clip, trim_fraction: C and β of RobustAvg (§2.2.5).
-        fairness: Use ω_fair (Eq. 11); False: ω_fair = 1.
-        geo_delta: ``model``: Δ_l = w̄_l − w^t (Eq. 1); ``update``: Δ_l = the regional
-            average of the tractors' own updates.
-    """
-    produced = [m.produced_round for m in regionals]
-    stale = staleness_weights(round_idx, produced, kappa=kappa)
-    if fairness:
-        farms = torch.tensor([len(m.farms) for m in regionals], dtype=torch.float64)
-        entropy = torch.tensor([context_entropy(m.bins) for m in regionals], dtype=torch.float64)
-        loss = torch.tensor(
-            [m.nqi_lost / m.attempts if m.attempts else 0.0 for m in regionals],
-            dtype=torch.float64,
-        )
-        fair = fairness_weights(farms, entropy, loss)
-    else:
-        fair = torch.ones(len(regionals), dtype=torch.float64)
-    weights = geo_weights(stale, fair)
-    if geo_delta == "model":
-        deltas = torch.stack([m.model for m in regionals]) - current
-    else:
-        deltas = torch.stack([m.delta for m in regionals])
-    agg = robust_avg(deltas, weights, clip=clip, trim_fraction=trim_fraction)
-    return GeoResult(
-        params=current + agg.delta,
-        staleness=[round_idx - t for t in produced],
-        stale=stale,
-        fair=fair,
-        weights=weights,
-        effective=agg.weights,
     )
