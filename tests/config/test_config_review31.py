@@ -99,6 +99,11 @@ REFUSED = [
         ],
         "methods.2.hierarchy.leo.n",
     ),
+    (
+        HIER,
+        ["methods.1.hierarchy.driver_aggregator={name: krum}"],
+        "methods.1.hierarchy.driver_aggregator.name",
+    ),
     (HIER, ["federation.workers=2"], "federation.workers"),
     (HIER, ["data.cache=mmap"], "data.cache"),
     # registries' documented refusals (checked at load by both since before)
@@ -129,6 +134,10 @@ def test_validate_refuses_what_run_refuses_with_the_same_line(
 GEO_ALLOWED = [
     ["methods.1.algorithm={name: dual_shield}", "methods.1.weighting={name: uniform}"],
     ["methods.2.aggregator={name: median}"],
+    [
+        "methods.2.hierarchy.driver_aggregator={name: median}",
+        "methods.1.hierarchy.leo_aggregator={name: trimmed_mean, trim_fraction: 0.2}",
+    ],
     ["methods.2.aggregator={name: trimmed_mean}", "methods.2.defenses=[{name: norm_bound}]"],
     ["methods.1.algorithm={name: fedadam}"],
     ["methods.1.algorithm={name: flame}", "methods.1.weighting={name: uniform}"],

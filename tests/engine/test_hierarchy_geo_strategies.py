@@ -169,6 +169,35 @@ def test_robust_combiners_at_the_geo_run(tmp_path: Path, aggregator: dict[str, A
     assert recs[-1].model_sha256 != paper[-1].model_sha256  # the combiner is really used
 
 
+def test_median_and_trimmed_mean_at_the_geo_and_the_drivers_run(tmp_path: Path) -> None:
+    tiers = {"driver_aggregator": {"name": "median"},
+             "leo_aggregator": {"name": "trimmed_mean", "trim_fraction": 0.2}}  # fmt: skip
+    raw = agri_raw({**IDEAL, **tiers}, rounds=2, aggregator={"name": "median"})
+    recs = _run(tmp_path, raw, "tiers")
+    geo_only = _run(tmp_path, _raw(aggregator={"name": "median"}), "geo-only")
+    assert all(r.status.value == "aggregated" and r.participants for r in recs)
+    assert recs[-1].model_sha256 != geo_only[-1].model_sha256  # the drivers' median is used
+    for r in recs:  # each tractor's share: GEO weight × its (robust) share of its region
+        assert math.isclose(sum(r.weights), 1.0, rel_tol=1e-9)
+
+
+def test_driver_median_by_hand() -> None:
+    import numpy as np
+
+    from geofl.engine.clock import TractorUpdate
+    from geofl.engine.hierarchy_tiers import driver_fedavg
+
+    ups = [TractorUpdate(k, 1, torch.tensor([float(v)]), torch.tensor([float(v)]), 10, 0.0)
+           for k, v in enumerate([0.0, 1.0, 100.0])]  # fmt: skip
+    zeros = np.zeros(3, dtype=np.int64)
+    kw = {"cluster": 0, "farm": zeros, "context_bin": zeros, "attempts": 3, "nqi_lost": 0,
+          "now_s": 0.0}  # fmt: skip
+    mean = driver_fedavg(ups, **kw)  # type: ignore[arg-type]
+    med = driver_fedavg(ups, combiner=AGGREGATORS.build("median", {}), **kw)  # type: ignore[arg-type]
+    assert math.isclose(float(mean.model), 101.0 / 3, rel_tol=1e-6)
+    assert float(med.model) == 1.0 and float(med.delta) == 1.0
+
+
 def test_fedadam_at_the_geo_runs_and_moves_the_model(tmp_path: Path) -> None:
     recs = _run(tmp_path, _raw(algorithm={"name": "fedadam"}), "adam")
     assert all(r.status.value == "aggregated" for r in recs)

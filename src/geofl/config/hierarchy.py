@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from geofl.config.base import Component
 from geofl.network.contacts import classify
 from geofl.network.orbits import parse_tles
 from geofl.network.spacelink import SpaceLinkParams
@@ -128,6 +129,16 @@ class HierarchyConfig(BaseModel):
     links: SpaceLinkParams = Field(
         default_factory=SpaceLinkParams,
         description="the space hops: driver codec, envelopes, rates and powers (§2.2.8)",
+    )
+    driver_aggregator: Component = Field(
+        default_factory=lambda: Component(name="mean"),
+        description="the drivers' combiner over their tractors' models (n_i-weighted): "
+        "mean (FedAvg, §2.1.6), median, trimmed_mean or robust_avg",
+    )
+    leo_aggregator: Component = Field(
+        default_factory=lambda: Component(name="mean"),
+        description="the LEOs' combiner over the driver models a pass kept (equal weights): "
+        "mean (regional FedAvg, §2.2.3), median, trimmed_mean or robust_avg",
     )
     personalization: PersonalizationConfig | None = Field(
         None, description="on-tractor personalization (§2.2.6); None: tractors adopt ŵ"

@@ -182,12 +182,33 @@ def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: s
         raise ConfigError(f"{where}.algorithm", f"{why}: use one of {list(GEO_ALGORITHMS)}")
     if not paper_geo(method):
         _check_geo_strategy(cfg, method, where)
+    for tier in ("driver_aggregator", "leo_aggregator"):
+        _check_tier_combiner(getattr(hier, tier), f"{where}.hierarchy.{tier}")
     if (cfg.federation.workers or 1) > 1:
         raise ConfigError(
             "federation.workers",
             "the hierarchy runs client steps in this process (tractors hold different "
             "model versions): set workers to 1",
         )
+
+
+#: Combiners a driver or a LEO can use: a cluster or a pass may hold a single model, so
+#: nothing that needs a minimum count (Krum's K > 2f + 2).
+TIER_COMBINERS = ("mean", "median", "trimmed_mean", "robust_avg")
+
+
+def _check_tier_combiner(combiner: Component, where: str) -> None:
+    """A driver's or LEO's combiner: one of :data:`TIER_COMBINERS`, its parameters valid."""
+    from geofl import plugins
+
+    plugins.load_all()
+    if combiner.name not in TIER_COMBINERS:
+        raise ConfigError(
+            f"{where}.name",
+            f"{combiner.name!r} cannot combine at a driver or LEO (a cluster or pass may hold "
+            f"one model): use one of {list(TIER_COMBINERS)}",
+        )
+    plugins.AGGREGATORS.validate(combiner.name, combiner.params, path=where)
 
 
 def _check_geo_strategy(cfg: ExperimentConfig, method: MethodConfig, where: str) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from geofl.config.base import Component
 from geofl.config.hierarchy import HierarchyConfig
 from geofl.engine.clock import (
     Downlink,
@@ -67,6 +68,7 @@ from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.payload import encode_raw
 from geofl.records import RoundRecord, RoundStatus
 from geofl.security.envelope import OVERHEAD_BYTES
+from geofl.server.aggregators import AGGREGATORS, Aggregator
 from geofl.server.sampling import Cohort
 
 __all__ = ["HierarchicalScheduler"]
@@ -109,6 +111,8 @@ class HierarchicalScheduler(HierarchyEvents):
         geo: GeoStrategy | None = None,
     ) -> None:
         self.probe = probe
+        self.driver_combiner = _combiner(cfg.driver_aggregator)
+        self.leo_combiner = _combiner(cfg.leo_aggregator)
         self.geo: GeoStrategy = geo or RobustAvgGeo(
             kappa=cfg.kappa, clip=cfg.clip, trim_fraction=cfg.trim_fraction,
             fairness=cfg.fairness,
@@ -413,3 +417,9 @@ class HierarchicalScheduler(HierarchyEvents):
             self.personal.load_state_dict(state["personal"])
         if "links" in state:
             self.links.load_state_dict(state["links"])
+
+
+def _combiner(comp: Component) -> Aggregator | None:
+    """A driver's or LEO's combiner (``hierarchy.driver_aggregator`` / ``leo_aggregator``):
+    None for ``mean``, which the tiers compute as the paper's FedAvg, bit for bit."""
+    return None if comp.name == "mean" else AGGREGATORS.build(comp.name, comp.params)

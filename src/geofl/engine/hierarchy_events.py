@@ -39,6 +39,7 @@ from geofl.engine.hierarchy_round import Topology
 from geofl.engine.hierarchy_tiers import driver_fedavg, leo_regional
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.rural import sample_link_states
+from geofl.server.aggregators import Aggregator
 
 __all__ = ["HierarchyEvents"]
 
@@ -58,6 +59,8 @@ class HierarchyEvents:
     contacts: Contacts
     seed: int
     links: SpaceLinks
+    driver_combiner: Aggregator | None
+    leo_combiner: Aggregator | None
     queue: EventQueue
     monitor: DriverMonitor[TractorUpdate]
     stations: DriverStations
@@ -123,7 +126,7 @@ class HierarchyEvents:
         model = driver_fedavg(
             items, cluster=cluster, farm=self.topo.farm, context_bin=self.topo.context_bin,
             attempts=int(self.attempts[cluster]), nqi_lost=int(self.nqi_lost[cluster]),
-            now_s=now,
+            now_s=now, combiner=self.driver_combiner,
         )  # fmt: skip
         self.attempts[cluster] = self.nqi_lost[cluster] = 0
         return model
@@ -178,8 +181,9 @@ class HierarchyEvents:
         for arrived, _ in items:
             self._stats.latency("relay_wait", now - arrived)
         regional = leo_regional(
-            [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now
-        )
+            [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now,
+            combiner=self.leo_combiner,
+        )  # fmt: skip
         self._stats.event(now, "relay", leo=sat)
         received = self._forward(sat, regional)
         if received is not None:
@@ -216,7 +220,8 @@ class HierarchyEvents:
         thr = self.cfg.redundancy_threshold
         out = []
         for sat, ms in sorted(by_leo.items()):
-            received = self._forward(sat, leo_regional(ms, threshold=thr, now_s=now))
+            regional = leo_regional(ms, threshold=thr, now_s=now, combiner=self.leo_combiner)
+            received = self._forward(sat, regional)
             if received is not None:
                 out.append((sat, received))
         stats.hop("geo_leo", sent=len(by_leo), delivered=len(by_leo), nbytes=nd * len(by_leo))
