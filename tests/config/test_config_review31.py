@@ -22,7 +22,7 @@ from geofl import plugins
 from geofl.cli import app
 from geofl.config.load import list_presets, load_config, load_raw, preset_path
 from geofl.config.validate import clients_per_round
-from geofl.engine.hierarchy_build import _check_method
+from geofl.engine.hierarchy.build import _check_method
 from geofl.errors import ConfigError
 from geofl.rng import torch_generator
 
@@ -157,7 +157,7 @@ def test_validate_and_run_accept_every_server_side_the_geo_runs(sets: list[str])
 
 
 #: Shipped presets with a hierarchy method: the ones whose run reaches the scheduler's
-#: own config checks (:func:`geofl.engine.hierarchy_build.build_scheduler`).
+#: own config checks (:func:`geofl.engine.hierarchy.build.build_scheduler`).
 HIERARCHY_PRESETS = [
     n for n in sorted(list_presets()) if "hierarchy:" in preset_path(n).read_text("utf-8")
 ]

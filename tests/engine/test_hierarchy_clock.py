@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from geofl.engine.clock import (
+from geofl.engine.hierarchy.events import (
     Downlink,
     DriverDeadline,
     EventQueue,
@@ -19,8 +19,8 @@ from geofl.engine.clock import (
     TractorArrival,
     TractorUpdate,
 )
-from geofl.engine.hierarchy_geo import GeoResult, RobustAvgGeo, geo_batch
-from geofl.engine.hierarchy_tiers import driver_fedavg, leo_regional
+from geofl.engine.hierarchy.geo import GeoResult, RobustAvgGeo, geo_batch
+from geofl.engine.hierarchy.tiers import driver_fedavg, leo_regional
 
 
 def _upd(client: int, rnd: int, value: float, n: int = 1) -> TractorUpdate:
@@ -149,7 +149,7 @@ def geo_aggregate(
 
 def test_personalization_by_hand() -> None:
     from geofl.config.hierarchy import PersonalizationConfig
-    from geofl.engine.hierarchy_personal import Personalization
+    from geofl.engine.hierarchy.personal import Personalization
 
     p = Personalization(PersonalizationConfig(alpha=0.5, beta=0.25), np.array([0, 0, 1, 2]))
     from dataclasses import replace

@@ -17,9 +17,9 @@ import pytest
 import torch
 from tests.engine.hierarchy_helpers import SEED, agri_raw, config, make_run
 
-from geofl.engine.clock import TierModel
 from geofl.engine.experiment import run_experiment
-from geofl.engine.hierarchy_geo import (
+from geofl.engine.hierarchy.events import TierModel
+from geofl.engine.hierarchy.geo import (
     ComposedGeo,
     RobustAvgGeo,
     StaleFairWeighting,
@@ -184,8 +184,8 @@ def test_median_and_trimmed_mean_at_the_geo_and_the_drivers_run(tmp_path: Path) 
 def test_driver_median_by_hand() -> None:
     import numpy as np
 
-    from geofl.engine.clock import TractorUpdate
-    from geofl.engine.hierarchy_tiers import driver_fedavg
+    from geofl.engine.hierarchy.events import TractorUpdate
+    from geofl.engine.hierarchy.tiers import driver_fedavg
 
     ups = [TractorUpdate(k, 1, torch.tensor([float(v)]), torch.tensor([float(v)]), 10, 0.0)
            for k, v in enumerate([0.0, 1.0, 100.0])]  # fmt: skip

@@ -114,7 +114,7 @@ def validate_config(cfg: ExperimentConfig) -> None:
 PAPER_GEO_ALGORITHMS = ("fedavg", "fedprox", "ema_prox")
 
 #: Algorithms whose server side runs at the GEO over the regional models
-#: (:class:`geofl.engine.hierarchy_geo.ComposedGeo`): their server state is a function of
+#: (:class:`geofl.engine.hierarchy.geo.ComposedGeo`): their server state is a function of
 #: the aggregates they receive (a server optimiser's moments, FLAME's clustering, the
 #: indicator task, DUAL-SHIELD's trusted history and reputations — per LEO), so staleness
 #: only changes the weights they get, which Eq. 8 sets.
@@ -162,7 +162,7 @@ def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: s
     alone: a server side with no meaning at the GEO (``_GEO_REFUSED``, or a weighting that
     needs per-client metadata), DUAL-SHIELD where its per-LEO reputations cannot exist or
     feed ADP, Krum with fewer LEOs than it needs, or client worker processes.
-    ``geofl run`` (via :func:`geofl.engine.hierarchy_build.build_scheduler`) and
+    ``geofl run`` (via :func:`geofl.engine.hierarchy.build.build_scheduler`) and
     ``config validate`` both call this, so they refuse alike.
 
     Args:

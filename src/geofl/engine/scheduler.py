@@ -236,7 +236,7 @@ class SyncScheduler:
         round plan, each trained client's step (``held``: as in :meth:`_steps`), the
         uplink and validation, in cohort order; accepted uploads are copied into the
         ``[K, D]`` buffers. :meth:`round` aggregates what this returns on the flat server;
-        the 003 hierarchy (:mod:`geofl.engine.hierarchy`) sends it up its tiers instead.
+        the 003 hierarchy (:mod:`geofl.engine.hierarchy.scheduler`) sends it up its tiers instead.
 
         Args:
             global_params: ``[D]`` the model every client trains from when ``held`` is None.

@@ -4,7 +4,7 @@ A flat FL server is one tier; hierarchical FL (cluster driver → LEO regional �
 003 Alg. 3) stacks tiers that feed each other, so a tier returns its aggregate together with
 the metadata the next tier needs (its sample count). The 003 GEO runs the method's strategy
 over the regional models with this same tier inside it, its weighting multiplied by the
-staleness × fairness weights (:mod:`geofl.engine.hierarchy_geo`).
+staleness × fairness weights (:mod:`geofl.engine.hierarchy.geo`).
 
 Strategies stay thin: the math lives in free functions over the ``[K, D]`` update tensor
 (:mod:`~geofl.server.aggregators`, :mod:`~geofl.server.weighting`,

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from geofl.engine.clock import TierModel
+from geofl.engine.hierarchy.events import TierModel
 from geofl.hierarchy.weights import (
     context_entropy,
     fairness_weights,

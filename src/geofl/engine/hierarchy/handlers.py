@@ -1,11 +1,11 @@
 """What each event of the hierarchy's simulated clock does (paper 003 §2.2, Alg. 2–3).
 
 :class:`HierarchyEvents` holds the handlers of
-:class:`~geofl.engine.hierarchy.HierarchicalScheduler` for tractor arrivals, driver deadlines
-(driver FedAvg, then on to the next LEO contact), LEO arrivals and relays (regional FedAvg,
-LEO → GEO), downlinks (LEO → driver → tractors), and the synchronous reference that runs every
-tier at once. The scheduler owns the state (declared
-here) and the round; this mixin only reads and updates it.
+:class:`~geofl.engine.hierarchy.scheduler.HierarchicalScheduler` for tractor arrivals,
+driver deadlines (driver FedAvg, then on to the next LEO contact), LEO arrivals and relays
+(regional FedAvg, LEO → GEO), downlinks (LEO → driver → tractors), and the synchronous
+reference that runs every tier at once. The scheduler owns the state (declared here) and the
+round; this mixin only reads and updates it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import numpy as np
 import torch
 
 from geofl.config.hierarchy import HierarchyConfig
-from geofl.engine.clock import (
+from geofl.engine.components import RunComponents
+from geofl.engine.hierarchy.contacts import Contacts, IdealContacts
+from geofl.engine.hierarchy.drivers import DriverStations
+from geofl.engine.hierarchy.events import (
     Downlink,
     DriverDeadline,
     Event,
@@ -29,14 +32,11 @@ from geofl.engine.clock import (
     TractorArrival,
     TractorUpdate,
 )
-from geofl.engine.components import RunComponents
-from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
-from geofl.engine.hierarchy_drivers import DriverStations
-from geofl.engine.hierarchy_links import SpaceLinks
-from geofl.engine.hierarchy_personal import Personalization
-from geofl.engine.hierarchy_record import HierarchyStats
-from geofl.engine.hierarchy_round import Topology
-from geofl.engine.hierarchy_tiers import driver_fedavg, leo_regional
+from geofl.engine.hierarchy.links import SpaceLinks
+from geofl.engine.hierarchy.personal import Personalization
+from geofl.engine.hierarchy.stats import HierarchyStats
+from geofl.engine.hierarchy.tiers import driver_fedavg, leo_regional
+from geofl.engine.hierarchy.topology import Topology
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.rural import sample_link_states
 from geofl.server.aggregators import Aggregator

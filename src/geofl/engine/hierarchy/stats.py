@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from geofl.engine.clock import TierModel
-from geofl.engine.hierarchy_geo import GeoResult
+from geofl.engine.hierarchy.events import TierModel
+from geofl.engine.hierarchy.geo import GeoResult
 from geofl.hierarchy.staleness import staleness_table
 
 __all__ = ["HOPS", "HierarchyStats", "credit_regionals"]
@@ -71,7 +71,7 @@ class HierarchyStats:
         driver_changes: Every change of a cluster's driver at a health check (a failover,
             or a member back in a cluster that had none): round, ``at_s``, cluster, ``old``
             → ``new`` driver (None: no driver), cause, and the uploads and downlinks that
-            moved to the new driver's passes (:mod:`geofl.engine.hierarchy_drivers`).
+            moved to the new driver's passes (:mod:`geofl.engine.hierarchy.drivers`).
         down: Tractors down this round (failed drivers).
         missed_downlink: Tractors that missed a global model (outage or down) and kept
             their last one (§2.1.2(4)).

@@ -18,10 +18,10 @@ from geofl.config.validate import check_hierarchy_method, paper_geo
 from geofl.data.partition import Partition
 from geofl.engine.components import PreparedData, RunComponents
 from geofl.engine.evaluate import evaluate
-from geofl.engine.hierarchy import HierarchicalScheduler
-from geofl.engine.hierarchy_contacts import Contacts, DriverContacts, IdealContacts
-from geofl.engine.hierarchy_geo import ComposedGeo, GeoStrategy, RobustAvgGeo
-from geofl.engine.hierarchy_round import Topology
+from geofl.engine.hierarchy.contacts import Contacts, DriverContacts, IdealContacts
+from geofl.engine.hierarchy.geo import ComposedGeo, GeoStrategy, RobustAvgGeo
+from geofl.engine.hierarchy.scheduler import HierarchicalScheduler
+from geofl.engine.hierarchy.topology import Topology
 from geofl.engine.scheduler import ClientRunner, SyncScheduler
 from geofl.errors import ConfigError, HierarchyError, OrbitError
 from geofl.hierarchy.clusters import capability_score, form_clusters
@@ -91,7 +91,7 @@ def build_scheduler(
 
 
 def geo_strategy(method: MethodConfig, comps: RunComponents) -> GeoStrategy:
-    """The GEO step of ``method`` (:mod:`geofl.engine.hierarchy_geo`): the paper's RobustAvg
+    """The GEO step of ``method`` (:mod:`geofl.engine.hierarchy.geo`): the paper's RobustAvg
     when its server side is plain FedAvg (:func:`~geofl.config.validate.paper_geo`), else
     its own strategy over the regional models, staleness × fairness composed in.
 

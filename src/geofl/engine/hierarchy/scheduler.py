@@ -4,7 +4,7 @@ Global round t covers simulated time [(t−1)·round_s, t·round_s). At its star
 tractors train — the same :func:`~geofl.client.step.client_step` through the same store,
 program, uplink and validation as :class:`~geofl.engine.scheduler.SyncScheduler` — each
 from the global model version it holds, so its update is tagged t' = version + 1 (staleness
-at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.clock`) carries:
+at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.hierarchy.events`) carries:
 
 * tractor → driver over the ground uplink when the method has one (its latency, outages and
   NQI gate; what is not delivered stays buffered on the tractor), else at once;
@@ -12,9 +12,9 @@ at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.clock`) carr
   failures and re-election with the buffer handed over: §2.1.6);
 * driver → LEO in the next usable contact slot of the cluster's current driver (buffered on
   the ground until then; after a re-election, re-sealed for the new driver's passes:
-  :mod:`geofl.engine.hierarchy_drivers`): the driver's update relative to the global
+  :mod:`geofl.engine.hierarchy.drivers`): the driver's update relative to the global
   version it holds, top-k + 4-bit with error feedback, in staleness-tagged frames, sealed
-  (:mod:`geofl.engine.hierarchy_links`);
+  (:mod:`geofl.engine.hierarchy.links`);
 * LEO → GEO at the LEO's next relay slot, where the LEO opens and decodes its buffer and
   aggregates it (redundancy filter + regional FedAvg, Alg. 3 l. 2–5; buffered on board
   until then) and sends the regional model sealed;
@@ -41,7 +41,10 @@ import torch
 
 from geofl.config.base import Component
 from geofl.config.hierarchy import HierarchyConfig
-from geofl.engine.clock import (
+from geofl.engine.components import RunComponents
+from geofl.engine.hierarchy.contacts import Contacts
+from geofl.engine.hierarchy.drivers import DriverStations
+from geofl.engine.hierarchy.events import (
     Downlink,
     DriverDeadline,
     EventQueue,
@@ -50,15 +53,12 @@ from geofl.engine.clock import (
     TractorArrival,
     TractorUpdate,
 )
-from geofl.engine.components import RunComponents
-from geofl.engine.hierarchy_contacts import Contacts
-from geofl.engine.hierarchy_drivers import DriverStations
-from geofl.engine.hierarchy_events import HierarchyEvents
-from geofl.engine.hierarchy_geo import GeoResult, GeoStrategy, RobustAvgGeo, geo_batch
-from geofl.engine.hierarchy_links import SpaceLinks, driver_compresses
-from geofl.engine.hierarchy_personal import Personalization
-from geofl.engine.hierarchy_record import HierarchyStats, credit_regionals
-from geofl.engine.hierarchy_round import Topology
+from geofl.engine.hierarchy.geo import GeoResult, GeoStrategy, RobustAvgGeo, geo_batch
+from geofl.engine.hierarchy.handlers import HierarchyEvents
+from geofl.engine.hierarchy.links import SpaceLinks, driver_compresses
+from geofl.engine.hierarchy.personal import Personalization
+from geofl.engine.hierarchy.stats import HierarchyStats, credit_regionals
+from geofl.engine.hierarchy.topology import Topology
 from geofl.engine.round_record import build_record
 from geofl.engine.scheduler import ClientRunner, Collected, RoundOutcome, SyncScheduler
 from geofl.engine.uplink import TransmitStatus, link_bytes
@@ -94,7 +94,7 @@ class HierarchicalScheduler(HierarchyEvents):
             of a flat parameter vector; every regional model the GEO incorporates is
             evaluated with it for Table 10's metric per staleness bucket (reporting only:
             nothing feeds back into training). None: not measured.
-        geo: The GEO step (:mod:`geofl.engine.hierarchy_geo`); None: the paper's
+        geo: The GEO step (:mod:`geofl.engine.hierarchy.geo`); None: the paper's
             RobustAvg GEO with ``cfg``'s κ, C, β and fairness.
     """
 

@@ -4,7 +4,7 @@
 * LEO: redundancy filter + regional FedAvg w̄_l = (1/N_l) Σ w_i (§2.2.3, Alg. 3 l. 2–4),
   (either may instead use a robust combiner of the flat server, ``hierarchy.driver_aggregator``
   / ``leo_aggregator``: median, trimmed mean, RobustAvg),
-* GEO: a strategy over the regional models (:mod:`geofl.engine.hierarchy_geo`: the paper's
+* GEO: a strategy over the regional models (:mod:`geofl.engine.hierarchy.geo`: the paper's
   staleness × fairness RobustAvg, or the method's own server side).
 
 Both schedulers (the event-driven one and the synchronous reference) call these functions,
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from geofl.engine.clock import TierModel, TractorUpdate
+from geofl.engine.hierarchy.events import TierModel, TractorUpdate
 from geofl.hierarchy.regional import redundancy_filter, regional_fedavg
 from geofl.server.aggregators import Aggregator
 
