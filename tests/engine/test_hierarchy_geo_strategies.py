@@ -26,6 +26,7 @@ from geofl.engine.hierarchy.geo import (
     geo_batch,
     stale_fair,
 )
+from geofl.engine.hierarchy.scheduler import HierarchicalScheduler
 from geofl.events import RunInfo
 from geofl.io import read_jsonl
 from geofl.records import RoundRecord
@@ -248,3 +249,20 @@ def test_krum_at_the_geo_with_too_few_regions_keeps_the_model(tmp_path: Path) ->
         assert r.status.value in ("aggregated", "aggregation_failed")
         if r.status.value == "aggregation_failed":
             assert r.aggregation_error and not r.participants
+
+
+def test_attack_behaviours_reach_tractors_through_the_shared_client_step(
+    tmp_path: Path,
+) -> None:
+    """Collection is one public step (SyncScheduler.collect) the hierarchy calls, so a
+    method's attack acts on its tractors' updates like on flat clients' (issue 32 item 3
+    builds on this)."""
+    attack = {"name": "scaling", "clients": [0], "factor": 10.0}
+    clean = make_run(config(tmp_path, _raw(), "clean"), tmp_path / "clean")
+    bad = make_run(config(tmp_path, _raw(attack=attack), "bad"), tmp_path / "bad")
+    got = []
+    for run in (clean, bad):
+        assert isinstance(run.scheduler, HierarchicalScheduler)
+        got.append(run.scheduler.sync.collect(run.init_params, [0, 1], 1))
+    assert torch.allclose(got[1].accepted[0].delta, 10.0 * got[0].accepted[0].delta)
+    assert torch.equal(got[1].accepted[1].delta, got[0].accepted[1].delta)
