@@ -216,6 +216,14 @@ def _check_geo_strategy(cfg: ExperimentConfig, method: MethodConfig, where: str)
     relaying LEO (client id = LEO id)."""
     hier = method.hierarchy
     assert hier is not None
+    robust = sorted({"clip", "trim_fraction"} & hier.model_fields_set)
+    if robust:
+        raise ConfigError(
+            f"{where}.hierarchy.{robust[0]}",
+            "RobustAvg's C and β belong to the paper's GEO (plain FedAvg methods); this "
+            "method's own server side runs at the GEO: drop them, or use aggregator: "
+            "{name: robust_avg, clip: …, trim_fraction: …}",
+        )
     if method.weighting.name not in _GEO_WEIGHTINGS:
         raise ConfigError(
             f"{where}.weighting",
