@@ -183,7 +183,9 @@ def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: s
     if not paper_geo(method):
         _check_geo_strategy(cfg, method, where)
     for tier in ("driver_aggregator", "leo_aggregator"):
-        _check_tier_combiner(getattr(hier, tier), f"{where}.hierarchy.{tier}")
+        combiner = getattr(hier, tier)
+        if combiner is not None:
+            _check_tier_combiner(combiner, f"{where}.hierarchy.{tier}")
     if (cfg.federation.workers or 1) > 1:
         raise ConfigError(
             "federation.workers",

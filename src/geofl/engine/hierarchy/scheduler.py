@@ -419,7 +419,9 @@ class HierarchicalScheduler(HierarchyEvents):
             self.links.load_state_dict(state["links"])
 
 
-def _combiner(comp: Component) -> Aggregator | None:
+def _combiner(comp: Component | None) -> Aggregator | None:
     """A driver's or LEO's combiner (``hierarchy.driver_aggregator`` / ``leo_aggregator``):
-    None for ``mean``, which the tiers compute as the paper's FedAvg, bit for bit."""
-    return None if comp.name == "mean" else AGGREGATORS.build(comp.name, comp.params)
+    None when unset or ``mean``, which the tiers compute as the paper's FedAvg, bit for bit."""
+    if comp is None or comp.name == "mean":
+        return None
+    return AGGREGATORS.build(comp.name, comp.params)
