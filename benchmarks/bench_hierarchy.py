@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python benchmarks/bench_hierarchy.py [--rounds 100] [--rounds-large 2]
         [--large 10000] [--uplink] [--quick]
 
-What is measured and why: the event-driven hierarchy (:mod:`geofl.engine.hierarchy`) must
+What is measured and why: the event-driven hierarchy (:mod:`geofl.engine.hierarchy.scheduler`) must
 scale with the fleet — the clock, the drivers' FedAvg, the LEO passes, relays, GEO
 aggregation and downlink bookkeeping should cost little next to the client steps. Each size
 is a real run of the scheduler over synthetic_agri (crop stress, 35 farms in three regions,

@@ -32,7 +32,6 @@ from geofl.server.aggregators import AGGREGATORS
 from geofl.server.defenses import DEFENSES
 from geofl.server.lr_schedule import LR_SCHEDULES
 from geofl.server.sampling import SAMPLERS
-from geofl.server.tier import TIERS
 from geofl.server.weighting import WEIGHTINGS
 from geofl.tasks.base import TASKS
 
@@ -54,7 +53,6 @@ __all__ = [
     "SAMPLERS",
     "SUBSCRIBERS",
     "TASKS",
-    "TIERS",
     "WEIGHTINGS",
     "load_all",
 ]

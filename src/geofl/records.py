@@ -199,7 +199,7 @@ class RoundRecord:
             (``train.lr_schedule``, 001 §6.1.2); None (and absent from the JSON) otherwise.
         hierarchy: The 003 hierarchy's figures of the round (staleness and GEO weight of
             every incorporated update, delivery, latency and bytes per hop, failovers;
-            :mod:`geofl.engine.hierarchy_record`), when the method has one.
+            :mod:`geofl.engine.hierarchy.stats`), when the method has one.
     """
 
     round: int

@@ -22,7 +22,7 @@ from geofl import plugins
 from geofl.cli import app
 from geofl.config.load import list_presets, load_config, load_raw, preset_path
 from geofl.config.validate import clients_per_round
-from geofl.engine.hierarchy_build import _check_method
+from geofl.engine.hierarchy.build import _check_method
 from geofl.errors import ConfigError
 from geofl.rng import torch_generator
 
@@ -80,10 +80,30 @@ FLAME, SHIELD = "methods.1.algorithm={name: flame}", "methods.1.algorithm={name:
 #: (preset, --set overrides, the refused field): combinations ``geofl run`` refuses from
 #: the config alone; ``config validate`` must refuse each with the same line.
 REFUSED = [
-    (HIER, ["methods.1.algorithm={name: dual_shield}"], "methods.1.algorithm"),
+    # issue 32: server sides with no meaning at the GEO (the rest run there)
     (HIER, ["methods.2.algorithm={name: scaffold}"], "methods.2.algorithm"),
-    (HIER, ["methods.1.aggregator={name: median}"], "methods.1.aggregator"),
-    (HIER, ["methods.2.defenses=[{name: norm_bound}]"], "methods.2.aggregator"),
+    (HIER, ["methods.1.algorithm={name: feddyn}"], "methods.1.algorithm"),
+    (HIER, ["methods.1.algorithm={name: fednova}"], "methods.1.algorithm"),
+    (
+        HIER,
+        ["methods.1.aggregator={name: median}", "methods.1.weighting={name: consistency}"],
+        "methods.1.weighting",
+    ),
+    (HIER, ["methods.2.aggregator={name: krum, num_byzantine: 3}"], "methods.2.aggregator"),
+    (
+        HIER,
+        [
+            SHIELD.replace("1.", "2."),
+            "methods.2.hierarchy.leo.n=64",
+            "methods.2.hierarchy.leo.planes=8",
+        ],
+        "methods.2.hierarchy.leo.n",
+    ),
+    (
+        HIER,
+        ["methods.1.hierarchy.driver_aggregator={name: krum}"],
+        "methods.1.hierarchy.driver_aggregator.name",
+    ),
     (HIER, ["federation.workers=2"], "federation.workers"),
     (HIER, ["data.cache=mmap"], "data.cache"),
     # registries' documented refusals (checked at load by both since before)
@@ -109,8 +129,35 @@ def test_validate_refuses_what_run_refuses_with_the_same_line(
     assert not run_dir.exists()
 
 
+#: Server sides that run at the GEO since issue 32: ``config validate`` passes them and so
+#: does the run's own check, before round 1.
+GEO_ALLOWED = [
+    ["methods.1.algorithm={name: dual_shield}", "methods.1.weighting={name: uniform}"],
+    ["methods.2.aggregator={name: median}"],
+    [
+        "methods.2.hierarchy.driver_aggregator={name: median}",
+        "methods.1.hierarchy.leo_aggregator={name: trimmed_mean, trim_fraction: 0.2}",
+    ],
+    ["methods.2.aggregator={name: trimmed_mean}", "methods.2.defenses=[{name: norm_bound}]"],
+    ["methods.1.algorithm={name: fedadam}"],
+    ["methods.1.algorithm={name: flame}", "methods.1.weighting={name: uniform}"],
+    ["methods.2.algorithm={name: fedavgm}", "methods.2.aggregator={name: krum}"],
+]
+
+
+@pytest.mark.parametrize("sets", GEO_ALLOWED)
+def test_validate_and_run_accept_every_server_side_the_geo_runs(sets: list[str]) -> None:
+    opts = [x for s in sets for x in ("--set", s)]
+    code, out = _cli("config", "validate", HIER, *opts)
+    assert code == 0, out
+    cfg = load_config(HIER, overrides=sets)
+    for method in cfg.methods:
+        if method.hierarchy is not None:
+            _check_method(cfg, method, None)
+
+
 #: Shipped presets with a hierarchy method: the ones whose run reaches the scheduler's
-#: own config checks (:func:`geofl.engine.hierarchy_build.build_scheduler`).
+#: own config checks (:func:`geofl.engine.hierarchy.build.build_scheduler`).
 HIERARCHY_PRESETS = [
     n for n in sorted(list_presets()) if "hierarchy:" in preset_path(n).read_text("utf-8")
 ]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from geofl.engine.clock import (
+from geofl.engine.hierarchy.events import (
     Downlink,
     DriverDeadline,
     EventQueue,
@@ -19,7 +19,8 @@ from geofl.engine.clock import (
     TractorArrival,
     TractorUpdate,
 )
-from geofl.engine.hierarchy_tiers import driver_fedavg, geo_aggregate, leo_regional
+from geofl.engine.hierarchy.geo import GeoResult, RobustAvgGeo, geo_batch
+from geofl.engine.hierarchy.tiers import driver_fedavg, leo_regional
 
 
 def _upd(client: int, rnd: int, value: float, n: int = 1) -> TractorUpdate:
@@ -136,9 +137,19 @@ def test_geo_clips_each_regional_delta_to_c() -> None:
                       fairness=True, geo_delta="update")  # fmt: skip
 
 
+def geo_aggregate(
+    cur: torch.Tensor, models: list[TierModel], round_idx: int, *, kappa: float,
+    clip: float, trim_fraction: float, fairness: bool, geo_delta: str,
+) -> GeoResult:  # fmt: skip
+    """The paper's GEO step over ``models`` (LEO l relays ``models[l]``)."""
+    geo = RobustAvgGeo(kappa=kappa, clip=clip, trim_fraction=trim_fraction, fairness=fairness)
+    batch = geo_batch(cur, list(enumerate(models)), geo_delta=geo_delta)
+    return geo.step(round_idx, cur, batch)
+
+
 def test_personalization_by_hand() -> None:
     from geofl.config.hierarchy import PersonalizationConfig
-    from geofl.engine.hierarchy_personal import Personalization
+    from geofl.engine.hierarchy.personal import Personalization
 
     p = Personalization(PersonalizationConfig(alpha=0.5, beta=0.25), np.array([0, 0, 1, 2]))
     from dataclasses import replace

@@ -14,8 +14,8 @@ import torch
 from tests.engine.hierarchy_helpers import agri_raw, config, make_run
 
 from geofl.config.load import load_config
-from geofl.engine.clock import TierModel
-from geofl.engine.hierarchy_links import SpaceLinks, driver_compresses
+from geofl.engine.hierarchy.events import TierModel
+from geofl.engine.hierarchy.links import SpaceLinks, driver_compresses
 from geofl.network.spacelink import SpaceLinkParams
 from geofl.records import RoundStatus
 

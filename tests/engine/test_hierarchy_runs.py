@@ -14,7 +14,7 @@ from tests.engine.hierarchy_helpers import SEED, agri_raw, config, make_run
 
 from geofl.engine.evaluate import evaluate
 from geofl.engine.experiment import run_experiment
-from geofl.engine.hierarchy import HierarchicalScheduler
+from geofl.engine.hierarchy.scheduler import HierarchicalScheduler
 from geofl.errors import ConfigError
 from geofl.events import RunInfo
 from geofl.io import read_jsonl

@@ -21,10 +21,10 @@ import pytest
 from tests.engine.hierarchy_helpers import agri_raw, config, make_run
 
 from geofl.config.hierarchy import HierarchyConfig
-from geofl.engine.hierarchy import HierarchicalScheduler
-from geofl.engine.hierarchy_build import _tles, leo_contacts
-from geofl.engine.hierarchy_contacts import DriverContacts, IdealContacts
-from geofl.engine.hierarchy_round import Topology
+from geofl.engine.hierarchy.build import _tles, leo_contacts
+from geofl.engine.hierarchy.contacts import DriverContacts, IdealContacts
+from geofl.engine.hierarchy.scheduler import HierarchicalScheduler
+from geofl.engine.hierarchy.topology import Topology
 from geofl.hierarchy.clusters import Clusters
 from geofl.network.contacts import contact_plan, pass_uniform
 

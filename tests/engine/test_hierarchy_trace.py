@@ -27,8 +27,8 @@ import torch
 from tests.engine.hierarchy_helpers import agri_raw, config, make_run
 
 from geofl.config.hierarchy import HierarchyConfig
-from geofl.engine.hierarchy import HierarchicalScheduler
-from geofl.engine.hierarchy_round import Topology
+from geofl.engine.hierarchy.scheduler import HierarchicalScheduler
+from geofl.engine.hierarchy.topology import Topology
 from geofl.hierarchy.clusters import Clusters
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from geofl.engine.hierarchy_record import HierarchyStats
+from geofl.engine.hierarchy.stats import HierarchyStats
 from geofl.hierarchy.staleness import staleness_table
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from geofl.config.base import Component, _OmitUnset
 from geofl.network.contacts import classify
 from geofl.network.orbits import parse_tles
 from geofl.network.spacelink import SpaceLinkParams
@@ -82,10 +83,14 @@ class PersonalizationConfig(BaseModel):
         return self
 
 
-class HierarchyConfig(BaseModel):
-    """Tractor → driver → LEO → GEO (003 §2.2, Alg. 3) driven by a simulated clock."""
+class HierarchyConfig(_OmitUnset):
+    """Tractor → driver → LEO → GEO (003 §2.2, Alg. 3) driven by a simulated clock.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    The tiers' combiners (added later) stay out of the resolved config while unset, so run
+    directories written before them resume (:class:`~geofl.config.base._OmitUnset`).
+    """
+
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("driver_aggregator", "leo_aggregator")
 
     mode: Literal["async", "sync"] = Field(
         "async",
@@ -128,6 +133,16 @@ class HierarchyConfig(BaseModel):
     links: SpaceLinkParams = Field(
         default_factory=SpaceLinkParams,
         description="the space hops: driver codec, envelopes, rates and powers (§2.2.8)",
+    )
+    driver_aggregator: Component | None = Field(
+        None,
+        description="the drivers' combiner over their tractors' models (n_i-weighted): "
+        "mean, median, trimmed_mean or robust_avg; None: FedAvg (§2.1.6)",
+    )
+    leo_aggregator: Component | None = Field(
+        None,
+        description="the LEOs' combiner over the driver models a pass kept (equal weights): "
+        "mean, median, trimmed_mean or robust_avg; None: regional FedAvg (§2.2.3)",
     )
     personalization: PersonalizationConfig | None = Field(
         None, description="on-tractor personalization (§2.2.6); None: tractors adopt ŵ"

@@ -14,10 +14,12 @@ from geofl.errors import ConfigError
 from geofl.registry import CheckContext, Registry, printable, require_extra
 
 __all__ = [
-    "HIERARCHY_ALGORITHMS",
+    "GEO_ALGORITHMS",
+    "PAPER_GEO_ALGORITHMS",
     "check_cache_mode",
     "check_hierarchy_method",
     "clients_per_round",
+    "paper_geo",
     "validate_config",
 ]
 
@@ -107,40 +109,83 @@ def validate_config(cfg: ExperimentConfig) -> None:
     _check_sample_count(cfg)
 
 
-#: Algorithms whose server side is FedAvg's: the hierarchy replaces the server (003 §2.2.5:
-#: driver/LEO FedAvg, GEO RobustAvg), so only these keep their meaning under it.
-HIERARCHY_ALGORITHMS = ("fedavg", "fedprox")
+#: Algorithms whose server side is FedAvg's: with aggregator ``mean`` and no defenses the
+#: GEO runs the paper's step (003 §2.2.5: staleness × fairness weights, RobustAvg).
+PAPER_GEO_ALGORITHMS = ("fedavg", "fedprox", "ema_prox")
+
+#: Algorithms whose server side runs at the GEO over the regional models
+#: (:class:`geofl.engine.hierarchy.geo.ComposedGeo`): their server state is a function of
+#: the aggregates they receive (a server optimiser's moments, FLAME's clustering, the
+#: indicator task, DUAL-SHIELD's trusted history and reputations — per LEO), so staleness
+#: only changes the weights they get, which Eq. 8 sets.
+GEO_ALGORITHMS = (
+    *PAPER_GEO_ALGORITHMS,
+    "fedavgm",
+    "fedadam",
+    "fedyogi",
+    "fedadagrad",
+    "dual_shield",
+    "flame",
+    "backdoor_indicator",
+)
+
+#: Server sides with no meaning at the GEO, and why (one line each).
+_GEO_REFUSED = {
+    "scaffold": "SCAFFOLD's control variates assume every client trains from the current "
+    "model and server variate (Karimireddy et al. 2020, Alg. 1); tractors train from stale "
+    "versions and the tiers carry no control deltas",
+    "feddyn": "FedDyn's server state h sums every client's drift from the same w^t (Acar et "
+    "al. 2021, Alg. 1); under staleness the drifts start from different versions",
+    "fednova": "FedNova normalises by each client's local-step count τ_k (Wang et al. 2020); "
+    "the tiers' averages carry no τ",
+    "dp_ftrl": "DP-FTRL's tree noise is calibrated to one sum of clipped client updates per "
+    "round (Kairouz et al. 2021); the GEO sees regional averages of stale rounds",
+}
+
+#: Weightings that read per-client metadata the regional models do not carry.
+_GEO_WEIGHTINGS = ("data_size", "uniform")
+
+
+def paper_geo(method: MethodConfig) -> bool:
+    """Whether the GEO runs the paper's step (RobustAvg with ``hierarchy.clip`` and
+    ``trim_fraction``): the method's server side is plain FedAvg; else the method's own
+    strategy runs at the GEO."""
+    return (
+        method.algorithm.name in PAPER_GEO_ALGORITHMS
+        and method.aggregator.name == "mean"
+        and not method.defenses
+    )
 
 
 def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: str) -> None:
     """Refuse what the 003 hierarchy cannot run (``method.hierarchy`` set), from the config
-    alone: a server-side algorithm, an aggregator or defenses (the tiers aggregate
-    themselves), or client worker processes. ``geofl run`` (via
-    :func:`geofl.engine.hierarchy_build.build_scheduler`) and ``config validate`` both
-    call this, so they refuse alike.
+    alone: a server side with no meaning at the GEO (``_GEO_REFUSED``, or a weighting that
+    needs per-client metadata), DUAL-SHIELD where its per-LEO reputations cannot exist or
+    feed ADP, Krum with fewer LEOs than it needs, or client worker processes.
+    ``geofl run`` (via :func:`geofl.engine.hierarchy.build.build_scheduler`) and
+    ``config validate`` both call this, so they refuse alike.
 
     Args:
-        cfg: The experiment (for ``federation.workers``).
+        cfg: The experiment (for ``federation.workers`` and ``num_clients``).
         method: The method to check.
         where: Its config path, ``methods.<i>``.
 
     Raises:
         ConfigError: naming the field; also when orbit contacts lack the ``space`` extra.
     """
-    if method.hierarchy is None:
+    hier = method.hierarchy
+    if hier is None:
         return
-    if method.algorithm.name not in HIERARCHY_ALGORITHMS:
-        raise ConfigError(
-            f"{where}.algorithm",
-            f"{method.algorithm.name!r} has its own server side; the hierarchy aggregates "
-            f"by driver/LEO FedAvg and GEO RobustAvg: use one of {list(HIERARCHY_ALGORITHMS)}",
-        )
-    if method.defenses or method.aggregator.name != "mean":
-        raise ConfigError(
-            f"{where}.aggregator",
-            "the hierarchy aggregates with GEO RobustAvg (hierarchy.clip, trim_fraction): "
-            "drop aggregator and defenses",
-        )
+    name = method.algorithm.name
+    if name not in GEO_ALGORITHMS:
+        why = _GEO_REFUSED.get(name, f"{name!r} has no server side defined at the GEO")
+        raise ConfigError(f"{where}.algorithm", f"{why}: use one of {list(GEO_ALGORITHMS)}")
+    if not paper_geo(method):
+        _check_geo_strategy(cfg, method, where)
+    for tier in ("driver_aggregator", "leo_aggregator"):
+        combiner = getattr(hier, tier)
+        if combiner is not None:
+            _check_tier_combiner(combiner, f"{where}.hierarchy.{tier}")
     if (cfg.federation.workers or 1) > 1:
         raise ConfigError(
             "federation.workers",
@@ -149,6 +194,68 @@ def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: s
         )
     if method.hierarchy.leo.contacts == "orbit":  # sgp4 propagates the TLEs
         require_extra("space", f"{where}.hierarchy.leo.contacts", "or set it to ideal")
+
+
+#: Combiners a driver or a LEO can use: a cluster or a pass may hold a single model, so
+#: nothing that needs a minimum count (Krum's K > 2f + 2).
+TIER_COMBINERS = ("mean", "median", "trimmed_mean", "robust_avg")
+
+
+def _check_tier_combiner(combiner: Component, where: str) -> None:
+    """A driver's or LEO's combiner: one of :data:`TIER_COMBINERS`, its parameters valid."""
+    from geofl import plugins
+
+    plugins.load_all()
+    if combiner.name not in TIER_COMBINERS:
+        raise ConfigError(
+            f"{where}.name",
+            f"{combiner.name!r} cannot combine at a driver or LEO (a cluster or pass may hold "
+            f"one model): use one of {list(TIER_COMBINERS)}",
+        )
+    plugins.AGGREGATORS.validate(combiner.name, combiner.params, path=where)
+
+
+def _check_geo_strategy(cfg: ExperimentConfig, method: MethodConfig, where: str) -> None:
+    """The method's own server side at the GEO: its rows are the regional models, one per
+    relaying LEO (client id = LEO id)."""
+    hier = method.hierarchy
+    assert hier is not None
+    robust = sorted({"clip", "trim_fraction"} & hier.model_fields_set)
+    if robust:
+        raise ConfigError(
+            f"{where}.hierarchy.{robust[0]}",
+            "RobustAvg's C and β belong to the paper's GEO (plain FedAvg methods); this "
+            "method's own server side runs at the GEO: drop them, or use aggregator: "
+            "{name: robust_avg, clip: …, trim_fraction: …}",
+        )
+    if method.weighting.name not in _GEO_WEIGHTINGS:
+        raise ConfigError(
+            f"{where}.weighting",
+            f"{method.weighting.name!r} reads per-client metadata the regional models do not "
+            f"carry; at the GEO use one of {list(_GEO_WEIGHTINGS)} (staleness × fairness "
+            "multiply it)",
+        )
+    if method.algorithm.name == "dual_shield":
+        if hier.leo.n > cfg.federation.num_clients:
+            raise ConfigError(
+                f"{where}.hierarchy.leo.n",
+                f"DUAL-SHIELD at the GEO keeps one reputation per LEO, {hier.leo.n} LEOs > "
+                f"{cfg.federation.num_clients} reputation slots: use at most num_clients LEOs",
+            )
+        if any(r.name == "adaptive_dp" for r in method.release):
+            raise ConfigError(
+                f"{where}.release",
+                "adaptive_dp scales a client's noise by its reputation, but at the GEO "
+                "DUAL-SHIELD's reputations are per LEO, not per tractor: drop adaptive_dp",
+            )
+    if method.aggregator.name == "krum":
+        f = int(method.aggregator.params.get("num_byzantine", 1))
+        if hier.leo.n <= 2 * f + 2:
+            raise ConfigError(
+                f"{where}.aggregator",
+                f"Krum at the GEO combines at most {hier.leo.n} regional models (one per "
+                f"LEO) and needs more than 2f + 2 = {2 * f + 2}: lower f or add LEOs",
+            )
 
 
 def check_cache_mode(cfg: ExperimentConfig) -> None:

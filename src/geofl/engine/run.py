@@ -34,7 +34,7 @@ from geofl.engine.convergence import EarlyStopper, communication, rounds_to_targ
 from geofl.engine.evaluate import evaluate
 from geofl.engine.final import divergence, privacy_summary
 from geofl.engine.groups import check_group_key, with_group_metrics
-from geofl.engine.hierarchy_build import build_scheduler, restore_scheduler, scheduler_state
+from geofl.engine.hierarchy.build import build_scheduler, restore_scheduler, scheduler_state
 from geofl.engine.scheduler import ClientRunner
 from geofl.engine.site_eval import LocalSiteEvaluator, SiteEvaluator, merge_site_stats
 from geofl.engine.stop import StopRequest

@@ -32,7 +32,7 @@ from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
 from geofl.engine.client_runner import ClientJob, ClientRunner, LostUpload, StepOutcome
 from geofl.engine.components import RunComponents
-from geofl.engine.round_record import Collected, declined, reported_mean, sync_record, with_hashes
+from geofl.engine.round_record import Collected, declined, sync_record, with_hashes
 from geofl.engine.uplink import ROUTINE, Transmission, TransmitStatus, link_bytes
 from geofl.errors import AggregationError, BudgetExhaustedError
 from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
@@ -45,6 +45,7 @@ from geofl.update import LR_DIRECTIVE, ClientDirectives, ClientUpdate
 __all__ = [
     "ClientJob",
     "ClientRunner",
+    "Collected",
     "LostUpload",
     "RoundOutcome",
     "Scheduler",
@@ -52,11 +53,8 @@ __all__ = [
     "SyncScheduler",
 ]
 
-#: Names of :mod:`geofl.engine.round_record` other modules find here: the asynchronous
-#: hierarchy imports ``_Collected`` and ``_reported_mean``, and :meth:`SyncScheduler.round`
-#: looks ``_with_hashes`` up here (the engine-overhead benchmark times it by replacing it).
-_Collected = Collected
-_reported_mean = reported_mean
+#: :meth:`SyncScheduler.round` looks ``_with_hashes`` up here (the engine-overhead benchmark
+#: times it by replacing it).
 _with_hashes = with_hashes
 
 log = logging.getLogger("geofl")
@@ -187,7 +185,7 @@ class SyncScheduler:
         return None if detail is None else Rejection(sender, RejectionReason.MALFORMED, detail)
 
     def _transmit(
-        self, update: ClientUpdate, sender: int, out: _Collected
+        self, update: ClientUpdate, sender: int, out: Collected
     ) -> tuple[ClientUpdate, Rejection | None, Transmission | None]:
         """The 003 uplink (``method.uplink``): Δw leaves encoded and sealed, the server opens
         and decodes it; what does not arrive is refused like a lost upload (or held back).
@@ -227,17 +225,28 @@ class SyncScheduler:
             detail = f"client_id {update.meta.client_id} does not match sender {sender}"
         return detail
 
-    def _collect(
+    def collect(
         self,
         global_params: torch.Tensor,
         trained: list[int],
         round_idx: int,
         held: Callable[[int], torch.Tensor] | None = None,
-    ) -> _Collected:
-        """Run the round's client steps (``held``: as in :meth:`_steps`) and take in their
-        uploads in cohort order: accepted ones are copied into the ``[K, D]`` buffers."""
+    ) -> Collected:
+        """The round pipeline's client half, shared by every scheduler: the strategy's
+        round plan, each trained client's step (``held``: as in :meth:`_steps`), the
+        uplink and validation, in cohort order; accepted uploads are copied into the
+        ``[K, D]`` buffers. :meth:`round` aggregates what this returns on the flat server;
+        the 003 hierarchy (:mod:`geofl.engine.hierarchy.scheduler`) sends it up its tiers instead.
+
+        Args:
+            global_params: ``[D]`` the model every client trains from when ``held`` is None.
+            trained: The clients that train this round (cohort order, after the gate).
+            round_idx: The round.
+            held: ``held(k)`` the model client ``k`` trains from (clients holding
+                different model versions); None: ``global_params`` for all.
+        """
         plan = self.c.strategy.configure(round_idx, trained)
-        out = _Collected()
+        out = Collected()
         out.payload_bytes = sum(t.numel() * t.element_size() for t in plan.payload.values())
         if self.c.uplink is not None:
             self.c.uplink.begin_round(round_idx)
@@ -272,7 +281,7 @@ class SyncScheduler:
         return directives
 
     def _receive(
-        self, res: ClientResult, k: int, round_idx: int, out: _Collected, rows: int
+        self, res: ClientResult, k: int, round_idx: int, out: Collected, rows: int
     ) -> None:
         """Take in client ``k``'s step: its logs, then its upload through the uplink and
         admission; accepted, it fills the next row of the ``[rows, D]`` buffers."""
@@ -309,7 +318,7 @@ class SyncScheduler:
         cohort = self.cohort(round_idx)
         excluded = [k for k in cohort.clients if not self.allowed(k, round_idx)]
         trained = [k for k in cohort.clients if k not in excluded]
-        got = self._collect(global_params, trained, round_idx)
+        got = self.collect(global_params, trained, round_idx)
         n_acc = len(got.accepted)
         if self.c.uplink is not None:  # AirComp-FL: the noisy over-the-air sum
             self.c.uplink.superpose(self._buffer("delta", n_acc)[:n_acc])

@@ -17,7 +17,7 @@ A round's data flow reads down the modules:
   updates.
 
 Everything here is a pure function or a small state machine; the event-driven engine
-(:mod:`geofl.engine.hierarchy`) composes them.
+(:mod:`geofl.engine.hierarchy.scheduler`) composes them.
 """
 
 from __future__ import annotations

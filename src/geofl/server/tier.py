@@ -2,7 +2,9 @@
 
 A flat FL server is one tier; hierarchical FL (cluster driver → LEO regional → GEO global,
 003 Alg. 3) stacks tiers that feed each other, so a tier returns its aggregate together with
-the metadata the next tier needs (sample count, the model versions it covers).
+the metadata the next tier needs (its sample count). The 003 GEO runs the method's strategy
+over the regional models with this same tier inside it, its weighting multiplied by the
+staleness × fairness weights (:mod:`geofl.engine.hierarchy.geo`).
 
 Strategies stay thin: the math lives in free functions over the ``[K, D]`` update tensor
 (:mod:`~geofl.server.aggregators`, :mod:`~geofl.server.weighting`,
@@ -17,13 +19,12 @@ from typing import Protocol
 
 import torch
 
-from geofl.registry import NoParams, Registry
 from geofl.server.aggregators import Aggregator
 from geofl.server.defenses import Defense
 from geofl.server.weighting import Weighting
 from geofl.update import UpdateMeta
 
-__all__ = ["TIERS", "AggregationResult", "FlatTier", "Tier"]
+__all__ = ["AggregationResult", "FlatTier", "Tier"]
 
 
 @dataclass(frozen=True)
@@ -35,15 +36,12 @@ class AggregationResult:
         weights: ``[K]`` float64 effective weights (0 for dropped updates; sum 1).
         kept: ``[K]`` bool, updates that passed the defenses.
         num_samples: Σ n_k over the kept updates (the tier's weight one level up).
-        model_versions: ``(oldest, newest)`` round of the global models the kept updates
-            started from (staleness for an asynchronous tier above).
     """
 
     delta: torch.Tensor
     weights: torch.Tensor
     kept: torch.Tensor
     num_samples: int = 0
-    model_versions: tuple[int, int] = (0, 0)
 
 
 class Tier(Protocol):
@@ -52,10 +50,6 @@ class Tier(Protocol):
     def __call__(
         self, updates: torch.Tensor, metas: Sequence[UpdateMeta], round_idx: int
     ) -> AggregationResult: ...
-
-
-#: Tier registry: ``flat``, ...
-TIERS: Registry[Tier] = Registry("tier")
 
 
 class FlatTier:
@@ -105,13 +99,8 @@ class FlatTier:
         kept_updates = updates if idx.numel() == k else updates[idx]
         agg = self.aggregator(kept_updates, weights)
         full[idx] = agg.weights
-        rounds = [metas[int(i)].round for i in idx]
         return AggregationResult(
-            agg.delta,
-            full,
-            kept,
-            num_samples=sum(metas[int(i)].num_samples for i in idx),
-            model_versions=(min(rounds), max(rounds)),
+            agg.delta, full, kept, num_samples=sum(metas[int(i)].num_samples for i in idx)
         )
 
     def __call__(
@@ -127,15 +116,3 @@ def _expand(kept: torch.Tensor, sub_mask: torch.Tensor) -> torch.Tensor:
     out = torch.zeros_like(kept)
     out[torch.nonzero(kept).flatten()] = sub_mask
     return out
-
-
-@TIERS.register("flat")
-def build_flat_tier(
-    _: NoParams,
-    *,
-    weighting: Weighting,
-    aggregator: Aggregator,
-    defenses: Sequence[Defense] = (),
-) -> Tier:
-    """A single server tier: defenses, then weighting, then the aggregator."""
-    return FlatTier(weighting, aggregator, defenses)

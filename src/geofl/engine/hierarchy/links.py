@@ -26,7 +26,7 @@ satellite link, and their energy proxy (003 §2.2.8, Table 4, §3.1.4).
 * **Energy.** E = P_tx · 8 · bytes / rate per transmission (:func:`hop_energy`).
 
 What the receiver learns besides the payload — the aggregate's bookkeeping (its tractors,
-farms, context bins, counts, times: :class:`~geofl.engine.clock.TierModel` less its
+farms, context bins, counts, times: :class:`~geofl.engine.hierarchy.events.TierModel` less its
 tensors) — travels in clear and is not counted in the bytes (tens of bytes per tractor).
 """
 
@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from geofl.config.uplink import UplinkConfig
-from geofl.engine.clock import SpacePacket, TierModel
+from geofl.engine.hierarchy.events import SpacePacket, TierModel
 from geofl.engine.uplink import sim_secret
 from geofl.network.chunking import join_tagged, tag_frames
 from geofl.network.payload import PayloadError, decode_raw, encode_raw

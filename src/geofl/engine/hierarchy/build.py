@@ -14,13 +14,14 @@ import torch
 
 from geofl.config.hierarchy import HierarchyConfig, LeoConfig
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.config.validate import check_hierarchy_method
+from geofl.config.validate import check_hierarchy_method, paper_geo
 from geofl.data.partition import Partition
 from geofl.engine.components import PreparedData, RunComponents
 from geofl.engine.evaluate import evaluate
-from geofl.engine.hierarchy import HierarchicalScheduler
-from geofl.engine.hierarchy_contacts import Contacts, DriverContacts, IdealContacts
-from geofl.engine.hierarchy_round import Topology
+from geofl.engine.hierarchy.contacts import Contacts, DriverContacts, IdealContacts
+from geofl.engine.hierarchy.geo import ComposedGeo, GeoStrategy, RobustAvgGeo
+from geofl.engine.hierarchy.scheduler import HierarchicalScheduler
+from geofl.engine.hierarchy.topology import Topology
 from geofl.engine.scheduler import ClientRunner, SyncScheduler
 from geofl.errors import ConfigError, HierarchyError, OrbitError
 from geofl.hierarchy.clusters import capability_score, form_clusters
@@ -29,10 +30,12 @@ from geofl.hierarchy.geography import region_centres_of
 from geofl.network.contacts import ephemeris
 from geofl.network.orbits import Tle, parse_tles, walker_constellation
 from geofl.network.stations import StationContacts
+from geofl.server.strategy import ComposedStrategy
 
 __all__ = [
     "build_scheduler",
     "fleet_of_run",
+    "geo_strategy",
     "leo_contacts",
     "restore_scheduler",
     "scheduler_state",
@@ -83,8 +86,31 @@ def build_scheduler(
         contacts = DriverContacts(plans)
     probe = _test_probe(cfg, comps, data) if hier.staleness_metric else None
     return HierarchicalScheduler(
-        comps, hier, topo, contacts, seed=seed, allowed=allowed, probe=probe
-    )
+        comps, hier, topo, contacts, seed=seed, allowed=allowed, probe=probe,
+        geo=geo_strategy(method, comps),
+    )  # fmt: skip
+
+
+def geo_strategy(method: MethodConfig, comps: RunComponents) -> GeoStrategy:
+    """The GEO step of ``method`` (:mod:`geofl.engine.hierarchy.geo`): the paper's RobustAvg
+    when its server side is plain FedAvg (:func:`~geofl.config.validate.paper_geo`), else
+    its own strategy over the regional models, staleness × fairness composed in.
+
+    Raises:
+        ConfigError: when the method's strategy has no tier to compose the weights into.
+    """
+    hier = method.hierarchy
+    assert hier is not None
+    if paper_geo(method):
+        return RobustAvgGeo(
+            kappa=hier.kappa, clip=hier.clip, trim_fraction=hier.trim_fraction,
+            fairness=hier.fairness,
+        )  # fmt: skip
+    if not isinstance(comps.strategy, ComposedStrategy):
+        raise ConfigError(
+            "algorithm", f"{method.algorithm.name!r} cannot run at the GEO: use FedAvg's kin"
+        )
+    return ComposedGeo(comps.strategy, kappa=hier.kappa, fairness=hier.fairness)
 
 
 def _test_probe(

@@ -1,11 +1,11 @@
 """What each event of the hierarchy's simulated clock does (paper 003 §2.2, Alg. 2–3).
 
 :class:`HierarchyEvents` holds the handlers of
-:class:`~geofl.engine.hierarchy.HierarchicalScheduler` for tractor arrivals, driver deadlines
-(driver FedAvg, then on to the next LEO contact), LEO arrivals and relays (regional FedAvg,
-LEO → GEO), downlinks (LEO → driver → tractors), and the synchronous reference that runs every
-tier at once. The scheduler owns the state (declared
-here) and the round; this mixin only reads and updates it.
+:class:`~geofl.engine.hierarchy.scheduler.HierarchicalScheduler` for tractor arrivals,
+driver deadlines (driver FedAvg, then on to the next LEO contact), LEO arrivals and relays
+(regional FedAvg, LEO → GEO), downlinks (LEO → driver → tractors), and the synchronous
+reference that runs every tier at once. The scheduler owns the state (declared here) and the
+round; this mixin only reads and updates it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import numpy as np
 import torch
 
 from geofl.config.hierarchy import HierarchyConfig
-from geofl.engine.clock import (
+from geofl.engine.components import RunComponents
+from geofl.engine.hierarchy.contacts import Contacts, IdealContacts
+from geofl.engine.hierarchy.drivers import DriverStations
+from geofl.engine.hierarchy.events import (
     Downlink,
     DriverDeadline,
     Event,
@@ -29,16 +32,14 @@ from geofl.engine.clock import (
     TractorArrival,
     TractorUpdate,
 )
-from geofl.engine.components import RunComponents
-from geofl.engine.hierarchy_contacts import Contacts, IdealContacts
-from geofl.engine.hierarchy_drivers import DriverStations
-from geofl.engine.hierarchy_links import SpaceLinks
-from geofl.engine.hierarchy_personal import Personalization
-from geofl.engine.hierarchy_record import HierarchyStats
-from geofl.engine.hierarchy_round import Topology
-from geofl.engine.hierarchy_tiers import driver_fedavg, leo_regional
+from geofl.engine.hierarchy.links import SpaceLinks
+from geofl.engine.hierarchy.personal import Personalization
+from geofl.engine.hierarchy.stats import HierarchyStats
+from geofl.engine.hierarchy.tiers import driver_fedavg, leo_regional
+from geofl.engine.hierarchy.topology import Topology
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.rural import sample_link_states
+from geofl.server.aggregators import Aggregator
 
 __all__ = ["HierarchyEvents"]
 
@@ -58,6 +59,8 @@ class HierarchyEvents:
     contacts: Contacts
     seed: int
     links: SpaceLinks
+    driver_combiner: Aggregator | None
+    leo_combiner: Aggregator | None
     queue: EventQueue
     monitor: DriverMonitor[TractorUpdate]
     stations: DriverStations
@@ -123,7 +126,7 @@ class HierarchyEvents:
         model = driver_fedavg(
             items, cluster=cluster, farm=self.topo.farm, context_bin=self.topo.context_bin,
             attempts=int(self.attempts[cluster]), nqi_lost=int(self.nqi_lost[cluster]),
-            now_s=now,
+            now_s=now, combiner=self.driver_combiner,
         )  # fmt: skip
         self.attempts[cluster] = self.nqi_lost[cluster] = 0
         return model
@@ -178,8 +181,9 @@ class HierarchyEvents:
         for arrived, _ in items:
             self._stats.latency("relay_wait", now - arrived)
         regional = leo_regional(
-            [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now
-        )
+            [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now,
+            combiner=self.leo_combiner,
+        )  # fmt: skip
         self._stats.event(now, "relay", leo=sat)
         received = self._forward(sat, regional)
         if received is not None:
@@ -216,7 +220,8 @@ class HierarchyEvents:
         thr = self.cfg.redundancy_threshold
         out = []
         for sat, ms in sorted(by_leo.items()):
-            received = self._forward(sat, leo_regional(ms, threshold=thr, now_s=now))
+            regional = leo_regional(ms, threshold=thr, now_s=now, combiner=self.leo_combiner)
+            received = self._forward(sat, regional)
             if received is not None:
                 out.append((sat, received))
         stats.hop("geo_leo", sent=len(by_leo), delivered=len(by_leo), nbytes=nd * len(by_leo))

@@ -20,15 +20,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from geofl.engine.clock import Downlink, EventQueue, LeoArrival, SpacePacket, TractorUpdate
-from geofl.engine.hierarchy_contacts import (
+from geofl.engine.hierarchy.contacts import (
     Contacts,
     downlink_contact,
     downlink_slots,
     leo_holdings,
 )
-from geofl.engine.hierarchy_links import SpaceLinks
-from geofl.engine.hierarchy_record import HierarchyStats
+from geofl.engine.hierarchy.events import (
+    Downlink,
+    EventQueue,
+    LeoArrival,
+    SpacePacket,
+    TractorUpdate,
+)
+from geofl.engine.hierarchy.links import SpaceLinks
+from geofl.engine.hierarchy.stats import HierarchyStats
 from geofl.hierarchy.clusters import DriverMonitor, Failover
 
 __all__ = ["DriverStations"]

@@ -1,13 +1,14 @@
-"""A deterministic simulated clock: a priority queue of typed events (003 §2.2, §2.3.2).
+"""The hierarchy's events, the records they carry, and a deterministic event queue (the
+simulated clock; 003 §2.2, §2.3.2).
 
-The asynchronous satellite hierarchy (:mod:`geofl.engine.hierarchy`) is driven by events at
-simulated times: a tractor's update reaching its cluster driver, a driver's deadline, a driver
-model reaching a LEO in a contact slot, a LEO relaying to the GEO, a global model reaching a
-driver on the way down. Events are ordered by ``(time_s, kind, seq)``: time first, then a
-fixed precedence of kinds at the same instant (a model arriving at a driver is handled before
-that driver's deadline at the same second), then insertion order — so the order never depends
-on hashing, memory addresses or anything but what was scheduled, and a queue saved in a
-checkpoint pops the same sequence after a resume.
+The asynchronous satellite hierarchy (:mod:`geofl.engine.hierarchy.scheduler`) is driven by
+events at simulated times: a tractor's update reaching its cluster driver, a driver's
+deadline, a driver model reaching a LEO in a contact slot, a LEO relaying to the GEO, a
+global model reaching a driver on the way down. Events are ordered by ``(time_s, kind,
+seq)``: time first, then a fixed precedence of kinds at the same instant (a model arriving
+at a driver is handled before that driver's deadline at the same second), then insertion
+order — so the order never depends on hashing, memory addresses or anything but what was
+scheduled, and a queue saved in a checkpoint pops the same sequence after a resume.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ class DriverDeadline:
 
 @dataclass(frozen=True)
 class SpacePacket:
-    """One space-hop transmission as it left its sender (:mod:`geofl.engine.hierarchy_links`).
+    """One space-hop transmission as it left its sender (:mod:`geofl.engine.hierarchy.links`).
 
     Attributes:
         hop: ``driver_leo`` or ``leo_geo``.
@@ -141,7 +142,7 @@ class SpacePacket:
         airtime_s: 8 · nbytes / rate.
         energy: P_tx · airtime_s (the energy proxy).
         frames: The frames before sealing (a re-elected driver re-seals them for its own
-            pass: :meth:`~geofl.engine.hierarchy_links.SpaceLinks.reseal`).
+            pass: :meth:`~geofl.engine.hierarchy.links.SpaceLinks.reseal`).
     """
 
     hop: str

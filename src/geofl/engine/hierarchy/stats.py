@@ -7,15 +7,19 @@ Written as the ``hierarchy`` block of a :class:`~geofl.records.RoundRecord` (lik
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from geofl.engine.hierarchy.events import TierModel
+from geofl.engine.hierarchy.geo import GeoResult
 from geofl.hierarchy.staleness import staleness_table
 
-__all__ = ["HOPS", "HierarchyStats"]
+__all__ = ["HOPS", "HierarchyStats", "credit_regionals"]
 
 #: Hops of the hierarchy, in data-flow order (uplink, then downlink).
 HOPS = (
@@ -67,7 +71,7 @@ class HierarchyStats:
         driver_changes: Every change of a cluster's driver at a health check (a failover,
             or a member back in a cluster that had none): round, ``at_s``, cluster, ``old``
             → ``new`` driver (None: no driver), cause, and the uploads and downlinks that
-            moved to the new driver's passes (:mod:`geofl.engine.hierarchy_drivers`).
+            moved to the new driver's passes (:mod:`geofl.engine.hierarchy.drivers`).
         down: Tractors down this round (failed drivers).
         missed_downlink: Tractors that missed a global model (outage or down) and kept
             their last one (§2.1.2(4)).
@@ -156,3 +160,38 @@ class HierarchyStats:
             "geo": self.geo,
             "events": [list(e) for e in self.events],
         }
+
+
+def credit_regionals(
+    geo: GeoResult,
+    regionals: Sequence[tuple[int, TierModel]],
+    stats: HierarchyStats,
+    round_idx: int,
+    end_s: float,
+    regional_metric: Sequence[float] | None,
+) -> tuple[list[int], list[float]]:
+    """The tractors the GEO incorporated and each one's share of the GEO update (effective
+    GEO weight × regional share); records per regional model its weights (Eq. 8, 11, 12),
+    whether the GEO strategy kept it, staleness and test metric, and per tractor update its
+    staleness, weight, metric and end-to-end latency, in ``stats``."""
+    participants: list[int] = []
+    weights: list[float] = []
+    values = list(regional_metric) if regional_metric is not None else [math.nan] * len(regionals)
+    for (sat, m), w, eff, fair, stale, s, value, kept in zip(
+        regionals, geo.weights.tolist(), geo.effective.tolist(), geo.fair.tolist(),
+        geo.stale.tolist(), geo.staleness, values, geo.kept.tolist(), strict=True,
+    ):  # fmt: skip
+        participants.extend(m.clients)
+        stats.update_metric.extend([value] * len(m.client_rounds))
+        weights.extend(eff * share for share in m.tractor_weights)
+        stats.staleness.extend(round_idx - r for r in m.client_rounds)
+        stats.geo_weight.extend(eff * share for share in m.tractor_weights)
+        stats.regions.append(
+            {"leo": sat, "produced_round": m.produced_round, "staleness": s,
+             "stale": stale, "fair": fair, "weight": w, "effective": eff, "kept": kept,
+             "clusters": list(m.clusters), "tractors": len(m.clients),
+             "test_metric": value if math.isfinite(value) else None}
+        )  # fmt: skip
+        for created in m.client_created:
+            stats.latency("end_to_end", end_s - created)
+    return participants, weights

@@ -4,7 +4,7 @@ Global round t covers simulated time [(t−1)·round_s, t·round_s). At its star
 tractors train — the same :func:`~geofl.client.step.client_step` through the same store,
 program, uplink and validation as :class:`~geofl.engine.scheduler.SyncScheduler` — each
 from the global model version it holds, so its update is tagged t' = version + 1 (staleness
-at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.clock`) carries:
+at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.hierarchy.events`) carries:
 
 * tractor → driver over the ground uplink when the method has one (its latency, outages and
   NQI gate; what is not delivered stays buffered on the tractor), else at once;
@@ -12,9 +12,9 @@ at the GEO is t − t'). Then a simulated clock (:mod:`geofl.engine.clock`) carr
   failures and re-election with the buffer handed over: §2.1.6);
 * driver → LEO in the next usable contact slot of the cluster's current driver (buffered on
   the ground until then; after a re-election, re-sealed for the new driver's passes:
-  :mod:`geofl.engine.hierarchy_drivers`): the driver's update relative to the global
+  :mod:`geofl.engine.hierarchy.drivers`): the driver's update relative to the global
   version it holds, top-k + 4-bit with error feedback, in staleness-tagged frames, sealed
-  (:mod:`geofl.engine.hierarchy_links`);
+  (:mod:`geofl.engine.hierarchy.links`);
 * LEO → GEO at the LEO's next relay slot, where the LEO opens and decodes its buffer and
   aggregates it (redundancy filter + regional FedAvg, Alg. 3 l. 2–5; buffered on board
   until then) and sends the regional model sealed;
@@ -31,6 +31,7 @@ Every random draw comes from generators keyed by (seed, round, tractor/cluster, 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,8 +39,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from geofl.config.base import Component
 from geofl.config.hierarchy import HierarchyConfig
-from geofl.engine.clock import (
+from geofl.engine.components import RunComponents
+from geofl.engine.hierarchy.contacts import Contacts
+from geofl.engine.hierarchy.drivers import DriverStations
+from geofl.engine.hierarchy.events import (
     Downlink,
     DriverDeadline,
     EventQueue,
@@ -48,24 +53,29 @@ from geofl.engine.clock import (
     TractorArrival,
     TractorUpdate,
 )
-from geofl.engine.components import RunComponents
-from geofl.engine.hierarchy_contacts import Contacts
-from geofl.engine.hierarchy_drivers import DriverStations
-from geofl.engine.hierarchy_events import HierarchyEvents
-from geofl.engine.hierarchy_links import SpaceLinks, driver_compresses
-from geofl.engine.hierarchy_personal import Personalization
-from geofl.engine.hierarchy_record import HierarchyStats
-from geofl.engine.hierarchy_round import Topology, build_record
-from geofl.engine.hierarchy_tiers import GeoResult, geo_aggregate
-from geofl.engine.scheduler import ClientRunner, RoundOutcome, SyncScheduler, _Collected
+from geofl.engine.hierarchy.geo import GeoResult, GeoStrategy, RobustAvgGeo, geo_batch
+from geofl.engine.hierarchy.handlers import HierarchyEvents
+from geofl.engine.hierarchy.links import SpaceLinks, driver_compresses
+from geofl.engine.hierarchy.personal import Personalization
+from geofl.engine.hierarchy.stats import HierarchyStats, credit_regionals
+from geofl.engine.hierarchy.topology import Topology
+from geofl.engine.round_record import build_record
+from geofl.engine.scheduler import ClientRunner, Collected, RoundOutcome, SyncScheduler
 from geofl.engine.uplink import TransmitStatus, link_bytes
+from geofl.errors import AggregationError
+from geofl.hashing import params_sha256, update_set_sha256
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.hierarchy.geography import geo_coverage
 from geofl.network.payload import encode_raw
+from geofl.records import RoundRecord, RoundStatus
 from geofl.security.envelope import OVERHEAD_BYTES
+from geofl.server.aggregators import AGGREGATORS, Aggregator
+from geofl.server.sampling import Cohort
 
 __all__ = ["HierarchicalScheduler"]
 
+
+log = logging.getLogger("geofl")
 
 _NQI_LOST = (TransmitStatus.SKIPPED, TransmitStatus.OUTAGE)
 
@@ -85,6 +95,8 @@ class HierarchicalScheduler(HierarchyEvents):
             of a flat parameter vector; every regional model the GEO incorporates is
             evaluated with it for Table 10's metric per staleness bucket (reporting only:
             nothing feeds back into training). None: not measured.
+        geo: The GEO step (:mod:`geofl.engine.hierarchy.geo`); None: the paper's
+            RobustAvg GEO with ``cfg``'s κ, C, β and fairness.
     """
 
     def __init__(
@@ -97,14 +109,22 @@ class HierarchicalScheduler(HierarchyEvents):
         seed: int,
         allowed: Callable[[int, int], bool] = lambda c, r: True,
         probe: tuple[str, Callable[[torch.Tensor], float]] | None = None,
+        geo: GeoStrategy | None = None,
     ) -> None:
         self.probe = probe
+        self.driver_combiner = _combiner(cfg.driver_aggregator)
+        self.leo_combiner = _combiner(cfg.leo_aggregator)
+        self.geo: GeoStrategy = geo or RobustAvgGeo(
+            kappa=cfg.kappa, clip=cfg.clip, trim_fraction=cfg.trim_fraction,
+            fairness=cfg.fairness,
+        )  # fmt: skip
         self.sync = SyncScheduler(comps, seed=seed, allowed=allowed)
         self.c, self.cfg, self.topo, self.contacts = comps, cfg, topology, contacts
         self.seed = seed
         # Client steps run in this process (tractors hold different model versions).
         self.runner: ClientRunner | None = None
         self.previous_aggregate: torch.Tensor | None = None
+        self._geo_error: str | None = None  # why this round's GEO step failed
         n_t, n_c = len(comps.clients), topology.clusters.num_clusters
         dim = comps.workspace.spec.numel
         self.model_bytes = dim * 4  # driver → tractor (the ground downlink)
@@ -154,7 +174,7 @@ class HierarchicalScheduler(HierarchyEvents):
         trained = [k for k in cohort.clients if k not in excluded and k not in down]
         stats.down = len(down)
         t_train0 = time.perf_counter()
-        got = self.sync._collect(global_params, trained, round_idx, held=self._held)
+        got = self.sync.collect(global_params, trained, round_idx, held=self._held)
         t_train = time.perf_counter()
         self._upload(got, round_idx, start)
         regionals = self._run_tiers(round_idx, start, end)
@@ -166,10 +186,9 @@ class HierarchicalScheduler(HierarchyEvents):
         if self.probe is not None and geo is not None:
             stats.metric = self.probe[0]
             regional_metric = [self.probe[1](m.model) for _, m in regionals]
-        record = build_record(
-            self.sync, round_idx, cohort, excluded, got, regionals, geo, params, stats,
-            end_s=end, regional_metric=regional_metric,
-        )  # fmt: skip
+        record = self._record(
+            round_idx, cohort, excluded, got, regionals, geo, params, end, regional_metric
+        )
         t1 = time.perf_counter()
         record.time_s.update(
             train=t_train - t_train0,  # client steps and the ground uplink
@@ -178,6 +197,52 @@ class HierarchicalScheduler(HierarchyEvents):
             total=t1 - t0_wall,
         )
         return RoundOutcome(params, record)
+
+    def _record(
+        self,
+        round_idx: int,
+        cohort: Cohort,
+        excluded: list[int],
+        got: Collected,
+        regionals: list[tuple[int, TierModel]],
+        geo: GeoResult | None,
+        params: torch.Tensor,
+        end_s: float,
+        regional_metric: list[float] | None,
+    ) -> RoundRecord:
+        """The round's record (:func:`~geofl.engine.round_record.build_record`):
+        participants are the tractors whose updates the GEO incorporated this round, each
+        with its share of the GEO update (GEO weight × regional share); training figures
+        are those of the updates sent this round; the ``hierarchy`` block holds
+        :class:`HierarchyStats` (``end_s``: simulated time of the GEO aggregation;
+        ``regional_metric``: the test metric of every regional model, which each of its
+        updates carries into ``update_metric`` for Table 10); ``strategy`` holds what the
+        GEO strategy reported (e.g. DUAL-SHIELD's CGF scores)."""
+        stats = self._stats
+        participants: list[int] = []
+        weights: list[float] = []
+        if geo is not None:
+            participants, weights = credit_regionals(
+                geo, regionals, stats, round_idx, end_s, regional_metric
+            )
+        deltas = torch.stack([m.model for _, m in regionals]) if regionals else torch.zeros(0, 1)
+        return build_record(
+            round_idx, cohort, excluded, got,
+            status=self._status(geo),
+            aggregation_error=self._geo_error,
+            participants=participants, weights=weights,
+            primary=self.c.task.primary_metric, lr=self.sync.lr(round_idx),
+            uplink=self.c.uplink, bytes_down=int(stats.bytes["driver_tractor"]),
+            strategy={} if geo is None else dict(geo.info),
+            hierarchy=stats.to_json(), model_sha256=params_sha256(params),
+            update_set_sha256=update_set_sha256([s for s, _ in regionals], deltas),
+        )  # fmt: skip
+
+    def _status(self, geo: GeoResult | None) -> RoundStatus:
+        if geo is not None:
+            return RoundStatus.AGGREGATED
+        failed = self._geo_error is not None
+        return RoundStatus.AGGREGATION_FAILED if failed else RoundStatus.NO_UPDATES
 
     def _begin_round(self, global_params: torch.Tensor, round_idx: int) -> tuple[float, float]:
         """Fresh round statistics, the drivers' health check and failovers (§2.1.6), and in
@@ -219,16 +284,21 @@ class HierarchicalScheduler(HierarchyEvents):
         end: float,
     ) -> tuple[torch.Tensor, GeoResult | None]:
         """GEO aggregation over ``regionals`` (sorted here in place by LEO, then creation
-        time; Eq. 8 × Eq. 11, normalised Eq. 12, RobustAvg), the new version published,
+        time) by the GEO strategy (:attr:`geo`: Eq. 8 × Eq. 11, normalised Eq. 12, then
+        RobustAvg or the method's server side), the new version published,
         and its way down: adopted at once in the synchronous reference, else scheduled."""
         params, geo = global_params, None
+        self._geo_error = None
         if regionals:
             regionals.sort(key=lambda item: (item[0], item[1].created_s))
-            geo = geo_aggregate(
-                global_params, [m for _, m in regionals], round_idx, kappa=self.cfg.kappa,
-                clip=self.cfg.clip, trim_fraction=self.cfg.trim_fraction,
-                fairness=self.cfg.fairness, geo_delta=self.cfg.geo_delta,
-            )  # fmt: skip
+            batch = geo_batch(global_params, regionals, geo_delta=self.cfg.geo_delta)
+            try:
+                geo = self.geo.step(round_idx, global_params, batch)
+            except AggregationError as err:  # e.g. fewer regional models than Krum needs
+                log.warning("round %d: GEO: %s; global model unchanged", round_idx, err)
+                self._geo_error = str(err)
+                geo = None
+        if geo is not None:
             params = geo.params
             self._stats.event(end, "geo")
             self._stats.geo = self._coverage([m.clients for _, m in regionals])
@@ -271,7 +341,7 @@ class HierarchicalScheduler(HierarchyEvents):
                 if self.personal is not None:
                     self.personal.adopt(k, version, params)
 
-    def _upload(self, got: _Collected, round_idx: int, start: float) -> None:
+    def _upload(self, got: Collected, round_idx: int, start: float) -> None:
         """Each accepted update leaves for its driver; attempts and NQI losses counted per
         cluster (§2.3.4's NQI_loss: not delivered for NQI < τ or an outage).
 
@@ -356,3 +426,11 @@ class HierarchicalScheduler(HierarchyEvents):
             self.personal.load_state_dict(state["personal"])
         if "links" in state:
             self.links.load_state_dict(state["links"])
+
+
+def _combiner(comp: Component | None) -> Aggregator | None:
+    """A driver's or LEO's combiner (``hierarchy.driver_aggregator`` / ``leo_aggregator``):
+    None when unset or ``mean``, which the tiers compute as the paper's FedAvg, bit for bit."""
+    if comp is None or comp.name == "mean":
+        return None
+    return AGGREGATORS.build(comp.name, comp.params)

@@ -2,8 +2,10 @@
 
 * driver: FedAvg of the cluster's arrived tractor models (§2.1.6, §2.2.1),
 * LEO: redundancy filter + regional FedAvg w̄_l = (1/N_l) Σ w_i (§2.2.3, Alg. 3 l. 2–4),
-* GEO: ω_l = exp(−κ(t − t'_l)) · ω_fair(l) (Eq. 8, 11) normalised (Eq. 12), RobustAvg over
-  Δ_l = w̄_l − w^t (§2.2.5 Eq. 1–3), w^{t+1} = w^t + Δ̃ (Alg. 3 l. 11).
+  (either may instead use a robust combiner of the flat server, ``hierarchy.driver_aggregator``
+  / ``leo_aggregator``: median, trimmed mean, RobustAvg),
+* GEO: a strategy over the regional models (:mod:`geofl.engine.hierarchy.geo`: the paper's
+  staleness × fairness RobustAvg, or the method's own server side).
 
 Both schedulers (the event-driven one and the synchronous reference) call these functions,
 with their inputs in a canonical order (tractors, clusters and LEOs by id), so a zero-delay
@@ -13,22 +15,15 @@ asynchronous run and the synchronous hierarchy aggregate exactly the same tensor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from geofl.engine.clock import TierModel, TractorUpdate
+from geofl.engine.hierarchy.events import TierModel, TractorUpdate
 from geofl.hierarchy.regional import redundancy_filter, regional_fedavg
-from geofl.hierarchy.weights import (
-    context_entropy,
-    fairness_weights,
-    geo_weights,
-    staleness_weights,
-)
-from geofl.server.robust import robust_avg
+from geofl.server.aggregators import Aggregator
 
-__all__ = ["GeoResult", "driver_fedavg", "geo_aggregate", "leo_regional"]
+__all__ = ["driver_fedavg", "leo_regional"]
 
 
 def driver_fedavg(
@@ -40,8 +35,10 @@ def driver_fedavg(
     attempts: int,
     nqi_lost: int,
     now_s: float,
+    combiner: Aggregator | None = None,
 ) -> TierModel:
-    """A cluster driver's FedAvg: w̄_c = Σ_i (n_i / Σ n) w_i over its arrived updates.
+    """A cluster driver's FedAvg: w̄_c = Σ_i (n_i / Σ n) w_i over its arrived updates — or
+    a robust combiner (median, trimmed mean, RobustAvg) over the same rows and weights.
 
     Args:
         updates: The arrived tractor updates (any order; aggregated by client id, then
@@ -52,18 +49,21 @@ def driver_fedavg(
         attempts: Uplink attempts in the cluster since its last aggregation.
         nqi_lost: Of those, lost to NQI < τ or an outage.
         now_s: Simulated time of the aggregation.
+        combiner: A combiner on the flat server's protocol applied to the models and to
+            the updates alike (its effective weights become the tractors' shares); None:
+            FedAvg (the paper's driver, §2.1.6).
     """
     ups = sorted(updates, key=lambda u: (u.client, u.produced_round, u.created_s))
     n = torch.tensor([u.num_samples for u in ups], dtype=torch.float64)
     share = n / n.sum()
-    w32 = share.to(torch.float32)
     models = torch.stack([u.model for u in ups])
     deltas = torch.stack([u.delta for u in ups])
+    model, delta, share = _combine(models, deltas, share, combiner)
     rounds = [u.produced_round for u in ups]
     clients = tuple(u.client for u in ups)
     return TierModel(
-        model=w32 @ models,
-        delta=w32 @ deltas,
+        model=model,
+        delta=delta,
         produced_round=min(rounds),
         newest_round=max(rounds),
         num_samples=int(n.sum()),
@@ -80,9 +80,28 @@ def driver_fedavg(
     )
 
 
-def leo_regional(models: Sequence[TierModel], *, threshold: float, now_s: float) -> TierModel:
+def _combine(
+    models: torch.Tensor, deltas: torch.Tensor, share: torch.Tensor, combiner: Aggregator | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(model, delta, effective shares)``: FedAvg in float32 (``combiner`` None, the
+    paper's tiers), else ``combiner`` over models and updates with the same weights."""
+    if combiner is None:
+        w32 = share.to(torch.float32)
+        return w32 @ models, w32 @ deltas, share
+    on_deltas = combiner(deltas, share)
+    return combiner(models, share).delta, on_deltas.delta, on_deltas.weights
+
+
+def leo_regional(
+    models: Sequence[TierModel],
+    *,
+    threshold: float,
+    now_s: float,
+    combiner: Aggregator | None = None,
+) -> TierModel:
     """A LEO pass: drop redundant driver models (Alg. 3 l. 3), then w̄_l = (1/N_l) Σ w̄_c
-    over the kept ones (§2.2.3).
+    over the kept ones (§2.2.3) — or ``combiner`` (a robust combiner on the flat server's
+    protocol) over them with equal weights.
 
     Redundancy is judged on the driver models' updates (cosine of their Δ above
     ``threshold`` to an earlier kept one): whole models are all nearly parallel (cosine ≈ 1),
@@ -93,15 +112,21 @@ def leo_regional(models: Sequence[TierModel], *, threshold: float, now_s: float)
     deltas = torch.stack([m.delta for m in ms])
     keep = redundancy_filter(deltas, threshold=threshold)
     kept = [m for m, k in zip(ms, keep.tolist(), strict=True) if k]
-    share = 1.0 / len(kept)
+    if combiner is None:
+        model, delta = regional_fedavg(stacked, keep), regional_fedavg(deltas, keep)
+        shares = [1.0 / len(kept)] * len(kept)
+    else:
+        equal = torch.full((len(kept),), 1.0 / len(kept), dtype=torch.float64)
+        model, delta, eff = _combine(stacked[keep], deltas[keep], equal, combiner)
+        shares = eff.tolist()
     clients: list[int] = []
     weights: list[float] = []
-    for m in kept:
+    for m, share in zip(kept, shares, strict=True):
         clients.extend(m.clients)
         weights.extend(w * share for w in m.tractor_weights)
     return TierModel(
-        model=regional_fedavg(stacked, keep),
-        delta=regional_fedavg(deltas, keep),
+        model=model,
+        delta=delta,
         produced_round=min(m.produced_round for m in kept),
         newest_round=max(m.newest_round for m in kept),
         num_samples=sum(m.num_samples for m in kept),
@@ -115,76 +140,4 @@ def leo_regional(models: Sequence[TierModel], *, threshold: float, now_s: float)
         tractor_weights=tuple(weights),
         client_rounds=tuple(r for m in kept for r in m.client_rounds),
         client_created=tuple(c for m in kept for c in m.client_created),
-    )
-
-
-@dataclass(frozen=True)
-class GeoResult:
-    """One GEO aggregation (Alg. 3 l. 7–11).
-
-    Attributes:
-        params: ``[D]`` w^{t+1}.
-        staleness: ``[L]`` t − t'_l of each regional model.
-        stale: ``[L]`` float64 ω_stale (Eq. 8).
-        fair: ``[L]`` float64 ω_fair (Eq. 11, unnormalised; ones without fairness).
-        weights: ``[L]`` float64 ω̃_l (Eq. 12).
-        effective: ``[L]`` float64 the weights RobustAvg effectively used.
-    """
-
-    params: torch.Tensor
-    staleness: list[int]
-    stale: torch.Tensor
-    fair: torch.Tensor
-    weights: torch.Tensor
-    effective: torch.Tensor
-
-
-def geo_aggregate(
-    current: torch.Tensor,
-    regionals: Sequence[TierModel],
-    round_idx: int,
-    *,
-    kappa: float,
-    clip: float,
-    trim_fraction: float,
-    fairness: bool,
-    geo_delta: str,
-) -> GeoResult:
-    """GEO_Aggregate of Alg. 3 over the regional models received since the last one.
-
-    Args:
-        current: ``[D]`` w^t, the GEO's model.
-        regionals: The regional models (in LEO-id order).
-        round_idx: t.
-        kappa: κ of Eq. 8.
-        clip, trim_fraction: C and β of RobustAvg (§2.2.5).
-        fairness: Use ω_fair (Eq. 11); False: ω_fair = 1.
-        geo_delta: ``model``: Δ_l = w̄_l − w^t (Eq. 1); ``update``: Δ_l = the regional
-            average of the tractors' own updates.
-    """
-    produced = [m.produced_round for m in regionals]
-    stale = staleness_weights(round_idx, produced, kappa=kappa)
-    if fairness:
-        farms = torch.tensor([len(m.farms) for m in regionals], dtype=torch.float64)
-        entropy = torch.tensor([context_entropy(m.bins) for m in regionals], dtype=torch.float64)
-        loss = torch.tensor(
-            [m.nqi_lost / m.attempts if m.attempts else 0.0 for m in regionals],
-            dtype=torch.float64,
-        )
-        fair = fairness_weights(farms, entropy, loss)
-    else:
-        fair = torch.ones(len(regionals), dtype=torch.float64)
-    weights = geo_weights(stale, fair)
-    if geo_delta == "model":
-        deltas = torch.stack([m.model for m in regionals]) - current
-    else:
-        deltas = torch.stack([m.delta for m in regionals])
-    agg = robust_avg(deltas, weights, clip=clip, trim_fraction=trim_fraction)
-    return GeoResult(
-        params=current + agg.delta,
-        staleness=[round_idx - t for t in produced],
-        stale=stale,
-        fair=fair,
-        weights=weights,
-        effective=agg.weights,
     )

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from geofl.config.hierarchy import PersonalizationConfig
-from geofl.engine.clock import TierModel
+from geofl.engine.hierarchy.events import TierModel
 from geofl.hierarchy.personalize import personalize, regional_adapters
 
 __all__ = ["Personalization"]
