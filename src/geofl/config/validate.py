@@ -192,7 +192,7 @@ def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: s
             "the hierarchy runs client steps in this process (tractors hold different "
             "model versions): set workers to 1",
         )
-    if method.hierarchy.leo.contacts == "orbit":  # sgp4 propagates the TLEs
+    if hier.leo.contacts == "orbit":  # sgp4 propagates the TLEs
         require_extra("space", f"{where}.hierarchy.leo.contacts", "or set it to ideal")
 
 
