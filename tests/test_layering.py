@@ -32,8 +32,8 @@ LAYERS: dict[str, int] = {
     "engine": 5, "report": 5, "governance": 5, "inference": 5, "tracking": 5,
     # deployment on a distributed runtime (Flower): runs the engine's rounds across sites
     "deploy": 6,
-    # user interface
-    "cli": 6,
+    # user interface: the command line and the Python API
+    "cli": 6, "api": 6,
     # the package root's lazy public entry points (see _facade_nodes)
     "<facade>": 7,
 }  # fmt: skip
