@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -327,12 +328,8 @@ class RunResult:
         info = _read_json(run_dir / "run.json")
         summary_path = run_dir / "summary.json"
         summary = _read_json(summary_path) if summary_path.is_file() else {}
-        seeds = [int(s) for s in info.get("seeds") or ()]
-        runs = tuple(
-            _seed_result(seed_dir(run_dir, str(m), s), str(m), s)
-            for m in info.get("methods") or ()
-            for s in seeds
-        )
+        methods, seeds = _names(run_dir, info)
+        runs = tuple(_seed_result(seed_dir(run_dir, m, s), m, s) for m in methods for s in seeds)
         return cls(
             run_dir=run_dir,
             name=str(info.get("name") or run_dir.name),
@@ -342,10 +339,33 @@ class RunResult:
         )
 
 
+def _names(run_dir: Path, info: Mapping[str, Any]) -> tuple[list[str], list[int]]:
+    """``run.json``'s method names and seeds, checked: they name the seed directories."""
+    methods, seeds = info.get("methods"), info.get("seeds")
+    if not isinstance(methods, list) or not all(
+        isinstance(m, str) and _METHOD_NAME.fullmatch(m) for m in methods
+    ):
+        raise RunDirError(f"{run_dir / 'run.json'}: methods must be a list of method names")
+    if not isinstance(seeds, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in seeds
+    ):
+        raise RunDirError(f"{run_dir / 'run.json'}: seeds must be a list of integers")
+    return methods, seeds
+
+
+#: A method name as the config schema allows it (so it is one path component).
+_METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
 def _seed_result(sdir: Path, method: str, seed: int) -> SeedResult:
     """One (method, seed) directory; unstarted or unfinished runs read as far as they got."""
     final_path = sdir / "final.json"
-    final = FinalMetrics.from_json(_read_json(final_path)) if final_path.is_file() else None
+    final = None
+    if final_path.is_file():
+        try:
+            final = FinalMetrics.from_json(_read_json(final_path))
+        except (AttributeError, TypeError, ValueError, OverflowError) as err:  # a wrong type
+            raise RunDirError(f"{final_path}: damaged ({type(err).__name__}: {err})") from None
     return SeedResult(method, seed, sdir, tuple(read_rounds(sdir / "rounds.jsonl")), final)
 
 
