@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import geofl
 from geofl import api
+from geofl.plugins import load_all
 from geofl.server.aggregators import weighted_mean
 from geofl.server.optimizers import PlainServerOptimizer
 from geofl.server.strategy import ComposedStrategy
@@ -34,7 +35,6 @@ class _ScaleParams(BaseModel):
     scale: float = Field(1.0, gt=0)
 
 
-@api.AGGREGATORS.register("test_api_scaled_mean", params=_ScaleParams)
 def _scaled_mean(params: _ScaleParams) -> api.Aggregator:
     """Weighted mean times a factor (a user aggregator for the test)."""
 
@@ -47,13 +47,39 @@ def _scaled_mean(params: _ScaleParams) -> api.Aggregator:
     return aggregate
 
 
-@api.ALGORITHMS.register("test_api_damped", params=_ScaleParams)
 def _damped(params: _ScaleParams, *, ctx: api.AlgorithmContext) -> api.Algorithm:
     """FedAvg with a scaled server step (a user algorithm for the test)."""
     CALLS["algorithm"] += 1
     return api.Algorithm(
         ComposedStrategy(ctx.tier, PlainServerOptimizer(params.scale * ctx.server_lr))
     )
+
+
+@pytest.fixture(autouse=True)
+def _scratch_registries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plug-ins registered here (and by the guide) live for one test: each registry gets a
+    copy of its entries, restored afterwards, so no other test sees them. The built-ins are
+    registered first (their modules register once per process)."""
+    load_all()
+    for registry in (api.AGGREGATORS, api.ALGORITHMS, *_OTHER_REGISTRIES):
+        monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+    api.AGGREGATORS.register("test_api_scaled_mean", params=_ScaleParams)(_scaled_mean)
+    api.ALGORITHMS.register("test_api_damped", params=_ScaleParams)(_damped)
+
+
+_OTHER_REGISTRIES = (
+    api.ATTACKS,
+    api.DATASETS,
+    api.DEFENSES,
+    api.LOCAL_TRAINERS,
+    api.MODELS,
+    api.PARTITIONERS,
+    api.RELEASE_STEPS,
+    api.SAMPLERS,
+    api.SUBSCRIBERS,
+    api.TASKS,
+    api.WEIGHTINGS,
+)
 
 
 def _tiny(**over: Any) -> dict[str, Any]:
@@ -195,3 +221,9 @@ def test_the_guide_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert (tmp_path / "runs" / "mine" / "summary.json").is_file()
     assert namespace["mine"].methods == ["fedavg", "capped", "damped"]
     assert namespace["counter"].rounds == {"fedavg": 2}
+    assert "capped_mean" in api.AGGREGATORS  # the fixture removes it after the test
+
+
+def test_registrations_do_not_leak_between_tests() -> None:
+    """The guide's plug-ins (registered in the test above) are gone again."""
+    assert "capped_mean" not in api.AGGREGATORS and "damped_fedavg" not in api.ALGORITHMS
