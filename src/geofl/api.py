@@ -103,7 +103,8 @@ def load(
     Args:
         source: A preset name (``"demo"``), a YAML path, a raw mapping or a validated
             config (re-validated when overrides or seeds are given). A mapping is copied,
-            never changed.
+            never changed: validation completes its config in place, and a notebook reuses
+            its dict across runs.
         overrides: ``--set``-style ``path=value`` assignments (``"federation.rounds=2"``),
             applied in order.
         seeds: Replaces ``seeds`` when given (``--seeds``).
@@ -122,7 +123,8 @@ def load(
         raw = copy.deepcopy(dict(source))
     else:
         raise ConfigError(
-            "source", f"expected a preset name, a YAML path or a mapping, got {type(source)}"
+            "source",
+            f"expected a preset name, a YAML path or a mapping, got {type(source).__name__}",
         )
     for assignment in overrides:
         apply_override(raw, assignment)
