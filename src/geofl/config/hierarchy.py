@@ -90,7 +90,11 @@ class HierarchyConfig(_OmitUnset):
     directories written before them resume (:class:`~geofl.config.base._OmitUnset`).
     """
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("driver_aggregator", "leo_aggregator")
+    _OPTIONAL: ClassVar[tuple[str, ...]] = (
+        "driver_aggregator",
+        "leo_aggregator",
+        "driver_weights",
+    )
 
     mode: Literal["async", "sync"] = Field(
         "async",
@@ -138,6 +142,11 @@ class HierarchyConfig(_OmitUnset):
         None,
         description="the drivers' combiner over their tractors' models (n_i-weighted): "
         "mean, median, trimmed_mean or robust_avg; None: FedAvg (§2.1.6)",
+    )
+    driver_weights: Literal["samples", "uniform"] | None = Field(
+        None,
+        description="the driver's FedAvg weights over its tractors: samples (n_i / Σ n, "
+        "FedAvg's usual weighting) or uniform (1/N, 003 §2.1.5 as written); None: samples",
     )
     leo_aggregator: Component | None = Field(
         None,

@@ -127,6 +127,7 @@ class HierarchyEvents:
             items, cluster=cluster, farm=self.topo.farm, context_bin=self.topo.context_bin,
             attempts=int(self.attempts[cluster]), nqi_lost=int(self.nqi_lost[cluster]),
             now_s=now, combiner=self.driver_combiner,
+            uniform=self.cfg.driver_weights == "uniform",
         )  # fmt: skip
         self.attempts[cluster] = self.nqi_lost[cluster] = 0
         return model

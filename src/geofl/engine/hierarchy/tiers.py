@@ -36,9 +36,14 @@ def driver_fedavg(
     nqi_lost: int,
     now_s: float,
     combiner: Aggregator | None = None,
+    uniform: bool = False,
 ) -> TierModel:
     """A cluster driver's FedAvg: w̄_c = Σ_i (n_i / Σ n) w_i over its arrived updates — or
     a robust combiner (median, trimmed mean, RobustAvg) over the same rows and weights.
+
+    003 §2.1.5 states the driver's average as w̄ = (1/N) Σ_i w_i (every tractor alike);
+    ``uniform`` gives exactly that, while the default keeps FedAvg's sample-count weights,
+    which the presets' results were produced with (a tractor with more local data counts more).
 
     Args:
         updates: The arrived tractor updates (any order; aggregated by client id, then
@@ -52,10 +57,11 @@ def driver_fedavg(
         combiner: A combiner on the flat server's protocol applied to the models and to
             the updates alike (its effective weights become the tractors' shares); None:
             FedAvg (the paper's driver, §2.1.6).
+        uniform: Weight every update 1/N (003 §2.1.5) instead of n_i / Σ n.
     """
     ups = sorted(updates, key=lambda u: (u.client, u.produced_round, u.created_s))
     n = torch.tensor([u.num_samples for u in ups], dtype=torch.float64)
-    share = n / n.sum()
+    share = torch.full_like(n, 1.0 / len(ups)) if uniform else n / n.sum()
     models = torch.stack([u.model for u in ups])
     deltas = torch.stack([u.delta for u in ups])
     model, delta, share = _combine(models, deltas, share, combiner)
