@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from tests.engine.hierarchy_helpers import agri_raw, config, make_run
 
 from geofl.engine.hierarchy.events import TractorUpdate
+from geofl.engine.hierarchy.stats import parking_suggestion
 from geofl.engine.hierarchy.tiers import driver_fedavg
+from geofl.errors import ConfigError
 
 UPLINK = {"network": {"p_fail": 0.0}, "checkpoint": {"tau_cos": 0.0}}
 
@@ -53,3 +56,55 @@ def test_driver_weights_stay_out_of_the_resolved_config_while_unset(tmp_path: Pa
     cfg = config(tmp_path, agri_raw({"mode": "sync"}, rounds=1))
     dumped = cfg.methods[0].model_dump()
     assert "driver_weights" not in dumped["hierarchy"]
+    assert "suggest_after_s" not in dumped["hierarchy"]
+
+
+def test_a_non_positive_parking_threshold_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="suggest_after_s"):
+        config(tmp_path, agri_raw({"suggest_after_s": 0.0}, rounds=1))
+
+
+def test_parking_suggestion_by_hand() -> None:
+    assert parking_suggestion(600.0, 200.0) == 400.0  # 600 − 200
+    assert parking_suggestion(600.0, 600.0) == 0.0
+    assert parking_suggestion(600.0, 3600.0) == 0.0  # overdue: park no longer, max(0, ·)
+
+
+def _park_records(tmp: Path, hierarchy: dict[str, Any], name: str, tau: float) -> list[Any]:
+    uplink = UPLINK | {"nqi": {"tau": tau, "t_chunked": 0.995, "t_fallback": 0.999}}
+    run = make_run(config(tmp, agri_raw(hierarchy, rounds=2, uplink=uplink), name), tmp / name)
+    params, out = run.init_params, []
+    for r in (1, 2):
+        res = run.scheduler.round(params, r)
+        run.comps.store.commit()
+        params = res.params
+        out.append(res.record)
+    return out
+
+
+def test_the_record_carries_each_skipped_tractors_parking_suggestion(tmp_path: Path) -> None:
+    base = {"mode": "sync", "staleness_metric": False, "round_s": 3600.0}
+    # τ_NQI 0.99: every tractor is skipped in both rounds and never delivers, so T_last is
+    # the time since the run's start: 0 s in round 1, 3600 s in round 2.
+    r1, r2 = _park_records(tmp_path, base | {"suggest_after_s": 5000.0}, "park", 0.99)
+    assert r1.uplink["status"] == {"skipped": 12}
+    assert [p["tractor"] for p in r1.hierarchy["parking"]] == list(range(12))
+    assert {(p["t_last_s"], p["t_suggestion_s"]) for p in r1.hierarchy["parking"]} == {
+        (0.0, 5000.0)
+    }
+    assert {(p["t_last_s"], p["t_suggestion_s"]) for p in r2.hierarchy["parking"]} == {
+        (3600.0, 1400.0)  # max(0, 5000 − 3600)
+    }
+    off = _park_records(tmp_path, base, "off", 0.99)[0]
+    assert "parking" not in off.hierarchy  # off by default: the record is unchanged
+
+
+def test_a_delivery_resets_t_last(tmp_path: Path) -> None:
+    base = {"mode": "sync", "staleness_metric": False, "round_s": 3600.0, "train_s": 100.0}
+    r1, r2 = _park_records(tmp_path, base | {"suggest_after_s": 5000.0}, "mix", 0.3)
+    skipped1 = {p["tractor"] for p in r1.hierarchy["parking"]}
+    assert 0 < len(skipped1) < 12  # τ_NQI 0.3 splits the tractors
+    got = {p["tractor"]: (p["t_last_s"], p["t_suggestion_s"]) for p in r2.hierarchy["parking"]}
+    assert set(got) & skipped1 and set(got) - skipped1  # both cases occur
+    for k, pair in got.items():  # sent at 100 s, then 3700 s (train_s 100)
+        assert pair == ((3700.0, 1300.0) if k in skipped1 else (3600.0, 1400.0))

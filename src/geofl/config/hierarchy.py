@@ -94,6 +94,7 @@ class HierarchyConfig(_OmitUnset):
         "driver_aggregator",
         "leo_aggregator",
         "driver_weights",
+        "suggest_after_s",
     )
 
     mode: Literal["async", "sync"] = Field(
@@ -152,6 +153,13 @@ class HierarchyConfig(_OmitUnset):
         None,
         description="the LEOs' combiner over the driver models a pass kept (equal weights): "
         "mean, median, trimmed_mean or robust_avg; None: regional FedAvg (§2.2.3)",
+    )
+    suggest_after_s: float | None = Field(
+        None,
+        gt=0.0,
+        description="T_threshold of 003 §2.1.2: a tractor skipped below τ_NQI is suggested "
+        "to park for T_suggestion = max(0, T_threshold − T_last) s, recorded per round in "
+        "the hierarchy block's `parking`; None: off",
     )
     personalization: PersonalizationConfig | None = Field(
         None, description="on-tractor personalization (§2.2.6); None: tractors adopt ŵ"

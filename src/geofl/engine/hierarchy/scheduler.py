@@ -57,11 +57,11 @@ from geofl.engine.hierarchy.geo import GeoResult, GeoStrategy, RobustAvgGeo, geo
 from geofl.engine.hierarchy.handlers import HierarchyEvents
 from geofl.engine.hierarchy.links import SpaceLinks, driver_compresses
 from geofl.engine.hierarchy.personal import Personalization
-from geofl.engine.hierarchy.stats import HierarchyStats, credit_regionals
+from geofl.engine.hierarchy.stats import HierarchyStats, credit_regionals, parking_suggestion
 from geofl.engine.hierarchy.topology import Topology
 from geofl.engine.round_record import build_record
 from geofl.engine.scheduler import ClientRunner, Collected, RoundOutcome, SyncScheduler
-from geofl.engine.uplink import TransmitStatus, link_bytes
+from geofl.engine.uplink import Transmission, TransmitStatus, link_bytes
 from geofl.errors import AggregationError
 from geofl.hashing import params_sha256, update_set_sha256
 from geofl.hierarchy.clusters import DriverMonitor
@@ -150,6 +150,8 @@ class HierarchicalScheduler(HierarchyEvents):
         )  # fmt: skip
         self.attempts = np.zeros(n_c, dtype=np.int64)
         self.nqi_lost = np.zeros(n_c, dtype=np.int64)
+        # simulated time of each tractor's last delivery (0: the run's start)
+        self.last_ok_s = np.zeros(n_t)
         n_leo = contacts.n_leo
         self.leo_buffer: list[list[tuple[float, TierModel]]] = [[] for _ in range(n_leo)]
         self.relay_pending = np.zeros(n_leo, dtype=bool)
@@ -249,6 +251,8 @@ class HierarchicalScheduler(HierarchyEvents):
         the asynchronous mode the downlinks arriving at the round's start; returns the
         round's simulated ``(start, end)`` in seconds."""
         self._stats = stats = HierarchyStats()
+        if self.cfg.suggest_after_s is not None:
+            stats.parking = []
         self.versions.setdefault(round_idx - 1, global_params.clone())
         self.links.begin_round(round_idx)
         start, end = (round_idx - 1) * self.cfg.round_s, round_idx * self.cfg.round_s
@@ -358,6 +362,7 @@ class HierarchicalScheduler(HierarchyEvents):
             if tx.status is not TransmitStatus.HELD:
                 self.attempts[cluster_of[tx.client]] += 1
                 self.nqi_lost[cluster_of[tx.client]] += tx.status in _NQI_LOST
+            self._park(tx, sent_at)
         if self.c.uplink is None:
             for u in got.accepted:
                 self.attempts[cluster_of[u.meta.client_id]] += 1
@@ -374,6 +379,20 @@ class HierarchicalScheduler(HierarchyEvents):
             sent = tx_of.get(k)
             latency = 0.0 if sent is None else sent.latency_s
             self.queue.push(sent_at + latency, TractorArrival(int(cluster_of[k]), upd))
+
+    def _park(self, tx: Transmission, now: float) -> None:
+        """Note a delivery's time, or a skip's parking suggestion (003 §2.1.2:
+        T_suggestion = max(0, T_threshold − T_last); :func:`parking_suggestion`)."""
+        k, threshold = tx.client, self.cfg.suggest_after_s
+        if tx.status is TransmitStatus.DELIVERED:
+            self.last_ok_s[k] = now
+        elif tx.status is TransmitStatus.SKIPPED and self._stats.parking is not None:
+            assert threshold is not None  # parking is on only with a threshold
+            t_last = now - float(self.last_ok_s[k])
+            self._stats.parking.append(
+                {"tractor": k, "t_last_s": t_last,
+                 "t_suggestion_s": parking_suggestion(threshold, t_last)}
+            )  # fmt: skip
 
     def _prune(self) -> None:
         """Forget model versions no tractor holds and no downlink in flight carries."""
@@ -400,6 +419,7 @@ class HierarchicalScheduler(HierarchyEvents):
             "monitor": self.monitor.snapshot(),
             "attempts": self.attempts.copy(),
             "nqi_lost": self.nqi_lost.copy(),
+            "last_ok_s": self.last_ok_s.copy(),
             "leo_buffer": [list(b) for b in self.leo_buffer],
             "relay_pending": self.relay_pending.copy(),
             "geo_inbox": list(self.geo_inbox),
@@ -417,6 +437,8 @@ class HierarchicalScheduler(HierarchyEvents):
         self.monitor.restore(state["monitor"])
         self.attempts = np.asarray(state["attempts"]).copy()
         self.nqi_lost = np.asarray(state["nqi_lost"]).copy()
+        if "last_ok_s" in state:
+            self.last_ok_s = np.asarray(state["last_ok_s"]).copy()
         self.leo_buffer = [list(b) for b in state["leo_buffer"]]
         self.relay_pending = np.asarray(state["relay_pending"]).copy()
         self.geo_inbox = list(state["geo_inbox"])

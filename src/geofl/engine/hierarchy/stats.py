@@ -19,7 +19,7 @@ from geofl.engine.hierarchy.events import TierModel
 from geofl.engine.hierarchy.geo import GeoResult
 from geofl.hierarchy.staleness import staleness_table
 
-__all__ = ["HOPS", "HierarchyStats", "credit_regionals"]
+__all__ = ["HOPS", "HierarchyStats", "credit_regionals", "parking_suggestion"]
 
 #: Hops of the hierarchy, in data-flow order (uplink, then downlink).
 HOPS = (
@@ -85,6 +85,10 @@ class HierarchyStats:
             to the GEO), ``geo`` (GEO aggregation) or ``downlink`` (the global model reached
             cluster ``cluster``'s driver ``station`` from LEO ``leo``); −1 where not
             applicable.
+        parking: With ``hierarchy.suggest_after_s`` set, one entry per tractor skipped below
+            τ_NQI this round: ``tractor``, ``t_last_s`` (simulated seconds since its last
+            delivered update) and ``t_suggestion_s`` (:func:`parking_suggestion`); None
+            (and absent from the record) when off.
     """
 
     staleness: list[int] = field(default_factory=list)
@@ -106,6 +110,7 @@ class HierarchyStats:
     stranded: int = 0
     geo: dict[str, Any] | None = None
     events: list[tuple[float, str, int, int, int]] = field(default_factory=list)
+    parking: list[dict[str, Any]] | None = None
 
     def hop(
         self, name: str, *, sent: int = 0, delivered: int = 0, nbytes: int = 0,
@@ -159,7 +164,18 @@ class HierarchyStats:
             "stranded": self.stranded,
             "geo": self.geo,
             "events": [list(e) for e in self.events],
-        }
+        } | ({} if self.parking is None else {"parking": list(self.parking)})
+
+
+def parking_suggestion(threshold_s: float, last_s: float) -> float:
+    """T_suggestion = max(0, T_threshold − T_last) (003 §2.1.2): how long a tractor below
+    τ_NQI may wait (park) before its update is overdue, T_last being the time since its last
+    successful update and T_threshold the policy's longest allowed interval.
+
+    The paper pairs it with Ideal_Location = f(NQI, T_suggestion) but leaves f unspecified;
+    geofl reports T_suggestion only.
+    """
+    return max(0.0, threshold_s - last_s)
 
 
 def credit_regionals(
