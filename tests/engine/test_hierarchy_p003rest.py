@@ -10,12 +10,17 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tests.engine.hierarchy_helpers import agri_raw, config, make_run
+from tests.engine.hierarchy_helpers import SEED, agri_raw, config, make_run
 
+from geofl.engine.experiment import run_experiment
 from geofl.engine.hierarchy.events import TractorUpdate
 from geofl.engine.hierarchy.stats import parking_suggestion
 from geofl.engine.hierarchy.tiers import driver_fedavg
 from geofl.errors import ConfigError
+from geofl.events import RunInfo
+from geofl.io import read_jsonl
+from geofl.records import RoundRecord
+from geofl.rundir import seed_dir
 
 UPLINK = {"network": {"p_fail": 0.0}, "checkpoint": {"tau_cos": 0.0}}
 
@@ -108,3 +113,31 @@ def test_a_delivery_resets_t_last(tmp_path: Path) -> None:
     assert set(got) & skipped1 and set(got) - skipped1  # both cases occur
     for k, pair in got.items():  # sent at 100 s, then 3700 s (train_s 100)
         assert pair == ((3700.0, 1300.0) if k in skipped1 else (3600.0, 1400.0))
+
+
+class _CrashAfter:
+    def on_run_start(self, info: RunInfo) -> None: ...
+
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
+        if record.round == 1:
+            raise KeyboardInterrupt
+
+    def on_run_end(self, info: RunInfo, summary: dict[str, Any]) -> None: ...
+
+
+def _parking(run: Path) -> list[Any]:
+    rounds = read_jsonl(seed_dir(run, "hier", SEED) / "rounds.jsonl")
+    return [rec["hierarchy"]["parking"] for rec in rounds]
+
+
+def test_t_last_survives_a_resume(tmp_path: Path) -> None:
+    hier = {"mode": "sync", "staleness_metric": False, "train_s": 100.0, "suggest_after_s": 5e3}
+    uplink = UPLINK | {"nqi": {"tau": 0.3, "t_chunked": 0.995, "t_fallback": 0.999}}
+    raw = agri_raw(hier, rounds=2, uplink=uplink)
+    whole = run_experiment(config(tmp_path, raw, "a"), tmp_path / "whole")
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config(tmp_path, raw, "c"), cut, subscribers=[_CrashAfter()])
+    run_experiment(config(tmp_path, raw, "c"), cut, resume=True)
+    assert _parking(whole) == _parking(cut)
+    assert {p["t_last_s"] for p in _parking(cut)[1]} == {3600.0, 3700.0}
