@@ -141,7 +141,8 @@ class HierarchyConfig(_OmitUnset):
     )
     driver_aggregator: Component | None = Field(
         None,
-        description="the drivers' combiner over their tractors' models (n_i-weighted): "
+        description="the drivers' combiner over their tractors' models (weighted by "
+        "driver_weights): "
         "mean, median, trimmed_mean or robust_avg; None: FedAvg (§2.1.6)",
     )
     driver_weights: Literal["samples", "uniform"] | None = Field(
