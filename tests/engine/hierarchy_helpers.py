@@ -12,6 +12,10 @@ from geofl.config.load import load_config
 from geofl.config.schema import ExperimentConfig
 from geofl.engine.experiment import _plan, load_dataset, prepare_split
 from geofl.engine.run import FederatedRun
+from geofl.events import RunInfo
+from geofl.io import read_jsonl
+from geofl.records import RoundRecord
+from geofl.rundir import seed_dir
 
 SEED = 2
 
@@ -59,3 +63,27 @@ def make_run(cfg: ExperimentConfig, out: Path) -> FederatedRun:
     data = prepare_split(ds, cfg, SEED, splits[SEED])
     method = cfg.methods[0]
     return FederatedRun(cfg, method, SEED, data, parts[SEED][method.name], out)
+
+
+class CrashAfter:
+    """A subscriber that interrupts the run after round ``after`` (a kill between rounds)."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+
+    def on_run_start(self, info: RunInfo) -> None: ...
+
+    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
+        if record.round == self.after:
+            raise KeyboardInterrupt
+
+    def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
+
+
+def round_records(run: Path, method: str = "hier") -> list[dict[str, Any]]:
+    """``rounds.jsonl`` of ``method`` at :data:`SEED`, without wall times (comparable)."""
+    out = []
+    for rec in read_jsonl(seed_dir(run, method, SEED) / "rounds.jsonl"):
+        rec.pop("time_s")
+        out.append(rec)
+    return out

@@ -15,7 +15,13 @@ from typing import Any
 
 import pytest
 import torch
-from tests.engine.hierarchy_helpers import SEED, agri_raw, config, make_run
+from tests.engine.hierarchy_helpers import (
+    CrashAfter,
+    agri_raw,
+    config,
+    make_run,
+    round_records,
+)
 
 from geofl.engine.experiment import run_experiment
 from geofl.engine.hierarchy.events import TierModel
@@ -27,10 +33,7 @@ from geofl.engine.hierarchy.geo import (
     stale_fair,
 )
 from geofl.engine.hierarchy.scheduler import HierarchicalScheduler
-from geofl.events import RunInfo
-from geofl.io import read_jsonl
 from geofl.records import RoundRecord
-from geofl.rundir import seed_dir
 from geofl.server.aggregators import AGGREGATORS
 from geofl.server.optimizers import PlainServerOptimizer
 from geofl.server.strategy import ComposedStrategy, Strategy
@@ -38,16 +41,34 @@ from geofl.server.tier import FlatTier
 from geofl.server.weighting import data_size_weights, uniform_weights
 
 
-def _tier(delta: list[float], produced: int, farms: set[int], bins: tuple[int, ...], *,
-          n: int = 10, attempts: int = 0, lost: int = 0) -> TierModel:  # fmt: skip
+def _tier(
+    delta: list[float],
+    produced: int,
+    farms: set[int],
+    bins: tuple[int, ...],
+    *,
+    n: int = 10,
+    attempts: int = 0,
+    lost: int = 0,
+) -> TierModel:
     d = torch.tensor(delta)
     return TierModel(
-        model=d + 10.0, delta=d, produced_round=produced, newest_round=produced,
-        num_samples=n, clients=tuple(range(len(bins))), farms=frozenset(farms), bins=bins,
-        attempts=attempts, nqi_lost=lost, clusters=(0,), created_s=0.0,
+        model=d + 10.0,
+        delta=d,
+        produced_round=produced,
+        newest_round=produced,
+        num_samples=n,
+        clients=tuple(range(len(bins))),
+        farms=frozenset(farms),
+        bins=bins,
+        attempts=attempts,
+        nqi_lost=lost,
+        clusters=(0,),
+        created_s=0.0,
         tractor_weights=tuple([1.0 / len(bins)] * len(bins)),
-        client_rounds=tuple([produced] * len(bins)), client_created=tuple([0.0] * len(bins)),
-    )  # fmt: skip
+        client_rounds=tuple([produced] * len(bins)),
+        client_created=tuple([0.0] * len(bins)),
+    )
 
 
 def _regionals() -> list[tuple[int, TierModel]]:
@@ -171,8 +192,10 @@ def test_robust_combiners_at_the_geo_run(tmp_path: Path, aggregator: dict[str, A
 
 
 def test_median_and_trimmed_mean_at_the_geo_and_the_drivers_run(tmp_path: Path) -> None:
-    tiers = {"driver_aggregator": {"name": "median"},
-             "leo_aggregator": {"name": "trimmed_mean", "trim_fraction": 0.2}}  # fmt: skip
+    tiers = {
+        "driver_aggregator": {"name": "median"},
+        "leo_aggregator": {"name": "trimmed_mean", "trim_fraction": 0.2},
+    }
     raw = agri_raw({**IDEAL, **tiers}, rounds=2, aggregator={"name": "median"})
     recs = _run(tmp_path, raw, "tiers")
     geo_only = _run(tmp_path, _raw(aggregator={"name": "median"}), "geo-only")
@@ -188,11 +211,19 @@ def test_driver_median_by_hand() -> None:
     from geofl.engine.hierarchy.events import TractorUpdate
     from geofl.engine.hierarchy.tiers import driver_fedavg
 
-    ups = [TractorUpdate(k, 1, torch.tensor([float(v)]), torch.tensor([float(v)]), 10, 0.0)
-           for k, v in enumerate([0.0, 1.0, 100.0])]  # fmt: skip
+    ups = [
+        TractorUpdate(k, 1, torch.tensor([float(v)]), torch.tensor([float(v)]), 10, 0.0)
+        for k, v in enumerate([0.0, 1.0, 100.0])
+    ]
     zeros = np.zeros(3, dtype=np.int64)
-    kw = {"cluster": 0, "farm": zeros, "context_bin": zeros, "attempts": 3, "nqi_lost": 0,
-          "now_s": 0.0}  # fmt: skip
+    kw = {
+        "cluster": 0,
+        "farm": zeros,
+        "context_bin": zeros,
+        "attempts": 3,
+        "nqi_lost": 0,
+        "now_s": 0.0,
+    }
     mean = driver_fedavg(ups, **kw)  # type: ignore[arg-type]
     med = driver_fedavg(ups, combiner=AGGREGATORS.build("median", {}), **kw)  # type: ignore[arg-type]
     assert math.isclose(float(mean.model), 101.0 / 3, rel_tol=1e-6)
@@ -205,27 +236,6 @@ def test_fedadam_at_the_geo_runs_and_moves_the_model(tmp_path: Path) -> None:
     assert len({r.model_sha256 for r in recs}) == 2
 
 
-class _CrashAfter:
-    def __init__(self, after: int) -> None:
-        self.after = after
-
-    def on_run_start(self, info: RunInfo) -> None: ...
-
-    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
-        if record.round == self.after:
-            raise KeyboardInterrupt
-
-    def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
-
-
-def _records(run: Path) -> list[dict[str, Any]]:
-    out = []
-    for rec in read_jsonl(seed_dir(run, "hier", SEED) / "rounds.jsonl"):
-        rec.pop("time_s")
-        out.append(rec)
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("method", [SHIELD, {"algorithm": {"name": "fedadam"}}])
 def test_geo_strategy_state_survives_a_kill_and_resume(
@@ -235,9 +245,9 @@ def test_geo_strategy_state_survives_a_kill_and_resume(
     whole = run_experiment(config(tmp_path, raw, "a"), tmp_path / "whole")
     cut = tmp_path / "cut"
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(config(tmp_path, raw, "c"), cut, subscribers=[_CrashAfter(1)])
+        run_experiment(config(tmp_path, raw, "c"), cut, subscribers=[CrashAfter(1)])
     run_experiment(config(tmp_path, raw, "c"), cut, resume=True)
-    assert _records(whole) == _records(cut)  # model hashes, weights, CGF/HRA scalars
+    assert round_records(whole) == round_records(cut)  # model hashes, weights, CGF/HRA scalars
 
 
 def test_krum_at_the_geo_with_too_few_regions_keeps_the_model(tmp_path: Path) -> None:

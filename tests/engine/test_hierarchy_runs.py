@@ -10,16 +10,18 @@ from typing import Any
 
 import pytest
 import torch
-from tests.engine.hierarchy_helpers import SEED, agri_raw, config, make_run
+from tests.engine.hierarchy_helpers import (
+    CrashAfter,
+    agri_raw,
+    config,
+    make_run,
+    round_records,
+)
 
 from geofl.engine.evaluate import evaluate
 from geofl.engine.experiment import run_experiment
 from geofl.engine.hierarchy.scheduler import HierarchicalScheduler
 from geofl.errors import ConfigError
-from geofl.events import RunInfo
-from geofl.io import read_jsonl
-from geofl.records import RoundRecord
-from geofl.rundir import seed_dir
 
 # The ground uplink with every link up: what passes the NQI gate is delivered in < 1 s.
 UPLINK = {"network": {"p_fail": 0.0}, "checkpoint": {"tau_cos": 0.0}}
@@ -52,27 +54,6 @@ def test_async_with_ideal_contacts_reproduces_the_synchronous_hierarchy(
     assert any(rec.participants for _, rec in sync)
 
 
-class _CrashAfter:
-    def __init__(self, after: int) -> None:
-        self.after = after
-
-    def on_run_start(self, info: RunInfo) -> None: ...
-
-    def on_round_end(self, info: RunInfo, record: RoundRecord) -> None:
-        if record.round == self.after:
-            raise KeyboardInterrupt
-
-    def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
-
-
-def _records(run: Path) -> list[dict[str, Any]]:
-    out = []
-    for rec in read_jsonl(seed_dir(run, "hier", SEED) / "rounds.jsonl"):
-        rec.pop("time_s")
-        out.append(rec)
-    return out
-
-
 @pytest.mark.slow
 def test_interrupted_and_resumed_equals_uninterrupted_and_is_deterministic(
     tmp_path: Path,
@@ -86,10 +67,10 @@ def test_interrupted_and_resumed_equals_uninterrupted_and_is_deterministic(
     again = run_experiment(config(tmp_path, raw, "b"), tmp_path / "again")
     cut = tmp_path / "cut"
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(config(tmp_path, raw, "c"), cut, subscribers=[_CrashAfter(2)])
+        run_experiment(config(tmp_path, raw, "c"), cut, subscribers=[CrashAfter(2)])
     run_experiment(config(tmp_path, raw, "c"), cut, resume=True)
-    recs = _records(whole)
-    assert recs == _records(again) == _records(cut)
+    recs = round_records(whole)
+    assert recs == round_records(again) == round_records(cut)
     stale = [s for r in recs for s in r["hierarchy"]["staleness"]]
     assert max(stale) >= 1  # the resumed part really carried late updates
     late = [r["hierarchy"] for r in recs if r["round"] > 2]
