@@ -110,9 +110,13 @@ def _replay_gaps(
     gaps = []
     for hypothesis in (true, _without_one_record(true)):
         replay = client_step(
-            program, params, hypothesis, ClientState(), ClientDirectives(ROUND, CLIENT),
+            program,
+            params,
+            hypothesis,
+            ClientState(),
+            ClientDirectives(ROUND, CLIENT),
             ClientStreams((setup.seed, "round", ROUND, "client", CLIENT)),
-        )  # fmt: skip
+        )
         gaps.append(float((replay.update.delta - received).abs().max()))
     return gaps[0], gaps[1]
 

@@ -39,8 +39,14 @@ def test_events_pop_by_time_then_kind_then_insertion() -> None:
     got = [(t, e) for t, e in q.pop_until(10.0)]
     assert [t for t, _ in got] == [1.0, 5.0, 5.0, 5.0, 5.0, 5.0]
     kinds = [type(e).__name__ for _, e in got]
-    assert kinds == ["Relay", "Downlink", "TractorArrival", "DriverDeadline", "DriverDeadline",
-                     "Relay"]  # fmt: skip
+    assert kinds == [
+        "Relay",
+        "Downlink",
+        "TractorArrival",
+        "DriverDeadline",
+        "DriverDeadline",
+        "Relay",
+    ]
     deadlines = [e for _, e in got if isinstance(e, DriverDeadline)]
     assert [d.cluster for d in deadlines] == [1, 0]  # insertion order among equals
 
@@ -77,22 +83,46 @@ def test_driver_fedavg_is_sample_weighted_and_order_free() -> None:
     farm = np.array([0, 0, 1])
     bins = np.array([4, 5, 6])
     ups = [_upd(2, 3, 3.0, n=1), _upd(0, 2, 0.0, n=3)]
-    m = driver_fedavg(ups, cluster=7, farm=farm, context_bin=bins, attempts=4, nqi_lost=1,
-                      now_s=12.0)  # fmt: skip
+    m = driver_fedavg(
+        ups, cluster=7, farm=farm, context_bin=bins, attempts=4, nqi_lost=1, now_s=12.0
+    )
     assert torch.allclose(m.delta, torch.full((3,), 0.75))  # (3·0 + 1·3) / 4
     assert torch.allclose(m.model, torch.full((3,), 1.75))
     assert m.clients == (0, 2) and m.client_rounds == (2, 3)
     assert (m.produced_round, m.newest_round, m.num_samples) == (2, 3, 4)
     assert m.farms == frozenset({0, 1}) and m.bins == (4, 6) and m.tractor_weights == (0.75, 0.25)
-    again = driver_fedavg(ups[::-1], cluster=7, farm=farm, context_bin=bins, attempts=4,
-                          nqi_lost=1, now_s=12.0)  # fmt: skip
+    again = driver_fedavg(
+        ups[::-1], cluster=7, farm=farm, context_bin=bins, attempts=4, nqi_lost=1, now_s=12.0
+    )
     assert torch.equal(again.model, m.model)
 
 
-def _tier(cluster: int, value: torch.Tensor, rnd: int, farms: set[int], bins: tuple[int, ...],
-          attempts: int = 0, lost: int = 0) -> TierModel:  # fmt: skip
-    return TierModel(value + 10.0, value, rnd, rnd, 1, (cluster,), frozenset(farms), bins,
-                     attempts, lost, (cluster,), 0.0, (1.0,), (rnd,), (0.0,))  # fmt: skip
+def _tier(
+    cluster: int,
+    value: torch.Tensor,
+    rnd: int,
+    farms: set[int],
+    bins: tuple[int, ...],
+    attempts: int = 0,
+    lost: int = 0,
+) -> TierModel:
+    return TierModel(
+        value + 10.0,
+        value,
+        rnd,
+        rnd,
+        1,
+        (cluster,),
+        frozenset(farms),
+        bins,
+        attempts,
+        lost,
+        (cluster,),
+        0.0,
+        (1.0,),
+        (rnd,),
+        (0.0,),
+    )
 
 
 def test_leo_regional_drops_a_duplicate_direction_then_means() -> None:
@@ -112,8 +142,9 @@ def test_geo_weights_by_hand_staleness_times_fairness() -> None:
     a = _tier(0, torch.tensor([0.2, 0.0]), 3, {0, 1}, (0, 1), attempts=4, lost=1)
     b = _tier(1, torch.tensor([0.0, 0.4]), 2, {2}, (5, 5))
     cur = torch.tensor([10.0, 10.0])
-    res = geo_aggregate(cur, [a, b], 4, kappa=0.5, clip=100.0, trim_fraction=0.0,
-                        fairness=True, geo_delta="model")  # fmt: skip
+    res = geo_aggregate(
+        cur, [a, b], 4, kappa=0.5, clip=100.0, trim_fraction=0.0, fairness=True, geo_delta="model"
+    )
     wa = math.exp(-0.5) * 2 * 2 / 1.25
     wb = math.exp(-1.0) * 1 * 1 / 1.0
     alpha = torch.tensor([wa, wb], dtype=torch.float64) / (wa + wb)
@@ -121,26 +152,50 @@ def test_geo_weights_by_hand_staleness_times_fairness() -> None:
     assert torch.allclose(res.weights, alpha, atol=1e-9)
     want = cur + torch.tensor([0.2 * alpha[0], 0.4 * alpha[1]], dtype=torch.float32)
     assert torch.allclose(res.params, want, atol=1e-6)
-    flat = geo_aggregate(cur, [a, b], 4, kappa=0.0, clip=100.0, trim_fraction=0.0,
-                         fairness=False, geo_delta="update")  # fmt: skip
+    flat = geo_aggregate(
+        cur, [a, b], 4, kappa=0.0, clip=100.0, trim_fraction=0.0, fairness=False, geo_delta="update"
+    )
     assert torch.allclose(flat.weights, torch.tensor([0.5, 0.5], dtype=torch.float64))
     assert torch.allclose(flat.params, cur + torch.tensor([0.1, 0.2]), atol=1e-6)
 
 
 def test_geo_clips_each_regional_delta_to_c() -> None:
     a = _tier(0, torch.tensor([30.0, 40.0]), 1, {0}, (0,))  # ‖Δ‖ = 50 → clipped to 1
-    res = geo_aggregate(torch.zeros(2), [a], 1, kappa=1.0, clip=1.0, trim_fraction=0.0,
-                        fairness=True, geo_delta="update")  # fmt: skip
+    res = geo_aggregate(
+        torch.zeros(2),
+        [a],
+        1,
+        kappa=1.0,
+        clip=1.0,
+        trim_fraction=0.0,
+        fairness=True,
+        geo_delta="update",
+    )
     assert torch.allclose(res.params, torch.tensor([0.6, 0.8]), atol=1e-6)
     with pytest.raises(Exception, match=r"kappa|κ"):
-        geo_aggregate(torch.zeros(2), [a], 1, kappa=-1.0, clip=1.0, trim_fraction=0.0,
-                      fairness=True, geo_delta="update")  # fmt: skip
+        geo_aggregate(
+            torch.zeros(2),
+            [a],
+            1,
+            kappa=-1.0,
+            clip=1.0,
+            trim_fraction=0.0,
+            fairness=True,
+            geo_delta="update",
+        )
 
 
 def geo_aggregate(
-    cur: torch.Tensor, models: list[TierModel], round_idx: int, *, kappa: float,
-    clip: float, trim_fraction: float, fairness: bool, geo_delta: str,
-) -> GeoResult:  # fmt: skip
+    cur: torch.Tensor,
+    models: list[TierModel],
+    round_idx: int,
+    *,
+    kappa: float,
+    clip: float,
+    trim_fraction: float,
+    fairness: bool,
+    geo_delta: str,
+) -> GeoResult:
     """The paper's GEO step over ``models`` (LEO l relays ``models[l]``)."""
     geo = RobustAvgGeo(kappa=kappa, clip=clip, trim_fraction=trim_fraction, fairness=fairness)
     batch = geo_batch(cur, list(enumerate(models)), geo_delta=geo_delta)

@@ -26,13 +26,21 @@ UPLINK = {"network": {"p_fail": 0.0}, "checkpoint": {"tau_cos": 0.0}}
 
 
 def _driver(uniform: bool) -> float:
-    ups = [TractorUpdate(k, 1, torch.tensor([v]), torch.tensor([v]), n, 0.0)
-           for k, (v, n) in enumerate([(1.0, 1), (2.0, 2), (10.0, 7)])]  # fmt: skip
+    ups = [
+        TractorUpdate(k, 1, torch.tensor([v]), torch.tensor([v]), n, 0.0)
+        for k, (v, n) in enumerate([(1.0, 1), (2.0, 2), (10.0, 7)])
+    ]
     zeros = np.zeros(3, dtype=np.int64)
     got = driver_fedavg(
-        ups, cluster=0, farm=zeros, context_bin=zeros, attempts=3, nqi_lost=0, now_s=0.0,
+        ups,
+        cluster=0,
+        farm=zeros,
+        context_bin=zeros,
+        attempts=3,
+        nqi_lost=0,
+        now_s=0.0,
         uniform=uniform,
-    )  # fmt: skip
+    )
     return float(got.model)
 
 

@@ -22,9 +22,13 @@ from geofl.rng import SEEDED, SecretSource, derive_seed, random_source
 
 N, D, SEED = 6, 40, 11
 SETTINGS = FtrlSettings(
-    noise_multiplier=1.0, clip=1.0, server_lr=0.5, momentum=0.0, expected_clients=3.0,
+    noise_multiplier=1.0,
+    clip=1.0,
+    server_lr=0.5,
+    momentum=0.0,
+    expected_clients=3.0,
     tree_rounds=4,
-)  # fmt: skip
+)
 
 
 def test_seeded_source_is_the_public_derivation_secret_sources_are_not() -> None:

@@ -174,8 +174,15 @@ class Loopback:
         if c is None:
             return ["--insecure"]
         auth = ["--enable-supernode-auth"] if self.auth else []
-        return ["--ssl-ca-certfile", str(c.ca), "--ssl-certfile", str(c.cert),
-                "--ssl-keyfile", str(c.key), *auth]  # fmt: skip
+        return [
+            "--ssl-ca-certfile",
+            str(c.ca),
+            "--ssl-certfile",
+            str(c.cert),
+            "--ssl-keyfile",
+            str(c.key),
+            *auth,
+        ]
 
     def _node_security(self, key: Path | None) -> list[str]:
         if self.certs is None:
@@ -195,9 +202,14 @@ class Loopback:
         """Start the SuperLink, wait until it listens, register the sites' keys (auth)."""
         self.link = self._spawn(
             "superlink",
-            [_bin("flower-superlink"), *self._link_security(), "--port", str(self.port),
-             "--disable-runtime-dependency-installation"],
-        )  # fmt: skip
+            [
+                _bin("flower-superlink"),
+                *self._link_security(),
+                "--port",
+                str(self.port),
+                "--disable-runtime-dependency-installation",
+            ],
+        )
         deadline = time.monotonic() + self.start_timeout
         while True:
             try:

@@ -86,9 +86,15 @@ def build_scheduler(
         contacts = DriverContacts(plans)
     probe = _test_probe(cfg, comps, data) if hier.staleness_metric else None
     return HierarchicalScheduler(
-        comps, hier, topo, contacts, seed=seed, allowed=allowed, probe=probe,
+        comps,
+        hier,
+        topo,
+        contacts,
+        seed=seed,
+        allowed=allowed,
+        probe=probe,
         geo=geo_strategy(method, comps),
-    )  # fmt: skip
+    )
 
 
 def geo_strategy(method: MethodConfig, comps: RunComponents) -> GeoStrategy:
@@ -103,9 +109,11 @@ def geo_strategy(method: MethodConfig, comps: RunComponents) -> GeoStrategy:
     assert hier is not None
     if paper_geo(method):
         return RobustAvgGeo(
-            kappa=hier.kappa, clip=hier.clip, trim_fraction=hier.trim_fraction,
+            kappa=hier.kappa,
+            clip=hier.clip,
+            trim_fraction=hier.trim_fraction,
             fairness=hier.fairness,
-        )  # fmt: skip
+        )
     if not isinstance(comps.strategy, ComposedStrategy):
         raise ConfigError(
             "algorithm", f"{method.algorithm.name!r} cannot run at the GEO: use FedAvg's kin"
@@ -172,9 +180,16 @@ def fleet_of_run(data: PreparedData, partition: Partition, *, seed: int) -> Flee
                 region, np.asarray(meta["region_lat"])[rows], np.asarray(meta["region_lon"])[rows]
             )
         return fleet_from_context(
-            tractor, farm, region, col["crop"], col["soil"], col["climate"],
-            col["link_profile"], seed=seed, region_centres=centres,
-        )  # fmt: skip
+            tractor,
+            farm,
+            region,
+            col["crop"],
+            col["soil"],
+            col["climate"],
+            col["link_profile"],
+            seed=seed,
+            region_centres=centres,
+        )
     except HierarchyError as err:
         raise ConfigError(
             "partition", f"{err} (the hierarchy needs one tractor per client: group by tractor)"
@@ -196,18 +211,24 @@ def leo_contacts(
     n_slots = math.ceil((rounds + 1) * cfg.round_s / leo.slot_s)
     eph = ephemeris(_tles(leo), start=leo.epoch, n_slots=n_slots, slot_s=leo.slot_s)
     return StationContacts(
-        eph, locations, elevation_mask_deg=leo.elevation_mask_deg, p_leo_fail=leo.p_leo_fail,
+        eph,
+        locations,
+        elevation_mask_deg=leo.elevation_mask_deg,
+        p_leo_fail=leo.p_leo_fail,
         seed=seed,
-    )  # fmt: skip
+    )
 
 
 def _tles(leo: LeoConfig) -> list[Tle]:
     if leo.tle_file is None:
         return walker_constellation(
-            n_leo=leo.n, planes=leo.planes, altitude_km=leo.altitude_km,
-            inclination_deg=leo.inclination_deg, epoch=leo.epoch,
+            n_leo=leo.n,
+            planes=leo.planes,
+            altitude_km=leo.altitude_km,
+            inclination_deg=leo.inclination_deg,
+            epoch=leo.epoch,
             geo_longitude_deg=leo.geo_longitude_deg,
-        )  # fmt: skip
+        )
     try:
         return parse_tles(leo.tle_file.read_text(), source=str(leo.tle_file))
     except (OrbitError, UnicodeDecodeError) as err:

@@ -55,9 +55,15 @@ class DriverStations:
     """
 
     def __init__(
-        self, contacts: Contacts, monitor: DriverMonitor[TractorUpdate], queue: EventQueue,
-        links: SpaceLinks, *, round_s: float, down_bytes: int,
-    ) -> None:  # fmt: skip
+        self,
+        contacts: Contacts,
+        monitor: DriverMonitor[TractorUpdate],
+        queue: EventQueue,
+        links: SpaceLinks,
+        *,
+        round_s: float,
+        down_bytes: int,
+    ) -> None:
         self.contacts, self.monitor, self.queue, self.links = contacts, monitor, queue, links
         self.round_s, self.down_bytes = round_s, down_bytes
         n_c = monitor.clusters.num_clusters
@@ -122,9 +128,13 @@ class DriverStations:
             self.queue.push(at, Downlink(cluster, version, station, got[1]))
 
     def follow(
-        self, before: tuple[int | None, ...], failovers: tuple[Failover, ...], round_idx: int,
-        now: float, stats: HierarchyStats,
-    ) -> None:  # fmt: skip
+        self,
+        before: tuple[int | None, ...],
+        failovers: tuple[Failover, ...],
+        round_idx: int,
+        now: float,
+        stats: HierarchyStats,
+    ) -> None:
         """After a health check at ``now``: record every cluster whose driver changed from
         ``before`` and move its pending uploads and downlinks to the new driver."""
         after = self.monitor.drivers
@@ -151,10 +161,17 @@ class DriverStations:
             for packet in held:
                 self._resend_up(now, c, packet, stats)
             stats.driver_changes.append(
-                {"round": round_idx, "at_s": now, "cluster": c, "old": before[c],
-                 "new": after[c], "cause": "failover" if c in failed else "recovery",
-                 "uplinks_moved": len(held), "downlinks_moved": downs[c]}
-            )  # fmt: skip
+                {
+                    "round": round_idx,
+                    "at_s": now,
+                    "cluster": c,
+                    "old": before[c],
+                    "new": after[c],
+                    "cause": "failover" if c in failed else "recovery",
+                    "uplinks_moved": len(held),
+                    "downlinks_moved": downs[c],
+                }
+            )
 
     def state_dict(self) -> dict[str, Any]:
         """Driver models kept on the ground by clusters without a driver."""

@@ -201,17 +201,22 @@ class RobustAvgGeo(GeoStrategy):
 
     def __init__(self, *, kappa: float, clip: float, trim_fraction: float, fairness: bool) -> None:
         self.kappa, self.clip, self.trim_fraction, self.fairness = (
-            kappa, clip, trim_fraction, fairness,
-        )  # fmt: skip
+            kappa,
+            clip,
+            trim_fraction,
+            fairness,
+        )
 
     def aggregate(
         self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
     ) -> StrategyResult:
         stale, fair = stale_fair(batch.metas, round_idx, kappa=self.kappa, fairness=self.fairness)
         agg = robust_avg(
-            batch.deltas, geo_weights(stale, fair), clip=self.clip,
+            batch.deltas,
+            geo_weights(stale, fair),
+            clip=self.clip,
             trim_fraction=self.trim_fraction,
-        )  # fmt: skip
+        )
         kept = torch.ones(batch.deltas.shape[0], dtype=torch.bool)
         return StrategyResult(global_params + agg.delta, agg.delta, agg.weights, kept)
 

@@ -124,11 +124,16 @@ class HierarchyEvents:
         if not items:
             return None
         model = driver_fedavg(
-            items, cluster=cluster, farm=self.topo.farm, context_bin=self.topo.context_bin,
-            attempts=int(self.attempts[cluster]), nqi_lost=int(self.nqi_lost[cluster]),
-            now_s=now, combiner=self.driver_combiner,
+            items,
+            cluster=cluster,
+            farm=self.topo.farm,
+            context_bin=self.topo.context_bin,
+            attempts=int(self.attempts[cluster]),
+            nqi_lost=int(self.nqi_lost[cluster]),
+            now_s=now,
+            combiner=self.driver_combiner,
             uniform=self.cfg.driver_weights == "uniform",
-        )  # fmt: skip
+        )
         self.attempts[cluster] = self.nqi_lost[cluster] = 0
         return model
 
@@ -152,10 +157,12 @@ class HierarchyEvents:
         the cluster holds), counted on the driver → LEO hop."""
         version = int(self.cluster_version[cluster])
         sender = self._driver_id(cluster)
-        p = self.links.driver_send(cluster, sender, model, self.versions[version], version, sat,
-                                   now)  # fmt: skip
-        self._stats.hop("driver_leo", sent=1, nbytes=p.nbytes, airtime_s=p.airtime_s,
-                        energy=p.energy)  # fmt: skip
+        p = self.links.driver_send(
+            cluster, sender, model, self.versions[version], version, sat, now
+        )
+        self._stats.hop(
+            "driver_leo", sent=1, nbytes=p.nbytes, airtime_s=p.airtime_s, energy=p.energy
+        )
         return p
 
     def _leo(self, now: float, ev: LeoArrival) -> None:
@@ -182,9 +189,11 @@ class HierarchyEvents:
         for arrived, _ in items:
             self._stats.latency("relay_wait", now - arrived)
         regional = leo_regional(
-            [m for _, m in items], threshold=self.cfg.redundancy_threshold, now_s=now,
+            [m for _, m in items],
+            threshold=self.cfg.redundancy_threshold,
+            now_s=now,
             combiner=self.leo_combiner,
-        )  # fmt: skip
+        )
         self._stats.event(now, "relay", leo=sat)
         received = self._forward(sat, regional)
         if received is not None:
@@ -195,8 +204,14 @@ class HierarchyEvents:
         refused), counted on the LEO → GEO hop."""
         p = self.links.leo_send(sat, regional)
         received = self.links.geo_receive(p)
-        self._stats.hop("leo_geo", sent=1, delivered=int(received is not None), nbytes=p.nbytes,
-                        airtime_s=p.airtime_s, energy=p.energy)  # fmt: skip
+        self._stats.hop(
+            "leo_geo",
+            sent=1,
+            delivered=int(received is not None),
+            nbytes=p.nbytes,
+            airtime_s=p.airtime_s,
+            energy=p.energy,
+        )
         return received
 
     def _sync_tiers(self, now: float) -> list[tuple[int, TierModel]]:

@@ -84,9 +84,16 @@ class SpaceLinks:
     """
 
     def __init__(
-        self, cfg: SpaceLinkParams, *, compress: bool, dim: int, n_tractors: int, n_leo: int,
-        seed: int, send_delta: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        cfg: SpaceLinkParams,
+        *,
+        compress: bool,
+        dim: int,
+        n_tractors: int,
+        n_leo: int,
+        seed: int,
+        send_delta: bool = False,
+    ) -> None:
         self.cfg, self.compress, self.dim, self.seed = cfg, compress, dim, seed
         self.n_tractors, self.n_leo, self.send_delta = n_tractors, n_leo, send_delta
         self.residual: dict[int, torch.Tensor] = {}
@@ -124,16 +131,24 @@ class SpaceLinks:
                 senders = [GEO_ID]
             sec = self.cfg.security
             self.openers[receiver] = Opener(
-                receiver, {s: sim_secret(self.seed, s) for s in senders}, self._epoch(),
-                window=sec.window, epoch_grace=sec.epoch_grace,
-            )  # fmt: skip
+                receiver,
+                {s: sim_secret(self.seed, s) for s in senders},
+                self._epoch(),
+                window=sec.window,
+                epoch_grace=sec.epoch_grace,
+            )
         return self.openers[receiver]
 
     # -- one hop ---------------------------------------------------------------------------
     def _packet(
-        self, hop: str, frames: list[bytes], sender: int, receiver: int, meta: TierModel,
+        self,
+        hop: str,
+        frames: list[bytes],
+        sender: int,
+        receiver: int,
+        meta: TierModel,
         base_version: int,
-    ) -> SpacePacket:  # fmt: skip
+    ) -> SpacePacket:
         """Seal ``frames`` (when envelopes are on) and price them on ``hop``."""
         wires = frames
         if self.cfg.security.enabled:
@@ -141,13 +156,24 @@ class SpaceLinks:
             wires = [sealer.seal(f, self._round) for f in frames]
         nbytes = sum(len(w) for w in wires)
         rate, watts = (
-            (self.cfg.driver_leo_mbps, self.cfg.driver_leo_w) if hop == "driver_leo"
+            (self.cfg.driver_leo_mbps, self.cfg.driver_leo_w)
+            if hop == "driver_leo"
             else (self.cfg.leo_geo_mbps, self.cfg.leo_geo_w)
-        )  # fmt: skip
+        )
         airtime, energy = hop_energy(nbytes, rate, watts)
         bare = replace(meta, model=_EMPTY, delta=_EMPTY)
-        return SpacePacket(hop, sender, receiver, tuple(wires), bare, base_version, nbytes,
-                           airtime, energy, tuple(frames))  # fmt: skip
+        return SpacePacket(
+            hop,
+            sender,
+            receiver,
+            tuple(wires),
+            bare,
+            base_version,
+            nbytes,
+            airtime,
+            energy,
+            tuple(frames),
+        )
 
     def reseal(self, p: SpacePacket, driver: int, sat: int) -> SpacePacket:
         """A pending driver upload ``p`` as the re-elected ``driver`` sends it in its own
@@ -185,8 +211,13 @@ class SpaceLinks:
         what = "its payload is lost" if lost else "a replay"
         log.warning(
             "round %d: %s envelope from %d to %d refused (%s); %s",
-            self._round, p.hop, p.sender, p.receiver, reason, what,
-        )  # fmt: skip
+            self._round,
+            p.hop,
+            p.sender,
+            p.receiver,
+            reason,
+            what,
+        )
 
     def _open(self, p: SpacePacket) -> list[bytes] | None:
         """The payloads of ``p`` as its receiver opens them, or None (refused, logged)."""
@@ -204,9 +235,15 @@ class SpaceLinks:
 
     # -- driver → LEO ----------------------------------------------------------------------
     def driver_send(
-        self, cluster: int, driver: int, model: TierModel, base: torch.Tensor,
-        base_version: int, sat: int, now_s: float,
-    ) -> SpacePacket:  # fmt: skip
+        self,
+        cluster: int,
+        driver: int,
+        model: TierModel,
+        base: torch.Tensor,
+        base_version: int,
+        sat: int,
+        now_s: float,
+    ) -> SpacePacket:
         """The driver's upload u_c = w̄_c − w^{v_c} (``base`` = w^{v_c}), encoded with
         error feedback (residual per cluster), tagged (t', ``now_s``) and sealed for LEO
         ``sat``."""
@@ -217,8 +254,12 @@ class SpaceLinks:
         if self.compress and residual is not None:
             self.residual[cluster] = residual
         (payload,) = enc.frames
-        frames = tag_frames(payload, round_idx=model.produced_round, timestamp=now_s,
-                            frame_bytes=self.cfg.frame_bytes)  # fmt: skip
+        frames = tag_frames(
+            payload,
+            round_idx=model.produced_round,
+            timestamp=now_s,
+            frame_bytes=self.cfg.frame_bytes,
+        )
         return self._packet("driver_leo", frames, driver, LEO_ID0 + sat, model, base_version)
 
     def leo_receive(self, p: SpacePacket, base: torch.Tensor) -> TierModel | None:

@@ -115,9 +115,11 @@ class HierarchicalScheduler(HierarchyEvents):
         self.driver_combiner = _combiner(cfg.driver_aggregator)
         self.leo_combiner = _combiner(cfg.leo_aggregator)
         self.geo: GeoStrategy = geo or RobustAvgGeo(
-            kappa=cfg.kappa, clip=cfg.clip, trim_fraction=cfg.trim_fraction,
+            kappa=cfg.kappa,
+            clip=cfg.clip,
+            trim_fraction=cfg.trim_fraction,
             fairness=cfg.fairness,
-        )  # fmt: skip
+        )
         self.sync = SyncScheduler(comps, seed=seed, allowed=allowed)
         self.c, self.cfg, self.topo, self.contacts = comps, cfg, topology, contacts
         self.seed = seed
@@ -133,10 +135,14 @@ class HierarchicalScheduler(HierarchyEvents):
         self.down_bytes = len(encode_raw(torch.zeros(dim))[0]) + (OVERHEAD_BYTES if sealed else 0)
         uplink_cfg = None if comps.uplink is None else comps.uplink.cfg
         self.links = SpaceLinks(
-            cfg.links, compress=driver_compresses(cfg.links, uplink_cfg),
-            dim=dim, n_tractors=n_t, n_leo=contacts.n_leo, seed=seed,
+            cfg.links,
+            compress=driver_compresses(cfg.links, uplink_cfg),
+            dim=dim,
+            n_tractors=n_t,
+            n_leo=contacts.n_leo,
+            seed=seed,
             send_delta=cfg.geo_delta == "update",
-        )  # fmt: skip
+        )
         self.queue = EventQueue()
         self.versions: dict[int, torch.Tensor] = {}
         self.tractor_version = np.zeros(n_t, dtype=np.int64)
@@ -145,9 +151,13 @@ class HierarchicalScheduler(HierarchyEvents):
             topology.clusters, topology.rho, seed=seed, p_fail=cfg.p_driver_fail
         )
         self.stations = DriverStations(
-            contacts, self.monitor, self.queue, self.links, round_s=cfg.round_s,
+            contacts,
+            self.monitor,
+            self.queue,
+            self.links,
+            round_s=cfg.round_s,
             down_bytes=self.down_bytes,
-        )  # fmt: skip
+        )
         self.attempts = np.zeros(n_c, dtype=np.int64)
         self.nqi_lost = np.zeros(n_c, dtype=np.int64)
         # simulated time of each tractor's last delivery (0: the run's start)
@@ -229,16 +239,23 @@ class HierarchicalScheduler(HierarchyEvents):
             )
         deltas = torch.stack([m.model for _, m in regionals]) if regionals else torch.zeros(0, 1)
         return build_record(
-            round_idx, cohort, excluded, got,
+            round_idx,
+            cohort,
+            excluded,
+            got,
             status=self._status(geo),
             aggregation_error=self._geo_error,
-            participants=participants, weights=weights,
-            primary=self.c.task.primary_metric, lr=self.sync.lr(round_idx),
-            uplink=self.c.uplink, bytes_down=int(stats.bytes["driver_tractor"]),
+            participants=participants,
+            weights=weights,
+            primary=self.c.task.primary_metric,
+            lr=self.sync.lr(round_idx),
+            uplink=self.c.uplink,
+            bytes_down=int(stats.bytes["driver_tractor"]),
             strategy={} if geo is None else dict(geo.info),
-            hierarchy=stats.to_json(), model_sha256=params_sha256(params),
+            hierarchy=stats.to_json(),
+            model_sha256=params_sha256(params),
             update_set_sha256=update_set_sha256([s for s, _ in regionals], deltas),
-        )  # fmt: skip
+        )
 
     def _status(self, geo: GeoResult | None) -> RoundStatus:
         if geo is not None:
@@ -260,10 +277,14 @@ class HierarchicalScheduler(HierarchyEvents):
         failovers = self.monitor.health_check(round_idx)
         for f in failovers:
             stats.failovers.append(
-                {"cluster": f.cluster, "failed": f.failed, "driver": f.driver,
-                 "handed_over": f.handed_over,
-                 "residual_handed_over": f.cluster in self.links.residual}
-            )  # fmt: skip
+                {
+                    "cluster": f.cluster,
+                    "failed": f.failed,
+                    "driver": f.driver,
+                    "handed_over": f.handed_over,
+                    "residual_handed_over": f.cluster in self.links.residual,
+                }
+            )
         self.stations.follow(before, failovers, round_idx, start, stats)
         if self.cfg.mode == "async":
             self._advance(start, inclusive=True)  # downlinks arriving at the boundary
@@ -390,9 +411,12 @@ class HierarchicalScheduler(HierarchyEvents):
             assert threshold is not None  # parking is on only with a threshold
             t_last = now - float(self.last_ok_s[k])
             self._stats.parking.append(
-                {"tractor": k, "t_last_s": t_last,
-                 "t_suggestion_s": parking_suggestion(threshold, t_last)}
-            )  # fmt: skip
+                {
+                    "tractor": k,
+                    "t_last_s": t_last,
+                    "t_suggestion_s": parking_suggestion(threshold, t_last),
+                }
+            )
 
     def _prune(self) -> None:
         """Forget model versions no tractor holds and no downlink in flight carries."""

@@ -113,9 +113,15 @@ class HierarchyStats:
     parking: list[dict[str, Any]] | None = None
 
     def hop(
-        self, name: str, *, sent: int = 0, delivered: int = 0, nbytes: int = 0,
-        airtime_s: float = 0.0, energy: float = 0.0,
-    ) -> None:  # fmt: skip
+        self,
+        name: str,
+        *,
+        sent: int = 0,
+        delivered: int = 0,
+        nbytes: int = 0,
+        airtime_s: float = 0.0,
+        energy: float = 0.0,
+    ) -> None:
         """Count transmissions on hop ``name`` (bytes, airtime and energy of those sent)."""
         self.sent[name] += sent
         self.delivered[name] += delivered
@@ -194,20 +200,36 @@ def credit_regionals(
     weights: list[float] = []
     values = list(regional_metric) if regional_metric is not None else [math.nan] * len(regionals)
     for (sat, m), w, eff, fair, stale, s, value, kept in zip(
-        regionals, geo.weights.tolist(), geo.effective.tolist(), geo.fair.tolist(),
-        geo.stale.tolist(), geo.staleness, values, geo.kept.tolist(), strict=True,
-    ):  # fmt: skip
+        regionals,
+        geo.weights.tolist(),
+        geo.effective.tolist(),
+        geo.fair.tolist(),
+        geo.stale.tolist(),
+        geo.staleness,
+        values,
+        geo.kept.tolist(),
+        strict=True,
+    ):
         participants.extend(m.clients)
         stats.update_metric.extend([value] * len(m.client_rounds))
         weights.extend(eff * share for share in m.tractor_weights)
         stats.staleness.extend(round_idx - r for r in m.client_rounds)
         stats.geo_weight.extend(eff * share for share in m.tractor_weights)
         stats.regions.append(
-            {"leo": sat, "produced_round": m.produced_round, "staleness": s,
-             "stale": stale, "fair": fair, "weight": w, "effective": eff, "kept": kept,
-             "clusters": list(m.clusters), "tractors": len(m.clients),
-             "test_metric": value if math.isfinite(value) else None}
-        )  # fmt: skip
+            {
+                "leo": sat,
+                "produced_round": m.produced_round,
+                "staleness": s,
+                "stale": stale,
+                "fair": fair,
+                "weight": w,
+                "effective": eff,
+                "kept": kept,
+                "clusters": list(m.clusters),
+                "tractors": len(m.clients),
+                "test_metric": value if math.isfinite(value) else None,
+            }
+        )
         for created in m.client_created:
             stats.latency("end_to_end", end_s - created)
     return participants, weights
