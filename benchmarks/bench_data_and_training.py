@@ -19,7 +19,7 @@ and the paper presets take on a 2-core machine.
   ``small_input_stem`` (3×3/1, no max-pool: 16× the compute). Also the engine's own
   ``LocalSGD`` trainer on a client of 10 batches at 32×32×13, as a ratio to the bare loop
   (trainer overhead).
-* **Evaluation** — images/s of ``geofl.engine.evaluate.evaluate`` (inference_mode, batch
+* **Evaluation** — images/s of ``geofl.engine.evaluation.heldout.evaluate`` (inference_mode, batch
   1024) for the small CNN at 32×32×13 and 64×64×13.
 """
 
@@ -36,8 +36,8 @@ from _common import footer, header, median_time, print_table, set_threads
 from geofl import plugins
 from geofl.client.data import ClientData
 from geofl.client.trainer import LocalSGD, LocalTrainParams
-from geofl.data.synthetic import SyntheticParams, generate_synthetic
-from geofl.engine.evaluate import evaluate
+from geofl.data.synthetic.landcover import SyntheticParams, generate_synthetic
+from geofl.engine.evaluation.heldout import evaluate
 from geofl.models.base import MODELS, FlatModel
 from geofl.rng import torch_generator
 from geofl.tasks import TASKS, Task
@@ -239,7 +239,7 @@ def main() -> None:
     print_table(
         ["model", "input", "images", "batch", "ms/pass", "images/s"],
         eval_rows,
-        title="Evaluation: geofl.engine.evaluate.evaluate (inference_mode)",
+        title="Evaluation: geofl.engine.evaluation.heldout.evaluate (inference_mode)",
     )
     eval_32 = eval_rows[0][5]
     print(f"ratio: eval / train images/s at 32×32×13: {eval_32 / rate_32_13:.1f}×")

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from _common import footer, header, interleaved_medians, print_table, set_threads
-from geofl.data.synthetic_aerial import AerialParams, generate_aerial
+from geofl.data.synthetic.aerial import AerialParams, generate_aerial
 from geofl.models import MODELS
 from geofl.models.detection.detectors import TorchvisionDetector, _no_resize
 from geofl.models.detection.tvops import ensure_torchvision_ops

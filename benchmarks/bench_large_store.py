@@ -6,8 +6,8 @@ Usage::
         [--steps 30] [--ram-samples 6000] [--dir /tmp/geofl-large-store] [--keep]
 
 What is measured and why: with ``data.cache: mmap`` the decode cache is an on-disk array
-store (:mod:`geofl.data.store`) and clients hold index views of it
-(:class:`~geofl.data.lazy.StoredRows`) read per mini-batch, so a dataset larger than RAM
+store (:mod:`geofl.data.storage.store`) and clients hold index views of it
+(:class:`~geofl.data.storage.lazy.StoredRows`) read per mini-batch, so a dataset larger than RAM
 trains with bounded memory. The script
 
 1. builds (once; reused with ``--keep``) the synthetic dataset of ``--gb`` GB — 13-band
@@ -91,7 +91,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import yaml
 
     from geofl.config.load import load_config
-    from geofl.data.lazy import StoredRows
+    from geofl.data.storage.lazy import StoredRows
     from geofl.engine.experiment import build_partition, load_dataset, prepare_split
     from geofl.engine.run import FederatedRun
 

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from _common import footer, header, print_table, set_threads
-from geofl.data.lazy import StoredRows
+from geofl.data.storage.lazy import StoredRows
 
 SHAPE = (13, 64, 64)
 BATCH = 64

@@ -8,7 +8,7 @@ Usage::
 What is measured and why: evaluation runs every round on the validation and test splits;
 the task's metric bookkeeping (per batch ``MetricAccumulator.update`` and, unless the
 accumulator owns the loss, ``Task.loss_sum``; ``MetricAccumulator.compute`` once per
-split — exactly what ``geofl.engine.evaluate`` calls) should cost next to nothing compared
+split — exactly what ``geofl.engine.evaluation.heldout`` calls) should cost next to nothing compared
 with the forward pass it follows (target ≤ 5 % per evaluated sample). Per scenario and
 evaluation batch size the script builds the task through ``TASKS`` (fitted on synthetic
 training targets) and the model through ``MODELS``, and times, round-robin so that all of

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from geofl.data import ucmerced
 from geofl.data.base import DATASETS
+from geofl.data.readers import ucmerced
 
 
 def default_root() -> Path:

@@ -23,7 +23,7 @@ from geofl.client.augment import AUGMENTATIONS
 from geofl.client.release import RELEASE_STEPS
 from geofl.client.trainer import LOCAL_TRAINERS
 from geofl.data.base import DATASETS
-from geofl.data.partition import PARTITIONERS
+from geofl.data.splitting.partition import PARTITIONERS
 from geofl.events import SUBSCRIBERS
 from geofl.models.base import MODELS
 from geofl.network.links import NETWORK_MODELS
@@ -60,20 +60,20 @@ __all__ = [
 #: Modules whose import registers implementations.
 _PLUGIN_MODULES = (
     "geofl.tasks.classification",
-    "geofl.data.synthetic",
-    "geofl.data.synthetic_tabular",
+    "geofl.data.synthetic.landcover",
+    "geofl.data.synthetic.tabular",
     "geofl.data.agri.dataset",
     "geofl.data.agri.files",
-    "geofl.data.synthetic_multilabel",
-    "geofl.data.synthetic_sen12ms",
-    "geofl.data.synthetic_bigearthnet",
-    "geofl.data.synthetic_aerial",
-    "geofl.data.detection_formats",
-    "geofl.data.eurosat",
-    "geofl.data.ucmerced",
-    "geofl.data.sen12ms",
-    "geofl.data.bigearthnet",
-    "geofl.data.sentinel2_npz",
+    "geofl.data.synthetic.multilabel",
+    "geofl.data.synthetic.sen12ms",
+    "geofl.data.synthetic.bigearthnet",
+    "geofl.data.synthetic.aerial",
+    "geofl.data.readers.detection",
+    "geofl.data.readers.eurosat",
+    "geofl.data.readers.ucmerced",
+    "geofl.data.readers.sen12ms",
+    "geofl.data.readers.bigearthnet",
+    "geofl.data.readers.sentinel2_npz",
     "geofl.models.cnn",
     "geofl.models.resnet",
     "geofl.models.detection.detectors",

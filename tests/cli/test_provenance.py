@@ -17,7 +17,7 @@ import geofl
 from geofl.cli import app
 from geofl.config.load import load_config
 from geofl.engine.experiment import run_experiment
-from geofl.engine.provenance import Provenance, git_state
+from geofl.engine.records.provenance import Provenance, git_state
 from geofl.events import RunInfo
 from geofl.records import RoundRecord
 from geofl.rundir import seed_dir

@@ -20,7 +20,7 @@ from geofl.data.agri.pipeline import (
     weekly_composite,
 )
 from geofl.data.agri.synthetic import generate_blocks, largest_remainder, two_level_tractors
-from geofl.data.partition import PARTITIONERS, make_partition
+from geofl.data.splitting.partition import PARTITIONERS, make_partition
 from geofl.errors import ConfigError, DataError
 
 

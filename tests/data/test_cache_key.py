@@ -22,10 +22,11 @@ import pytest
 import torch
 from PIL import Image
 
-from geofl.data import bigearthnet, detection_formats, eurosat, sen12ms
 from geofl.data.base import DATASETS, ArrayDataset, CacheMode
-from geofl.data.cache import array_digest, file_manifest, manifest_digest
-from geofl.data.detection_formats import CocoParams, build_coco_json
+from geofl.data.readers import bigearthnet, eurosat, sen12ms
+from geofl.data.readers import detection as detection_formats
+from geofl.data.readers.detection import CocoParams, build_coco_json
+from geofl.data.storage.cache import array_digest, file_manifest, manifest_digest
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from geofl.cli import app
-from geofl.data.boxfiles import read_coco_json
+from geofl.data.readers.boxfiles import read_coco_json
 from geofl.errors import DataError
 
 Doc = dict[str, Any]

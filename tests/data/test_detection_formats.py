@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from geofl.data.boxfiles import clip_box, read_nwpu_txt, read_voc_xml
-from geofl.data.detection_formats import (
+from geofl.data.readers.boxfiles import clip_box, read_nwpu_txt, read_voc_xml
+from geofl.data.readers.detection import (
     CocoParams,
     DiorParams,
     NeonParams,

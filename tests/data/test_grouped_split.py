@@ -11,7 +11,7 @@ import yaml
 from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
-from geofl.data.split import grouped_split, make_split, stratified_split
+from geofl.data.splitting.split import grouped_split, make_split, stratified_split
 from geofl.errors import ConfigError
 
 

@@ -2,7 +2,7 @@
 
 Tiny images are written with Pillow and tifffile into a UC Merced class folder and loaded
 with ``DATASETS.build("ucmerced", ...)`` at their native size, so the loaded float32 values
-are exactly ``stored uint8 / 255`` of the rule in :mod:`geofl.data.imagefolder`:
+are exactly ``stored uint8 / 255`` of the rule in :mod:`geofl.data.readers.imagefolder`:
 8-bit modes as Pillow's ``convert("RGB")``, 16-bit as the high byte, wider integers as
 16-bit when in 0..65535, float as ``rint(v * 255)`` of brightness in [0, 1].
 """
@@ -22,8 +22,8 @@ import tifffile
 import torch
 from PIL import Image
 
-from geofl.data import eurosat, ucmerced
 from geofl.data.base import DATASETS, ArrayDataset
+from geofl.data.readers import eurosat, ucmerced
 from geofl.errors import DataError
 
 assert {eurosat.EUROSAT_MS_SPEC.name, ucmerced.UCMERCED_SPEC.name}  # registers loaders

@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 from pydantic import ValidationError
 
-from geofl.data import eurosat, ucmerced
 from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset
+from geofl.data.readers import eurosat, ucmerced
 from geofl.errors import ConfigError, DataError
 
 HERE = Path(__file__).resolve().parent

@@ -7,8 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from geofl.config.schema import SplitConfig as SplitParams
-from geofl.data.partition import PARTITIONERS, make_partition
-from geofl.data.split import stratified_split
+from geofl.data.splitting.partition import PARTITIONERS, make_partition
+from geofl.data.splitting.split import stratified_split
 from geofl.errors import ConfigError, PartitionError
 
 RNG = np.random.default_rng(0)

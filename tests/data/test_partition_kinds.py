@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geofl.data.partition import PARTITIONERS, Partition, make_partition
+from geofl.data.splitting.partition import PARTITIONERS, Partition, make_partition
 from geofl.errors import ConfigError, PartitionError
 
 RNG = np.random.default_rng(0)

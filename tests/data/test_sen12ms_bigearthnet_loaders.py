@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset
-from geofl.data.bigearthnet import BIGEARTHNET43_CLASSES, MAP_43_TO_19, label_vector
-from geofl.data.patchfiles import season_of_month, utm_to_latlon
-from geofl.data.sen12ms import IGBP_TO_SIMPLIFIED, majority_label
-from geofl.data.synthetic_bigearthnet import BIGEARTHNET19_CLASSES, BIGEARTHNET_BANDS
-from geofl.data.synthetic_sen12ms import SEN12MS_CLASSES
+from geofl.data.readers.bigearthnet import BIGEARTHNET43_CLASSES, MAP_43_TO_19, label_vector
+from geofl.data.readers.patchfiles import season_of_month, utm_to_latlon
+from geofl.data.readers.sen12ms import IGBP_TO_SIMPLIFIED, majority_label
+from geofl.data.synthetic.bigearthnet import BIGEARTHNET19_CLASSES, BIGEARTHNET_BANDS
+from geofl.data.synthetic.sen12ms import SEN12MS_CLASSES
 from geofl.errors import DataError
 
 HERE = Path(__file__).resolve().parent

@@ -18,10 +18,10 @@ from tests.conftest import tiny_raw
 from geofl.client.data import ClientData
 from geofl.client.spatial import SpatialAlphaParams, client_alpha, ndvi_stats, red_nir_indices
 from geofl.config.load import load_config
-from geofl.data import sentinel2_npz
 from geofl.data.base import DATASETS, ArrayDataset
-from geofl.data.formats import file_format_of
-from geofl.data.regions import kmeans_regions, patch_ndvi
+from geofl.data.readers import sentinel2_npz
+from geofl.data.readers.formats import file_format_of
+from geofl.data.splitting.regions import kmeans_regions, patch_ndvi
 from geofl.engine.experiment import run_experiment
 from geofl.errors import ConfigError, DataError
 from geofl.io import read_jsonl

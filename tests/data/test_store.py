@@ -13,12 +13,12 @@ import yaml
 from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
-from geofl.data import lazy
 from geofl.data.base import ArrayDataset
-from geofl.data.lazy import StoredRows
-from geofl.data.store import StoreWriter, cached_store, open_store, store_path
-from geofl.data.synthetic import SyntheticParams, build_synthetic
-from geofl.data.synthetic_multilabel import MultiLabelParams, build_multilabel
+from geofl.data.storage import lazy
+from geofl.data.storage.lazy import StoredRows
+from geofl.data.storage.store import StoreWriter, cached_store, open_store, store_path
+from geofl.data.synthetic.landcover import SyntheticParams, build_synthetic
+from geofl.data.synthetic.multilabel import MultiLabelParams, build_multilabel
 from geofl.engine.components import build_task, client_datasets
 from geofl.engine.experiment import build_partition, load_dataset, prepare_split, run_experiment
 from geofl.errors import ConfigError, DataError

@@ -9,9 +9,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-import geofl.data.synthetic as synthetic
+import geofl.data.synthetic.landcover as synthetic
 from geofl.data.base import DATASETS, SENTINEL2_BANDS
-from geofl.data.synthetic import (
+from geofl.data.synthetic.landcover import (
     CHUNK,
     METADATA_KEYS,
     SYNTHETIC_CLASSES,
@@ -19,7 +19,7 @@ from geofl.data.synthetic import (
     build_synthetic,
     generate_synthetic,
 )
-from geofl.data.synthetic_textures import CLASS_MATERIALS, TEXTURES
+from geofl.data.synthetic.textures import CLASS_MATERIALS, TEXTURES
 
 SMALL = SyntheticParams(num_samples=300, size=16, seed=3)
 BAND = {name: i for i, name in enumerate(SENTINEL2_BANDS)}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from geofl.data.partition import PARTITIONERS, make_partition
-from geofl.data.synthetic_aerial import (
+from geofl.data.splitting.partition import PARTITIONERS, make_partition
+from geofl.data.synthetic.aerial import (
     AERIAL_CLASSES,
     SCENES,
     AerialParams,

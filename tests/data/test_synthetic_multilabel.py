@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from geofl.data.base import DATASETS, SENTINEL2_BANDS
-from geofl.data.synthetic_multilabel import (
+from geofl.data.synthetic.multilabel import (
     MULTILABEL_CLASSES,
     MULTILABEL_METADATA_KEYS,
     MultiLabelParams,

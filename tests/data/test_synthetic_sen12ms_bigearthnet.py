@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from geofl.data.base import DATASETS, SENTINEL2_BANDS
-from geofl.data.partition import GroupParams, group_partition, make_partition
-from geofl.data.synthetic_bigearthnet import (
+from geofl.data.splitting.partition import GroupParams, group_partition, make_partition
+from geofl.data.synthetic.bigearthnet import (
     BIGEARTHNET19_CLASSES,
     BIGEARTHNET_BANDS,
     BIGEARTHNET_COUNTRIES,
@@ -21,8 +21,8 @@ from geofl.data.synthetic_bigearthnet import (
     generate_bigearthnet,
     target_frequencies,
 )
-from geofl.data.synthetic_mosaic import balanced_priors
-from geofl.data.synthetic_sen12ms import (
+from geofl.data.synthetic.mosaic import balanced_priors
+from geofl.data.synthetic.sen12ms import (
     SEN12MS_CLASSES,
     SEN12MS_TARGET_FREQUENCIES,
     SEN12MSParams,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from geofl.data.synthetic_sensor import RESOLUTION_GROUPS, band_grid_sides, mix_materials
+from geofl.data.synthetic.sensor import RESOLUTION_GROUPS, band_grid_sides, mix_materials
 
 
 def test_band_grids_are_10_20_and_60_m() -> None:

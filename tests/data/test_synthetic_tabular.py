@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from geofl.data.base import DATASETS
-from geofl.data.partition import PARTITIONERS, make_partition
-from geofl.data.synthetic_tabular import (
+from geofl.data.splitting.partition import PARTITIONERS, make_partition
+from geofl.data.synthetic.tabular import (
     STRESS_FEATURES,
     YIELD_FEATURES,
     StressParams,

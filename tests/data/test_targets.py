@@ -8,7 +8,7 @@ import torch
 
 from geofl.config.schema import SplitConfig
 from geofl.data.base import ArrayDataset
-from geofl.data.split import stratified_split
+from geofl.data.splitting.split import stratified_split
 from geofl.data.targets import (
     attribute_codes,
     check_targets,

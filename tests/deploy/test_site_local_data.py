@@ -34,7 +34,7 @@ from geofl.deploy.wire import decode_reply, decode_request, encode_request
 from geofl.engine.experiment import run_experiment
 from geofl.engine.run import FederatedRun
 from geofl.engine.scheduler import ClientJob, StepOutcome
-from geofl.engine.site_eval import SiteEvalStats
+from geofl.engine.site_reports.evaluation import SiteEvalStats
 from geofl.errors import ConfigError, DeployError
 from geofl.rundir import seed_dir
 from tests.engine.test_sites import sites_raw, synthetic_site, write_npz
@@ -80,7 +80,7 @@ class InProcess:
 
 def test_in_process_federation_equals_the_simulator(tmp_path: Path) -> None:
     npz = write_npz(tmp_path / "south.npz", n=40, seed=5)
-    from geofl.data.synthetic import SYNTHETIC_CLASSES
+    from geofl.data.synthetic.landcover import SYNTHETIC_CLASSES
 
     south = {"name": "south", "dataset": "sentinel2_npz", "clients": 2,
              "params": {"path": str(npz), "classes": list(SYNTHETIC_CLASSES)}}  # fmt: skip
@@ -150,7 +150,7 @@ def test_a_site_names_its_own_data_and_bad_sites_fail_in_one_line(tmp_path: Path
 
 
 def test_server_refuses_sites_that_disagree(tmp_path: Path) -> None:
-    from geofl.data.synthetic import SYNTHETIC_CLASSES
+    from geofl.data.synthetic.landcover import SYNTHETIC_CLASSES
 
     npz = write_npz(tmp_path / "rgb.npz", bands=3)
     south = {"name": "south", "dataset": "sentinel2_npz",

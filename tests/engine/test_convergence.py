@@ -12,7 +12,7 @@ import pytest
 
 from geofl.client.trainer import LocalTrainParams, train_for_round
 from geofl.config.schema import EarlyStoppingConfig, TargetConfig
-from geofl.engine.convergence import EarlyStopper, communication, rounds_to_target
+from geofl.engine.evaluation.convergence import EarlyStopper, communication, rounds_to_target
 from geofl.records import RoundRecord, RoundStatus
 from geofl.server.lr_schedule import LR_SCHEDULES
 from geofl.tasks.base import SplitMetrics

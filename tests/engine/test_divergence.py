@@ -11,7 +11,7 @@ from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
 from geofl.engine.experiment import run_experiment
-from geofl.engine.final import divergence
+from geofl.engine.records.final import divergence
 from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
 from geofl.tasks.base import SplitMetrics
 

@@ -9,7 +9,7 @@ from sklearn.metrics import f1_score, mean_absolute_error, roc_auc_score
 from torch import nn
 
 from geofl.data.base import ArrayDataset
-from geofl.engine.groups import check_group_key, group_values, with_group_metrics
+from geofl.engine.evaluation.groups import check_group_key, group_values, with_group_metrics
 from geofl.errors import ConfigError
 from geofl.tasks.base import SplitMetrics
 from geofl.tasks.binary import BinaryTask

@@ -18,7 +18,7 @@ from tests.engine.hierarchy_helpers import (
     round_records,
 )
 
-from geofl.engine.evaluate import evaluate
+from geofl.engine.evaluation.heldout import evaluate
 from geofl.engine.experiment import run_experiment
 from geofl.engine.hierarchy.scheduler import HierarchicalScheduler
 from geofl.errors import ConfigError

@@ -242,7 +242,7 @@ def test_bad_sources_and_outputs_end_in_one_line(tmp_path: Path) -> None:
 def test_a_truncated_cache_file_is_named_with_a_fix(tmp_path: Path) -> None:
     import numpy as np
 
-    from geofl.data.cache import cached_arrays
+    from geofl.data.storage.cache import cached_arrays
     from geofl.errors import DataError
 
     cached_arrays(tmp_path, "k", lambda: {"a": np.arange(1000)})

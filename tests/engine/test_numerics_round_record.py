@@ -17,7 +17,7 @@ import torch
 import yaml
 from tests.conftest import tiny_raw
 
-from geofl.engine.round_record import Collected, sync_record
+from geofl.engine.records.round import Collected, sync_record
 from geofl.io import dumps_line
 from geofl.records import RoundStatus, read_rounds
 from geofl.server.sampling import Cohort

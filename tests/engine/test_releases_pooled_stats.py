@@ -15,7 +15,7 @@ from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
 from geofl.config.schema import ExperimentConfig
-from geofl.data.split import Split, make_split
+from geofl.data.splitting.split import Split, make_split
 from geofl.engine.components import build_program
 from geofl.engine.experiment import (
     load_dataset,
@@ -24,7 +24,7 @@ from geofl.engine.experiment import (
     run_experiment,
     split_labels,
 )
-from geofl.engine.export import model_spec
+from geofl.engine.records.export import model_spec
 from geofl.errors import ConfigError
 from geofl.tasks.common import auto_pos_weight
 

@@ -21,8 +21,8 @@ from geofl.cli import app
 from geofl.config.load import load_config
 from geofl.config.schema import ExperimentConfig
 from geofl.engine.experiment import run_experiment
-from geofl.engine.provenance import Provenance
-from geofl.engine.run_header import check_out_dir, write_header
+from geofl.engine.records.header import check_out_dir, write_header
+from geofl.engine.records.provenance import Provenance
 from geofl.errors import RunDirError
 from geofl.events import RunInfo
 from geofl.records import RoundRecord, TaskInfo

@@ -14,9 +14,9 @@ import yaml
 
 from geofl.config.load import load_config
 from geofl.config.schema import ExperimentConfig
-from geofl.data.synthetic import SYNTHETIC_CLASSES
-from geofl.engine.evaluate import evaluate
-from geofl.engine.site_eval import SiteEvalStats, merge_site_stats, site_split_stats
+from geofl.data.synthetic.landcover import SYNTHETIC_CLASSES
+from geofl.engine.evaluation.heldout import evaluate
+from geofl.engine.site_reports.evaluation import SiteEvalStats, merge_site_stats, site_split_stats
 from geofl.engine.sites import (
     BandStats,
     SitesPlan,

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from geofl.config.uplink import UplinkConfig
-from geofl.engine.uplink import TransmitStatus, Uplink
+from geofl.engine.uplink.ground import TransmitStatus, Uplink
 from geofl.network.aircomp import channel_gain
 from geofl.network.pipelines import Pipeline
 from geofl.network.rural import LinkStates

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from geofl.config.uplink import UplinkConfig
-from geofl.engine.uplink import TransmitStatus, Uplink
+from geofl.engine.uplink.ground import TransmitStatus, Uplink
 from geofl.network.rural import LinkStates
 
 GOOD = [-75.0, 60.0, 20.0]  # B = 60 Mbps, L = 20 ms

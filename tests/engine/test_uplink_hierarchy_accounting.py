@@ -15,7 +15,7 @@ import torch
 from tests.engine.hierarchy_helpers import agri_raw, config, make_run
 
 from geofl.config.uplink import UplinkConfig
-from geofl.engine.uplink import TransmitStatus, Uplink
+from geofl.engine.uplink.ground import TransmitStatus, Uplink
 from geofl.network.rural import LinkStates
 from geofl.records import RejectionReason, RoundRecord
 

@@ -12,7 +12,7 @@ from geofl.config.schema import ExperimentConfig
 from geofl.config.uplink import UplinkConfig
 from geofl.data.agri.dataset import SyntheticAgriParams, build_synthetic_agri
 from geofl.data.base import ArrayDataset
-from geofl.engine.uplink_build import build_uplink, check_uplink_inputs
+from geofl.engine.uplink.build import build_uplink, check_uplink_inputs
 from geofl.errors import ConfigError
 from geofl.network.rural import profiles_from_data
 

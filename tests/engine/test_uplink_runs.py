@@ -134,7 +134,7 @@ def test_uplink_and_network_both_set_rejected(tmp_path: Path) -> None:
 
 def test_delivered_update_is_the_decoded_one() -> None:
     from geofl.config.uplink import UplinkConfig
-    from geofl.engine.uplink import TransmitStatus, Uplink
+    from geofl.engine.uplink.ground import TransmitStatus, Uplink
 
     cfg = UplinkConfig.model_validate(
         {"nqi": {"tau": -1.0, "t_chunked": -1.0, "t_fallback": -1.0},  # always fallback

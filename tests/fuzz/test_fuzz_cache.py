@@ -4,7 +4,7 @@ Hypothesis writes small class-folder trees in EuroSAT's layout (file bytes are n
 decoded here, only scanned), applies one random edit that the old fingerprint (file count,
 total bytes, newest mtime) could not see — an image moved to another class folder with its
 mtime, two files exchanging sizes, an older file touched, a file renamed — and checks that
-:func:`~geofl.data.folderscan.scan_folder`'s ``manifest`` changes, while rescanning an
+:func:`~geofl.data.readers.folderscan.scan_folder`'s ``manifest`` changes, while rescanning an
 unchanged tree (written in another order, with hostile but legal file names) keeps it. The
 digest helpers are checked on random rows and arrays: distinct inputs, distinct digests.
 
@@ -21,9 +21,9 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
-from geofl.data.cache import array_digest, file_manifest, manifest_digest
-from geofl.data.eurosat import EUROSAT_RGB_SPEC
-from geofl.data.folderscan import scan_folder
+from geofl.data.readers.eurosat import EUROSAT_RGB_SPEC
+from geofl.data.readers.folderscan import scan_folder
+from geofl.data.storage.cache import array_digest, file_manifest, manifest_digest
 
 FUZZ = settings(
     deadline=None,

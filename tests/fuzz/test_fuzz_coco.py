@@ -4,7 +4,7 @@ hypothesis mutates a small valid COCO detection file: any value at any depth rep
 an arbitrary JSON value (NaN, ±inf, integers past float range, strings, nested lists and
 objects, null), keys deleted, elements of the three lists swapped for other JSON values,
 or a whole list replaced. The contract (geofl issue 31, item 13): either
-:func:`~geofl.data.boxfiles.read_coco_json` returns records whose boxes are finite,
+:func:`~geofl.data.readers.boxfiles.read_coco_json` returns records whose boxes are finite,
 non-degenerate and inside their image, or it raises a :class:`~geofl.errors.DataError`
 whose text is one line starting with the file's path. Any other exception is a crash.
 
@@ -22,7 +22,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from geofl.data.boxfiles import BoxRecord, read_coco_json
+from geofl.data.readers.boxfiles import BoxRecord, read_coco_json
 from geofl.errors import DataError
 
 FUZZ = settings(

@@ -16,8 +16,8 @@ from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
 from geofl.config.schema import ExperimentConfig
-from geofl.engine.provenance import Provenance
-from geofl.engine.run_header import check_out_dir, write_header
+from geofl.engine.records.header import check_out_dir, write_header
+from geofl.engine.records.provenance import Provenance
 from geofl.errors import RunDirError
 from geofl.records import TaskInfo
 from geofl.tracking.probe import cause, check_sqlite, check_writable_dir

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from geofl.config.uplink import UplinkConfig
-from geofl.engine.uplink import TransmitStatus, Uplink
+from geofl.engine.uplink.ground import TransmitStatus, Uplink
 from geofl.network.pipelines import Pipeline, encode_with_feedback
 from geofl.network.rural import LinkStates
 from geofl.rng import numpy_generator

@@ -22,7 +22,7 @@ from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
 from geofl.data.base import ArrayDataset
-from geofl.data.split import stratified_split
+from geofl.data.splitting.split import stratified_split
 from geofl.engine.experiment import load_dataset, run_experiment
 
 MS_BANDS = ["B04", "B03", "B02", "B08"]

@@ -12,7 +12,7 @@ from tests.inference.conftest import MS_BANDS, TrainedRun
 
 import geofl
 from geofl.data.base import SENTINEL2_BANDS
-from geofl.engine.evaluate import evaluate
+from geofl.engine.evaluation.heldout import evaluate
 from geofl.engine.experiment import prepare_split
 from geofl.errors import RunDirError
 from geofl.inference import GeoflModel, prediction_columns

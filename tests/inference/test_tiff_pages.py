@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 import geofl
 from geofl.cli import app
 from geofl.data.base import DATASETS
-from geofl.data.eurosat import decode_ms
-from geofl.data.formats import FILE_FORMATS, tiff_band_count
-from geofl.data.imagefolder import ImageFormatError, decode_rgb
+from geofl.data.readers.eurosat import decode_ms
+from geofl.data.readers.formats import FILE_FORMATS, tiff_band_count
+from geofl.data.readers.imagefolder import ImageFormatError, decode_rgb
 from geofl.errors import DataError
 from geofl.inference.predict import decode_image
 

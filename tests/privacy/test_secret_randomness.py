@@ -15,7 +15,7 @@ import torch
 from geofl.algorithms.dpftrl import DpFtrlStrategy, FtrlSettings
 from geofl.client.state import ClientState, ClientStateStore
 from geofl.config.schema import ExperimentConfig
-from geofl.engine.final import privacy_summary
+from geofl.engine.records.final import privacy_summary
 from geofl.errors import ConfigError
 from geofl.privacy.tree import prefix_noise
 from geofl.rng import SEEDED, SecretSource, derive_seed, random_source

@@ -20,7 +20,7 @@ from tests.conftest import tiny_raw
 
 from geofl.config.load import load_config
 from geofl.engine.experiment import run_experiment
-from geofl.engine.provenance import Provenance
+from geofl.engine.records.provenance import Provenance
 from geofl.report import write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -24,7 +24,7 @@ from PIL import Image
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from geofl.data.detection_formats import CocoParams, build_coco_json
+from geofl.data.readers.detection import CocoParams, build_coco_json
 from geofl.data.targets import box_class_counts, check_targets, crowd_label
 from geofl.errors import DataError
 from geofl.tasks.base import SplitMetrics

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from geofl.cli import app
 from geofl.config.load import load_config
 from geofl.engine.experiment import run_experiment
-from geofl.engine.run_header import resume_identity
+from geofl.engine.records.header import resume_identity
 from geofl.engine.stop import StopRequest
 from geofl.errors import ConfigError, RunStoppedError
 from geofl.records import RoundRecord

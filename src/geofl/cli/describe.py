@@ -14,14 +14,14 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from geofl.data.split import make_split
+from geofl.data.splitting.split import make_split
 from geofl.engine.experiment import build_partition, load_dataset
 from geofl.report.fragments import partition_figure_name, partition_text
 
 if TYPE_CHECKING:
     from geofl.config.schema import ExperimentConfig, MethodConfig
     from geofl.data.base import ArrayDataset
-    from geofl.data.partition import Partition
+    from geofl.data.splitting.partition import Partition
 
 __all__ = ["describe"]
 

@@ -25,7 +25,7 @@ from geofl.errors import ConfigError, GeoflError, RunStoppedError
 
 if TYPE_CHECKING:
     from geofl.config.schema import ExperimentConfig
-    from geofl.engine.provenance import Provenance
+    from geofl.engine.records.provenance import Provenance
 
 __all__ = ["presets_cmd", "report_cmd", "run_cmd"]
 
@@ -64,7 +64,7 @@ def run_cmd(
 ) -> None:
     """Run an experiment (every method × seed) and write its run directory and report."""
     from geofl.config.load import load_config
-    from geofl.engine.provenance import Provenance
+    from geofl.engine.records.provenance import Provenance
 
     try:
         seed_list = parse_seeds(seeds)

@@ -22,7 +22,7 @@ class ClientData:
         client_id: The client's id.
         inputs: ``[n_k, C, H, W]`` float32 images or ``[n_k, F]`` float32 features
             (already normalised): a tensor, or with ``data.cache: mmap`` a
-            :class:`~geofl.data.lazy.StoredRows` index view of the shared image store;
+            :class:`~geofl.data.storage.lazy.StoredRows` index view of the shared image store;
             ``inputs[idx]`` gives the batch either way.
         targets: Per target kind (:mod:`geofl.data.targets`): ``[n_k]`` int64 class ids or
             0/1 outcomes, ``[n_k, C]`` float32 multi-hot, ``[n_k]`` / ``[n_k, T]`` float32.

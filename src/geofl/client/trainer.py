@@ -22,6 +22,7 @@ from torch import nn
 from geofl.client.augment import AugmentPipeline
 from geofl.client.data import ClientData, batch_indices
 from geofl.client.state import StateSpec
+from geofl.device import to_device
 from geofl.models.base import FlatModel
 from geofl.models.mlp import GeneratorDropout, reseed_dropout
 from geofl.registry import NoParams, Registry
@@ -100,9 +101,9 @@ class GradCorrection:
         """
         term = torch.zeros_like(grad)
         if self.prox_mu and self.anchor is not None:
-            term.add_(params.detach() - self.anchor, alpha=self.prox_mu)
+            term.add_(params.detach() - self.anchor.to(params.device), alpha=self.prox_mu)
         if self.linear is not None:
-            term.add_(self.linear)
+            term.add_(self.linear.to(grad.device))
         if mask is not None:
             term.mul_(mask)
         grad.add_(term)
@@ -136,6 +137,8 @@ class LocalTrainer(Protocol):
         state: Mapping[str, torch.Tensor] | None = None,
     ) -> ClientUpdate: ...
 
+
+_CPU = torch.device("cpu")
 
 #: ``(params, *, workspace: FlatModel, train: LocalTrainParams, task: Task) -> LocalTrainer``
 LOCAL_TRAINERS: Registry[LocalTrainer] = Registry("trainer")
@@ -193,9 +196,9 @@ class LocalSGD(StatelessTrainer):
         """Make every parameter's ``.grad`` a view of one ``[D]`` gradient vector."""
         spec = self.workspace.spec
         if self._flat_grad is None:
-            self._flat_grad = torch.zeros(spec.numel)
+            self._flat_grad = torch.zeros(spec.numel, device=self.workspace.device)
             if not all(spec.trainable):
-                self._mask = torch.zeros(spec.numel)
+                self._mask = torch.zeros(spec.numel, device=self.workspace.device)
                 for off, shape, trainable in zip(
                     spec.offsets, spec.shapes, spec.trainable, strict=True
                 ):
@@ -253,6 +256,7 @@ class LocalSGD(StatelessTrainer):
             x, y = data.inputs[idx], task.collate(data.targets, idx)
             if augment_generator is not None:
                 x = t.augment(x, augment_generator)
+            x, y = to_device(x, self.workspace.device), to_device(y, self.workspace.device)
             opt.zero_grad(set_to_none=flat_grad is None)
             output = model(x, y) if task.model_takes_targets else model(x)
             loss = task.loss(output, y)
@@ -261,15 +265,15 @@ class LocalSGD(StatelessTrainer):
                 correction.apply(flat_grad, self.workspace.flat, self._mask)
             opt.step()
             batch_loss = float(loss.detach()) * len(idx)
-            if running is not None:
-                running.update(output.detach(), y, batch_loss)
+            if running is not None:  # the task's accumulators count on CPU
+                running.update(to_device(output.detach(), _CPU), to_device(y, _CPU), batch_loss)
             loss_sum += batch_loss
             seen += len(idx)
             steps += 1
         if flat_grad is not None:  # leave the workspace as plain (unbound) for other users
             for p in self._params:
                 p.grad = None
-        delta = self.workspace.flat.detach() - global_params
+        delta = self.workspace.flat.detach().cpu() - global_params
         metrics = _primary(task, running) if seen and running is not None else {}
         return ClientUpdate(
             delta, _meta(data, directives, delta, loss_sum / max(seen, 1), metrics, steps)

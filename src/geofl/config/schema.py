@@ -34,6 +34,7 @@ from geofl.config.evaluation import EarlyStoppingConfig, EvalConfig, TargetConfi
 from geofl.config.method import MethodConfig
 from geofl.config.reporting import FigureSpec, PaperValue, TrackingConfig
 from geofl.config.training import FederationConfig, ModelConfig, PrivacyConfig, TrainConfig
+from geofl.device import DeviceChoice
 from geofl.errors import ConfigError
 from geofl.registry import printable
 
@@ -96,6 +97,12 @@ class ExperimentConfig(_Strict):
     tracking: TrackingConfig | None = Field(
         None, description="export to MLflow and/or TensorBoard; absent = off"
     )
+    device: DeviceChoice | None = Field(
+        None,
+        description="where local training and evaluation run: cpu, cuda, or auto (cuda "
+        "when this machine has one). Updates, aggregation and the uplink stay on CPU. "
+        "Absent: cpu, so a config gives the same metrics on every machine",
+    )
     methods: list[MethodConfig] = Field(..., min_length=1)
     analyses: list[Component] = Field(
         default_factory=list, description="post-run analyses, e.g. attribute_inference"
@@ -123,6 +130,8 @@ class ExperimentConfig(_Strict):
             out.pop("compare_to", None)
         if self.tracking is None:  # and without tracking
             out.pop("tracking", None)
+        if self.device is None:  # and without a device
+            out.pop("device", None)
         return out
 
     @field_validator("name")

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from geofl.config.schema import MAX_COUNT, Component, ExperimentConfig, MethodConfig
+from geofl.device import check_device
 from geofl.errors import ConfigError
 from geofl.registry import CheckContext, Registry, printable, require_extra
 
@@ -99,6 +100,7 @@ def validate_config(cfg: ExperimentConfig) -> None:
     for i, m in enumerate(cfg.methods):
         check_hierarchy_method(cfg, m, f"methods.{i}")
     check_cache_mode(cfg)
+    check_run_device(cfg)
     for i, a in enumerate(cfg.analyses):
         _component(plugins.ANALYSES, a, replace(top, path=f"analyses.{i}"))
     if cfg.governance is not None:
@@ -256,6 +258,12 @@ def _check_geo_strategy(cfg: ExperimentConfig, method: MethodConfig, where: str)
                 f"Krum at the GEO combines at most {hier.leo.n} regional models (one per "
                 f"LEO) and needs more than 2f + 2 = {2 * f + 2}: lower f or add LEOs",
             )
+
+
+def check_run_device(cfg: ExperimentConfig) -> None:
+    """The config's ``device`` exists here and every method can train on it."""
+    custom = [m.trainer.name for m in cfg.methods if m.trainer.name != "local_sgd"]
+    check_device(cfg.device, trainers=custom, workers=cfg.federation.workers)
 
 
 def check_cache_mode(cfg: ExperimentConfig) -> None:

@@ -2,9 +2,9 @@
 
 Datasets that fit in memory (EuroSAT-size data does) live as one input tensor: on 2 cores a
 tensor slice per batch beats a DataLoader by a wide margin. Loaders for real on-disk
-formats decode once into a cached array file (:mod:`geofl.data.cache`). With
-``data.cache: mmap`` the decode cache is an on-disk array store (:mod:`geofl.data.store`)
-and ``inputs`` is a :class:`~geofl.data.lazy.StoredRows` view that reads only the rows a
+formats decode once into a cached array file (:mod:`geofl.data.storage.cache`). With
+``data.cache: mmap`` the decode cache is an on-disk array store (:mod:`geofl.data.storage.store`)
+and ``inputs`` is a :class:`~geofl.data.storage.lazy.StoredRows` view that reads only the rows a
 mini-batch needs; subsets and band selections of it are views too.
 """
 
@@ -18,7 +18,7 @@ from typing import Literal, Protocol, TypeAlias
 import numpy as np
 import torch
 
-from geofl.data.lazy import StoredRows
+from geofl.data.storage.lazy import StoredRows
 from geofl.data.targets import DEFAULT_BINS, TargetKind, check_targets, label_codes, label_counts
 from geofl.errors import ConfigError, DataError
 from geofl.registry import Registry
@@ -182,7 +182,7 @@ class ArrayDataset:
         """Per-band (per-feature) mean and standard deviation for standardisation.
 
         Stored inputs are reduced in one pass
-        (:meth:`~geofl.data.lazy.StoredRows.channel_mean_std`).
+        (:meth:`~geofl.data.storage.lazy.StoredRows.channel_mean_std`).
 
         Returns:
             ``(mean, std)``, each ``[1, C, 1, 1]`` for images or ``[1, F]`` for features,

@@ -1,8 +1,8 @@
 """Decoded or generated arrays → a cached :class:`~geofl.data.base.ArrayDataset`.
 
-The generators (:mod:`geofl.data.synthetic_multilabel`, ``synthetic_sen12ms``,
-``synthetic_bigearthnet``) and the per-patch loaders (:mod:`geofl.data.sen12ms`,
-:mod:`geofl.data.bigearthnet`) all produce one dict of arrays (uint16 ``images``,
+The generators (:mod:`geofl.data.synthetic.multilabel`, ``synthetic_sen12ms``,
+``synthetic_bigearthnet``) and the per-patch loaders (:mod:`geofl.data.readers.sen12ms`,
+:mod:`geofl.data.readers.bigearthnet`) all produce one dict of arrays (uint16 ``images``,
 ``labels`` and per-sample metadata) that is built once, stored under a key derived from
 what it depends on, and read back in ``memory`` or ``mmap`` mode.
 """
@@ -17,11 +17,10 @@ import numpy as np
 import torch
 
 from geofl.data.base import ArrayDataset, CacheMode, Inputs
-from geofl.data.cache import cache_key, cached_arrays
-from geofl.data.lazy import StoredRows
-from geofl.data.store import cached_store
-from geofl.data.synthetic import reflectance
-from geofl.data.synthetic_sensor import SCALE
+from geofl.data.reflectance import SCALE, reflectance
+from geofl.data.storage.cache import cache_key, cached_arrays
+from geofl.data.storage.lazy import StoredRows
+from geofl.data.storage.store import cached_store
 from geofl.data.targets import TargetKind
 
 __all__ = ["cached_dataset"]

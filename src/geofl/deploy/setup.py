@@ -33,8 +33,8 @@ from pathlib import Path
 from geofl import plugins
 from geofl.config.load import load_config
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.data.partition import Partition
-from geofl.data.split import make_split
+from geofl.data.splitting.partition import Partition
+from geofl.data.splitting.split import make_split
 from geofl.engine.components import PreparedData
 from geofl.engine.experiment import (
     build_partition,

@@ -17,7 +17,7 @@ it. What leaves a site, and when:
 2. **Training** (``train``, per client and round): the client step's upload and metadata,
    as in the shared-dataset mode (:mod:`geofl.deploy.wire`).
 3. **Evaluation** (``evaluate``, per site and evaluated round): the global model's
-   statistics on the site's val and test split (:mod:`geofl.engine.site_eval`:
+   statistics on the site's val and test split (:mod:`geofl.engine.site_reports.evaluation`:
    a confusion matrix and summed loss for classification, else split metrics and sample
    count); the server merges them in site order and selects the best model by the merged
    validation metric.
@@ -42,13 +42,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.serverapp import Grid
 
 from geofl.config.schema import ExperimentConfig, SiteDataConfig
-from geofl.data.partition import Partition
+from geofl.data.splitting.partition import Partition
 from geofl.deploy.setup import DeploySetup, fingerprint
 from geofl.deploy.site import Site
 from geofl.deploy.wire import NORM_MEAN, NORM_STD, decode_norm, exchange
 from geofl.engine.components import PreparedData
 from geofl.engine.experiment import method_stats_split
-from geofl.engine.site_eval import LocalSiteEvaluator, SiteEvalStats, SiteHeldOut
+from geofl.engine.site_reports.evaluation import LocalSiteEvaluator, SiteEvalStats, SiteHeldOut
 from geofl.engine.sites import (
     BandStats,
     DataSchema,
@@ -319,7 +319,9 @@ def site_federation(
 
 
 class FlowerSiteEvaluator:
-    """Federated evaluation on the sites (a :data:`~geofl.engine.site_eval.SiteEvaluator`):
+    """Federated evaluation on the sites.
+
+    A :data:`~geofl.engine.site_reports.evaluation.SiteEvaluator`:
     one ``evaluate`` message per site, replies in site order.
 
     A site that does not answer within ``timeout`` seconds, or answers with an error, is

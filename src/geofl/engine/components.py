@@ -28,12 +28,13 @@ from geofl.client.trainer import LOCAL_TRAINERS, LocalTrainParams
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.config.validate import clients_per_round
 from geofl.data.base import ArrayDataset, take_rows
-from geofl.data.partition import Partition
+from geofl.data.splitting.partition import Partition
+from geofl.device import resolve_device
+from geofl.engine.clients.threat import build_attack
 from geofl.engine.input_checks import check_model_inputs, check_release_inputs
-from geofl.engine.site_eval import SiteHeldOut
-from geofl.engine.threat import build_attack
-from geofl.engine.uplink import Uplink
-from geofl.engine.uplink_build import build_uplink
+from geofl.engine.site_reports.evaluation import SiteHeldOut
+from geofl.engine.uplink.build import build_uplink
+from geofl.engine.uplink.ground import Uplink
 from geofl.errors import ConfigError
 from geofl.models.base import MODELS, FlatModel
 from geofl.network.links import NETWORK_MODELS, NetworkModel
@@ -81,7 +82,7 @@ class PreparedData:
         std: ``[1, C, 1, 1]`` float32 per-band std every split was divided by, or None.
         sites: With site-local data (``data.sites``), every site's own held-out splits in
             site order: evaluation is federated over them
-            (:mod:`geofl.engine.site_eval`) and ``val``/``test`` are only their
+            (:mod:`geofl.engine.site_reports.evaluation`) and ``val``/``test`` are only their
             concatenation; empty: ``val``/``test`` are the central held-out splits.
         stats_from: The split ``mean``/``std`` and the task's fitted statistics
             (``pos_weight: auto``) come from: ``train``, or ``val`` for a DP method, whose
@@ -218,7 +219,7 @@ def _flat_model(cfg: ExperimentConfig, seed: int, in_channels: int, num_outputs:
         num_classes=num_outputs,
         generator=torch_generator(seed, "model_init"),
     )
-    return FlatModel(model)
+    return FlatModel(model, resolve_device(cfg.device))
 
 
 def build_program(

@@ -21,25 +21,25 @@ from geofl.client.release import is_private
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.config.validate import check_cache_mode
 from geofl.data.base import ArrayDataset, standardized_view
-from geofl.data.cache import check_cache_dir, default_cache_dir
-from geofl.data.lazy import StoredRows
-from geofl.data.partition import PARTITIONERS, Partition, make_partition
-from geofl.data.split import Split, make_split
+from geofl.data.splitting.partition import PARTITIONERS, Partition, make_partition
+from geofl.data.splitting.split import Split, make_split
+from geofl.data.storage.cache import check_cache_dir, default_cache_dir
+from geofl.data.storage.lazy import StoredRows
 from geofl.data.targets import label_codes
+from geofl.engine.clients.threat import check_attack_inputs
 from geofl.engine.components import (
     PreparedData,
     StatsSplit,
     build_task,
     check_first_round_budget,
 )
-from geofl.engine.export import model_spec
 from geofl.engine.input_checks import check_model_inputs, check_release_inputs
-from geofl.engine.provenance import Provenance
+from geofl.engine.records.export import model_spec
+from geofl.engine.records.header import check_out_dir, write_header
+from geofl.engine.records.provenance import Provenance
 from geofl.engine.run import FederatedRun
-from geofl.engine.run_header import check_out_dir, write_header
 from geofl.engine.stop import StopRequest
-from geofl.engine.threat import check_attack_inputs
-from geofl.engine.uplink_build import check_uplink_inputs
+from geofl.engine.uplink.build import check_uplink_inputs
 from geofl.errors import ConfigError
 from geofl.events import ExperimentObserver, PreflightCheck, Subscriber
 from geofl.io import write_json_atomic
@@ -107,7 +107,7 @@ def prepare_split(
 
     In-memory inputs are standardised in place; stored inputs (``data.cache: mmap``) get
     the same statistics (bit-identical up to ``EXACT_STATS_BYTES`` of train data, see
-    :meth:`~geofl.data.lazy.StoredRows.channel_mean_std`) applied per batch. Either way
+    :meth:`~geofl.data.storage.lazy.StoredRows.channel_mean_std`) applied per batch. Either way
     ``mean``/``std`` travel in the result (for ``model.json``).
     """
     if split is None:

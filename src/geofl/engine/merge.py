@@ -9,7 +9,7 @@ would have written: ``summary.json`` (mean ± sd over all seeds, the paired test
 What may differ between the inputs: ``seeds``; which ``methods`` they ran (a method in
 several inputs must be configured identically); ``paper`` values (one key, one value);
 ``compare_to`` (equal where set); ``name`` and ``description`` (the first input's are
-kept); and what a resume may change (:func:`~geofl.engine.run_header.resume_identity`).
+kept); and what a resume may change (:func:`~geofl.engine.records.header.resume_identity`).
 Everything else must be equal, and the first difference is named. A (method, seed) pair
 in two inputs is refused, as is an input whose run still holds its lock.
 
@@ -39,8 +39,8 @@ import yaml
 
 from geofl.config.load import config_from_raw
 from geofl.config.schema import ExperimentConfig
-from geofl.engine.provenance import Provenance
-from geofl.engine.run_header import resume_identity, write_header
+from geofl.engine.records.header import resume_identity, write_header
+from geofl.engine.records.provenance import Provenance
 from geofl.errors import ConfigError, RunDirError, RunDirLockedError
 from geofl.io import write_json_atomic
 from geofl.records import TaskInfo

@@ -22,7 +22,7 @@ from geofl.attacks.observe import feature_names, layer_bounds
 from geofl.client.state import ClientState
 from geofl.client.step import dp_events_of
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.data.partition import Partition
+from geofl.data.splitting.partition import Partition
 from geofl.engine.checkpoint import (
     load_checkpoint,
     require_checkpoint,
@@ -30,13 +30,13 @@ from geofl.engine.checkpoint import (
     save_checkpoint,
 )
 from geofl.engine.components import PreparedData, build_components
-from geofl.engine.convergence import EarlyStopper, communication, rounds_to_target, watch
-from geofl.engine.evaluate import evaluate
-from geofl.engine.final import divergence, privacy_summary
-from geofl.engine.groups import check_group_key, with_group_metrics
+from geofl.engine.evaluation.convergence import EarlyStopper, communication, rounds_to_target, watch
+from geofl.engine.evaluation.groups import check_group_key, with_group_metrics
+from geofl.engine.evaluation.heldout import evaluate
 from geofl.engine.hierarchy.build import build_scheduler, restore_scheduler, scheduler_state
+from geofl.engine.records.final import divergence, privacy_summary
 from geofl.engine.scheduler import ClientRunner
-from geofl.engine.site_eval import LocalSiteEvaluator, SiteEvaluator, merge_site_stats
+from geofl.engine.site_reports.evaluation import LocalSiteEvaluator, SiteEvaluator, merge_site_stats
 from geofl.engine.stop import StopRequest
 from geofl.engine.workers import ClientWorkers
 from geofl.errors import RunStoppedError
@@ -162,7 +162,7 @@ class FederatedRun:
 
     def evaluate(self, params: torch.Tensor) -> dict[str, SplitMetrics]:
         """Val and test metrics of ``params`` (federated over the sites' own splits with
-        site-local data, :mod:`geofl.engine.site_eval`)."""
+        site-local data, :mod:`geofl.engine.site_reports.evaluation`)."""
         if self._site_eval is not None:
             per_site = self._site_eval(params)
             return {

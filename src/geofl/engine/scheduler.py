@@ -7,9 +7,9 @@ model) → validation → the strategy aggregates the accepted updates → a typ
 business (:mod:`geofl.engine.run`), so an event-driven scheduler (the asynchronous satellite
 hierarchy of 003) can reuse every piece here without copying the client step.
 
-Where client steps run (:mod:`geofl.engine.client_runner`: :class:`ClientRunner`,
+Where client steps run (:mod:`geofl.engine.clients.runner`: :class:`ClientRunner`,
 :class:`ClientJob`, :class:`LostUpload`, :data:`StepOutcome`) and how a round's uploads are
-collected and recorded (:mod:`geofl.engine.round_record`) live in their own modules; the
+collected and recorded (:mod:`geofl.engine.records.round`) live in their own modules; the
 runner's names are re-exported here.
 
 Every random draw comes from a generator derived from (seed, round, client, purpose).
@@ -30,10 +30,10 @@ from geofl.attacks.observe import update_statistics
 from geofl.client.data import ClientData
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
-from geofl.engine.client_runner import ClientJob, ClientRunner, LostUpload, StepOutcome
+from geofl.engine.clients.runner import ClientJob, ClientRunner, LostUpload, StepOutcome
 from geofl.engine.components import RunComponents
-from geofl.engine.round_record import Collected, declined, sync_record, with_hashes
-from geofl.engine.uplink import ROUTINE, Transmission, TransmitStatus, link_bytes
+from geofl.engine.records.round import Collected, declined, sync_record, with_hashes
+from geofl.engine.uplink.ground import ROUTINE, Transmission, TransmitStatus, link_bytes
 from geofl.errors import AggregationError, BudgetExhaustedError
 from geofl.records import Rejection, RejectionReason, RoundRecord, RoundStatus
 from geofl.rng import numpy_generator

@@ -15,15 +15,15 @@ entry ``data.sites.<i>``):
 * **Normalisation** — the site computes per-band sufficient statistics of its raw train
   split (:class:`BandStats`); the server combines them in site order into the global mean
   and std (:func:`combine_band_stats`), which every site applies to its splits
-  (:func:`normalised`). What a site discloses by them: :mod:`geofl.engine.site_stats`.
+  (:func:`normalised`). What a site discloses by them: :mod:`geofl.engine.site_reports.band_stats`.
 * **Evaluation** — federated over the sites' own val/test splits
-  (:mod:`geofl.engine.site_eval`); no central test set exists.
+  (:mod:`geofl.engine.site_reports.evaluation`); no central test set exists.
 
 The simulator (:class:`SitesPlan`) and a deployment's sites (:mod:`geofl.deploy.sitedata`)
 call the same functions, so the deployment's global model equals the simulator's.
 
 Sites must agree on what they hold (:class:`DataSchema`: bands, classes, target kind and
-shape, sample shape; :mod:`geofl.engine.site_schema`); a task that fits statistics on the
+shape, sample shape; :mod:`geofl.engine.site_reports.schema`); a task that fits statistics on the
 train split (regression's target standardisation, ``pos_weight: auto``) is refused, since
 each site would fit its own. The schema's and the statistics' names are re-exported here.
 """
@@ -41,9 +41,9 @@ import torch
 from geofl import plugins
 from geofl.config.schema import ExperimentConfig, MethodConfig, SiteDataConfig
 from geofl.data.base import ArrayDataset
-from geofl.data.cache import check_cache_dir, default_cache_dir
-from geofl.data.partition import PARTITIONERS, Partition, make_partition
-from geofl.data.split import make_split
+from geofl.data.splitting.partition import PARTITIONERS, Partition, make_partition
+from geofl.data.splitting.split import make_split
+from geofl.data.storage.cache import check_cache_dir, default_cache_dir
 from geofl.data.targets import label_codes
 from geofl.engine.components import (
     PreparedData,
@@ -52,9 +52,14 @@ from geofl.engine.components import (
     check_model_inputs,
     check_release_inputs,
 )
-from geofl.engine.site_eval import SiteHeldOut
-from geofl.engine.site_schema import DataSchema, check_schemas, empty_dataset
-from geofl.engine.site_stats import STATS_CHUNK, BandStats, band_stats, combine_band_stats
+from geofl.engine.site_reports.band_stats import (
+    STATS_CHUNK,
+    BandStats,
+    band_stats,
+    combine_band_stats,
+)
+from geofl.engine.site_reports.evaluation import SiteHeldOut
+from geofl.engine.site_reports.schema import DataSchema, check_schemas, empty_dataset
 from geofl.errors import ConfigError, GeoflError
 from geofl.records import TaskInfo
 from geofl.rng import derive_seed, numpy_generator

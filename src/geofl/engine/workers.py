@@ -51,8 +51,8 @@ from geofl.client.step import (
     client_step,
 )
 from geofl.config.schema import ExperimentConfig, MethodConfig
-from geofl.data.lazy import StoredRows
-from geofl.data.partition import Partition
+from geofl.data.splitting.partition import Partition
+from geofl.data.storage.lazy import StoredRows
 from geofl.engine.components import PreparedData, build_program, client_datasets
 from geofl.engine.scheduler import ClientJob, StepOutcome
 from geofl.errors import BudgetExhaustedError

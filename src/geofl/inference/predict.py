@@ -1,7 +1,7 @@
 """Predictions for image files, written as CSV (``geofl predict``).
 
 Files are decoded exactly as the training loader decoded its own files: by the file format
-the run recorded (:mod:`geofl.data.formats`: the same decoder, the same bilinear resize to
+the run recorded (:mod:`geofl.data.readers.formats`: the same decoder, the same bilinear resize to
 the trained patch size, the same scale), then given to the model, which selects the
 trained bands and standardises them (:class:`~geofl.inference.load.GeoflModel`). Decoding
 runs in a small thread pool, inference in batches; rows stream into the CSV, which is
@@ -19,8 +19,8 @@ Files come from users, so nothing in one is trusted before it is checked:
   non-blocking, so a file swapped in between is caught too;
 * an image may have at most ``max_pixels`` pixels (height × width; ``--max-pixels``,
   default :data:`DEFAULT_MAX_PIXELS` = 4096 × 4096), checked from its header before any
-  decoder allocates (:func:`geofl.data.imagedecode.check_image_size`); the file and the
-  decoded pixels may take at most :data:`~geofl.data.imagedecode.BYTES_PER_PIXEL` bytes per
+  decoder allocates (:func:`geofl.data.readers.imagedecode.check_image_size`); the file and the
+  decoded pixels may take at most :data:`~geofl.data.readers.imagedecode.BYTES_PER_PIXEL` bytes per
   allowed pixel (1 GiB by default). The limit is absolute, not a multiple of the trained
   patch size: every file is resized to the patch, so the cap only bounds memory (a few
   decoding threads at once), and a whole satellite scene is better cut into patches;
@@ -43,8 +43,8 @@ import numpy as np
 import torch
 from PIL import UnidentifiedImageError
 
-from geofl.data.formats import FILE_FORMATS, FileFormat
-from geofl.data.imagedecode import (
+from geofl.data.readers.formats import FILE_FORMATS, FileFormat
+from geofl.data.readers.imagedecode import (
     BYTES_PER_PIXEL,
     ImageFormatError,
     ImageTooLargeError,

@@ -80,6 +80,8 @@ class FlatModel:
         module: The model; its float parameters and buffers are moved into ``self.flat``
             (integer buffers such as ``num_batches_tracked`` stay where they are and do not
             travel).
+        device: Where the model computes (:mod:`geofl.device`); the module and ``flat`` move
+            there. Vectors that leave the workspace (:meth:`snapshot`) are CPU tensors.
 
     Attributes:
         module: The wrapped model (same object, parameters now views).
@@ -87,7 +89,9 @@ class FlatModel:
         spec: The layout of ``flat``.
     """
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, device: torch.device | None = None) -> None:
+        if device is not None and device.type != "cpu":
+            module.to(device)
         entries: list[tuple[str, nn.Module, str, torch.Tensor, bool]] = []
         for mod_name, mod in module.named_modules():
             for p_name, p in mod.named_parameters(recurse=False):
@@ -96,7 +100,7 @@ class FlatModel:
                 if b is not None and b.is_floating_point():
                     entries.append((_join(mod_name, b_name), mod, b_name, b, False))
         total = sum(t.numel() for *_, t, _ in entries)
-        flat = torch.zeros(total, dtype=torch.float32)
+        flat = torch.zeros(total, dtype=torch.float32, device=device)
         names, shapes, offsets, trainable = [], [], [], []
         off = 0
         for full, mod, attr, tensor, is_param in entries:
@@ -117,13 +121,18 @@ class FlatModel:
         self.flat = flat
         self.spec = ParamSpec(tuple(names), tuple(shapes), tuple(offsets), tuple(trainable), off)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model computes."""
+        return self.flat.device
+
     def load(self, vector: torch.Tensor) -> None:
-        """Copy ``vector`` (``[D]``) into the model (one ``copy_``)."""
+        """Copy ``vector`` (``[D]``, on any device) into the model (one ``copy_``)."""
         self.flat.copy_(vector)
 
     def snapshot(self) -> torch.Tensor:
-        """A detached copy of the current flat parameters, ``[D]``."""
-        return self.flat.detach().clone()
+        """A detached CPU copy of the current flat parameters, ``[D]``."""
+        return self.flat.detach().to("cpu", copy=True)
 
 
 def _join(prefix: str, name: str) -> str:

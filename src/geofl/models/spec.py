@@ -27,7 +27,7 @@ Each ``methods/<method>/seed-<seed>/`` directory holds, beside ``best.pt`` and
 * ``input`` says what raw inputs look like: the dataset's bands in file order
   (``dataset_bands``; the feature names of tabular data), the bands the model was trained on
   in channel order (``bands``), the patch size (``null`` for tabular ``[N, F]`` inputs),
-  and the file format (:mod:`geofl.data.formats`) and scale that turn a file
+  and the file format (:mod:`geofl.data.readers.formats`) and scale that turn a file
   into the reflectance-like floats the dataset holds (``null`` for datasets without files).
 * ``normalization`` holds the exact float32 per-band mean and std (of the trained bands,
   train split of this seed) subtracted from and divided into the inputs at training time;

@@ -2,7 +2,7 @@
 long each method took.
 
 Read from ``run.json`` (``provenance``, one ``resumed`` entry per resume,
-:mod:`geofl.engine.provenance`; a merged run's ``merged_from``, :mod:`geofl.engine.merge`)
+:mod:`geofl.engine.records.provenance`; a merged run's ``merged_from``, :mod:`geofl.engine.merge`)
 and each finished seed's ``final.json["wall_s"]``. Runs written before provenance existed
 show what they recorded (versions) and say what was not.
 """

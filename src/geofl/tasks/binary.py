@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from geofl.device import like
 from geofl.errors import ConfigError
 from geofl.tasks.base import TASKS, Direction, SplitMetrics, declare_metrics
 from geofl.tasks.common import (
@@ -148,7 +149,9 @@ class BinaryTask:
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Mean BCE-with-logits over the batch."""
         z = _logit(output)
-        return F.binary_cross_entropy_with_logits(z, target.to(z.dtype), pos_weight=self.pos_weight)
+        return F.binary_cross_entropy_with_logits(
+            z, target.to(z.dtype), pos_weight=like(self.pos_weight, z)
+        )
 
     def loss_sum(self, output: torch.Tensor, target: torch.Tensor) -> float:
         """Summed per-sample BCE-with-logits of a batch (the accumulator's loss is the sum
@@ -156,7 +159,7 @@ class BinaryTask:
         with torch.no_grad():
             z = _logit(output)
             total = F.binary_cross_entropy_with_logits(
-                z, target.to(z.dtype), pos_weight=self.pos_weight, reduction="sum"
+                z, target.to(z.dtype), pos_weight=like(self.pos_weight, z), reduction="sum"
             )
         return float(total)
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from geofl.device import like
 from geofl.errors import ConfigError
 from geofl.tasks.base import TASKS, Direction, SplitMetrics, declare_metrics
 from geofl.tasks.common import (
@@ -127,7 +128,7 @@ class MultilabelTask:
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Mean BCE-with-logits over the ``[B, C]`` entries (weighted positives)."""
         return F.binary_cross_entropy_with_logits(
-            output, target.to(output.dtype), pos_weight=self.pos_weight
+            output, target.to(output.dtype), pos_weight=like(self.pos_weight, output)
         )
 
     def loss_sum(self, output: torch.Tensor, target: torch.Tensor) -> float:
@@ -135,7 +136,10 @@ class MultilabelTask:
         split's mean per-sample loss equals the training loss' definition."""
         with torch.no_grad():
             total = F.binary_cross_entropy_with_logits(
-                output, target.to(output.dtype), pos_weight=self.pos_weight, reduction="sum"
+                output,
+                target.to(output.dtype),
+                pos_weight=like(self.pos_weight, output),
+                reduction="sum",
             )
         return float(total) / self.num_outputs
 

@@ -15,9 +15,9 @@ import torch
 from geofl.config.hierarchy import HierarchyConfig, LeoConfig
 from geofl.config.schema import ExperimentConfig, MethodConfig
 from geofl.config.validate import check_hierarchy_method, paper_geo
-from geofl.data.partition import Partition
+from geofl.data.splitting.partition import Partition
 from geofl.engine.components import PreparedData, RunComponents
-from geofl.engine.evaluate import evaluate
+from geofl.engine.evaluation.heldout import evaluate
 from geofl.engine.hierarchy.contacts import Contacts, DriverContacts, IdealContacts
 from geofl.engine.hierarchy.geo import ComposedGeo, GeoStrategy, RobustAvgGeo
 from geofl.engine.hierarchy.scheduler import HierarchicalScheduler

@@ -18,7 +18,7 @@ satellite link, and their energy proxy (003 §2.2.8, Table 4, §3.1.4).
 * **Envelopes** (§2.2.8). Every payload is sealed with :class:`~geofl.security.envelope.Sealer`
   under the hop-specific key K_{i→x}^{(e)} of Eq. 6 (sender = the driver's tractor id or
   ``LEO_ID0 + l``, receiver = ``LEO_ID0 + l`` or ``GEO_ID``; long-term secrets
-  :func:`~geofl.engine.uplink.sim_secret`), epochs rotating every ``epoch_rounds``, and
+  :func:`~geofl.engine.uplink.ground.sim_secret`), epochs rotating every ``epoch_rounds``, and
   opened by the receiver's :class:`~geofl.security.envelope.Opener` (replay window). A
   simulated on-path adversary flips one bit (``tamper_prob``) or replays the sender's last
   envelope (``replay_prob``) per transmission, drawn from (seed, hop, sender, receiver,
@@ -41,7 +41,7 @@ import torch
 
 from geofl.config.uplink import UplinkConfig
 from geofl.engine.hierarchy.events import SpacePacket, TierModel
-from geofl.engine.uplink import sim_secret
+from geofl.engine.uplink.ground import sim_secret
 from geofl.network.chunking import join_tagged, tag_frames
 from geofl.network.payload import PayloadError, decode_raw, encode_raw
 from geofl.network.pipelines import Pipeline, decode_update, encode_with_feedback

@@ -59,9 +59,9 @@ from geofl.engine.hierarchy.links import SpaceLinks, driver_compresses
 from geofl.engine.hierarchy.personal import Personalization
 from geofl.engine.hierarchy.stats import HierarchyStats, credit_regionals, parking_suggestion
 from geofl.engine.hierarchy.topology import Topology
-from geofl.engine.round_record import build_record
+from geofl.engine.records.round import build_record
 from geofl.engine.scheduler import ClientRunner, Collected, RoundOutcome, SyncScheduler
-from geofl.engine.uplink import Transmission, TransmitStatus, link_bytes
+from geofl.engine.uplink.ground import Transmission, TransmitStatus, link_bytes
 from geofl.errors import AggregationError
 from geofl.hashing import params_sha256, update_set_sha256
 from geofl.hierarchy.clusters import DriverMonitor
@@ -222,7 +222,7 @@ class HierarchicalScheduler(HierarchyEvents):
         end_s: float,
         regional_metric: list[float] | None,
     ) -> RoundRecord:
-        """The round's record (:func:`~geofl.engine.round_record.build_record`):
+        """The round's record (:func:`~geofl.engine.records.round.build_record`):
         participants are the tractors whose updates the GEO incorporated this round, each
         with its share of the GEO update (GEO weight × regional share); training figures
         are those of the updates sent this round; the ``hierarchy`` block holds

@@ -58,7 +58,7 @@ class HierarchyStats:
         delivered: Transmissions completed per hop (a late arrival counts in its round).
         bytes: Bytes per hop, as encoded and sealed (frames, tags, envelopes), put on the
             link by the sender: every transmission, delivered or not (tractor → driver:
-            :func:`~geofl.engine.uplink.link_bytes` of the ground uplink); nothing for a
+            :func:`~geofl.engine.uplink.ground.link_bytes` of the ground uplink); nothing for a
             transmission that never started (no LEO contact, a receiver in an outage).
         airtime_s: Transmission seconds per uplink hop (tractor → driver: the ground
             uplink's; driver → LEO, LEO → GEO: 8 · bytes / rate).

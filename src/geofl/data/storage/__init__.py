@@ -1,0 +1,1 @@
+"""Decode-once caches and memory-mapped stores that datasets are read from."""

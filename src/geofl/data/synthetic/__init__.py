@@ -1,0 +1,1 @@
+"""Synthetic generators: the embedded datasets, seeded, in the real datasets' shapes."""

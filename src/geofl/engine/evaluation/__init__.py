@@ -1,0 +1,1 @@
+"""Evaluation of a run: held-out splits, per-group metrics, model selection and stopping."""

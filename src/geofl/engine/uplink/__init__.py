@@ -1,0 +1,1 @@
+"""The 003 ground-layer uplink of a run and its load-time build."""
