@@ -19,6 +19,7 @@ ROOT = Path(geofl.__file__).parent
 LAYERS: dict[str, int] = {
     # foundation
     "__init__": 0, "errors": 0, "rng": 0, "registry": 0, "io": 0, "rundir": 0, "hashing": 0,
+    "device": 0,
     # what flows: tasks, models, data, the update and round-record types, run events
     "tasks": 1, "models": 1, "data": 1, "update": 1, "records": 1, "events": 1,
     # mechanisms: client and server functions, privacy, network, attacks
