@@ -39,7 +39,7 @@ from geofl.engine.hierarchy.tiers import driver_fedavg, leo_regional
 from geofl.engine.hierarchy.topology import Topology
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.rural import sample_link_states
-from geofl.server.aggregators import Aggregator
+from geofl.server.tier import Tier
 
 __all__ = ["HierarchyEvents"]
 
@@ -59,8 +59,8 @@ class HierarchyEvents:
     contacts: Contacts
     seed: int
     links: SpaceLinks
-    driver_combiner: Aggregator | None
-    leo_combiner: Aggregator | None
+    driver_tier: Tier
+    leo_tier: Tier
     queue: EventQueue
     monitor: DriverMonitor[TractorUpdate]
     stations: DriverStations
@@ -117,6 +117,11 @@ class HierarchyEvents:
     def _slot(self, now: float) -> int:
         return int(now // self.contacts.slot_s)
 
+    def _round_idx(self, now: float) -> int:
+        """The global round whose simulated time holds ``now`` (round t covers
+        [(t−1)·round_s, t·round_s))."""
+        return int(now // self.cfg.round_s) + 1
+
     def _cluster_model(self, now: float, cluster: int) -> TierModel | None:
         """Driver FedAvg over the cluster's buffer (None when it is empty or the cluster
         has no driver up; the buffer then waits)."""
@@ -124,6 +129,7 @@ class HierarchyEvents:
         if not items:
             return None
         model = driver_fedavg(
+            self.driver_tier,
             items,
             cluster=cluster,
             farm=self.topo.farm,
@@ -131,8 +137,7 @@ class HierarchyEvents:
             attempts=int(self.attempts[cluster]),
             nqi_lost=int(self.nqi_lost[cluster]),
             now_s=now,
-            combiner=self.driver_combiner,
-            uniform=self.cfg.driver_weights == "uniform",
+            round_idx=self._round_idx(now),
         )
         self.attempts[cluster] = self.nqi_lost[cluster] = 0
         return model
@@ -189,10 +194,7 @@ class HierarchyEvents:
         for arrived, _ in items:
             self._stats.latency("relay_wait", now - arrived)
         regional = leo_regional(
-            [m for _, m in items],
-            threshold=self.cfg.redundancy_threshold,
-            now_s=now,
-            combiner=self.leo_combiner,
+            self.leo_tier, [m for _, m in items], now_s=now, round_idx=self._round_idx(now)
         )
         self._stats.event(now, "relay", leo=sat)
         received = self._forward(sat, regional)
@@ -233,10 +235,9 @@ class HierarchyEvents:
                 by_leo.setdefault(sat, []).append(got)
                 self._stats.hop("driver_leo", delivered=1)
         stats, n_t, nd = self._stats, len(self.c.clients), self.down_bytes
-        thr = self.cfg.redundancy_threshold
         out = []
         for sat, ms in sorted(by_leo.items()):
-            regional = leo_regional(ms, threshold=thr, now_s=now, combiner=self.leo_combiner)
+            regional = leo_regional(self.leo_tier, ms, now_s=now, round_idx=self._round_idx(now))
             received = self._forward(sat, regional)
             if received is not None:
                 out.append((sat, received))
