@@ -90,7 +90,7 @@ def test_driver_fedavg_is_sample_weighted_and_order_free() -> None:
     assert torch.allclose(m.delta, torch.full((3,), 0.75))  # (3·0 + 1·3) / 4
     assert torch.allclose(m.model, torch.full((3,), 1.75))
     assert m.clients == (0, 2) and m.client_rounds == (2, 3)
-    assert (m.produced_round, m.newest_round, m.num_samples) == (2, 3, 4)
+    assert (m.produced_round, m.num_samples) == (2, 4)
     assert m.farms == frozenset({0, 1}) and m.bins == (4, 6) and m.tractor_weights == (0.75, 0.25)
     again = driver_fedavg(tier, ups[::-1], now_s=12.0, round_idx=1, **kw)  # type: ignore[arg-type]
     assert torch.equal(again.model, m.model)
@@ -108,7 +108,6 @@ def _tier(
     return TierModel(
         value + 10.0,
         value,
-        rnd,
         rnd,
         1,
         (cluster,),

@@ -56,7 +56,6 @@ def _tier(
         model=d + 10.0,
         delta=d,
         produced_round=produced,
-        newest_round=produced,
         num_samples=n,
         clients=tuple(range(len(bins))),
         farms=frozenset(farms),

@@ -32,7 +32,7 @@ from geofl.engine.hierarchy.events import (
     TractorArrival,
     TractorUpdate,
 )
-from geofl.engine.hierarchy.links import SpaceLinks
+from geofl.engine.hierarchy.links import Chi, SpaceLinks
 from geofl.engine.hierarchy.personal import Personalization
 from geofl.engine.hierarchy.stats import HierarchyStats
 from geofl.engine.hierarchy.tiers import driver_fedavg, leo_regional
@@ -82,6 +82,28 @@ class HierarchyEvents:
         """Whether ``version`` sealed by the GEO for ``cluster``'s driver opens there (the
         LEO relays the envelope; refusals are logged and counted by the links)."""
         return self.links.downlink(self._driver_id(cluster), self.versions[version])
+
+    def _key_uplink(self) -> None:
+        """The ground uplink as the tractor → driver hop: each tractor's update sealed for
+        its cluster's current driver (003 Eq. 6 with x = driver: the driver opens it and
+        re-seals its aggregate for the LEO) with χ's ρ, M, λ beside θ (Alg. 1 l. 6)."""
+        up = self.c.uplink
+        if up is None:
+            return
+        n_c = self.topo.clusters.num_clusters
+        drivers = [self._driver_id(c) for c in range(n_c)]
+        cluster_of = self.topo.clusters.cluster_of
+        up.receivers = {k: drivers[int(c)] for k, c in enumerate(cluster_of)}
+        up.header = self._chi
+
+    def _chi(self, client: int) -> bytes:
+        """Tractor ``client``'s χ fields, packed (:class:`Chi`; 0 where the topology has no
+        schema or location)."""
+        topo = self.topo
+        m = 0 if topo.model_type is None else int(topo.model_type[client])
+        lat, lon = (0.0, 0.0) if topo.location is None else topo.location[client].tolist()
+        t = int(self.tractor_version[client]) + 1
+        return Chi(float(topo.rho[client]), m, lat, lon, t).pack()
 
     def _driver_id(self, cluster: int) -> int:
         """The node id of ``cluster``'s driver (its tractor; the initial one while every
@@ -172,6 +194,9 @@ class HierarchyEvents:
 
     def _leo(self, now: float, ev: LeoArrival) -> None:
         p = ev.packet
+        if not self.stations.admit(now, ev.sat, p):  # the pass is full: the driver retries
+            self.stations.retry(now, p, self._stats)
+            return
         model = self.links.leo_receive(p, self.versions[p.base_version])
         if model is None:  # refused (logged and counted by the links)
             return

@@ -54,7 +54,7 @@ from geofl.engine.hierarchy.events import (
 )
 from geofl.engine.hierarchy.geo import GeoResult, GeoStrategy, RobustAvgGeo, geo_batch
 from geofl.engine.hierarchy.handlers import HierarchyEvents
-from geofl.engine.hierarchy.links import SpaceLinks, driver_compresses
+from geofl.engine.hierarchy.links import Chi, SpaceLinks, driver_compresses
 from geofl.engine.hierarchy.personal import Personalization
 from geofl.engine.hierarchy.stats import HierarchyStats, credit_regionals, parking_suggestion
 from geofl.engine.hierarchy.tiers import driver_tier, leo_tier
@@ -284,6 +284,7 @@ class HierarchicalScheduler(HierarchyEvents):
                 }
             )
         self.stations.follow(before, failovers, round_idx, start, stats)
+        self._key_uplink()  # tractors seal for the drivers of this round
         if self.cfg.mode == "async":
             self._advance(start, inclusive=True)  # downlinks arriving at the boundary
         return start, end
@@ -394,8 +395,10 @@ class HierarchicalScheduler(HierarchyEvents):
             model = self._held(k) + delta
             if self.personal is not None:
                 self.personal.trained(k, model)
-            upd = TractorUpdate(k, version + 1, model, delta, u.meta.num_samples, sent_at)
             sent = tx_of.get(k)
+            opened = None if sent is None or sent.header is None else Chi.unpack(sent.header)
+            t_prime = version + 1 if opened is None else opened.produced_round  # χ's t'
+            upd = TractorUpdate(k, t_prime, model, delta, u.meta.num_samples, sent_at)
             latency = 0.0 if sent is None else sent.latency_s
             self.queue.push(sent_at + latency, TractorArrival(int(cluster_of[k]), upd))
 
