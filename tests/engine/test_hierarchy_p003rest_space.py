@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from tests.engine.hierarchy_helpers import agri_raw, config, make_run
 
@@ -165,3 +166,26 @@ def test_the_hierarchy_keys_every_tractor_upload_to_its_driver(tmp_path: Path) -
     assert up.openers and set(up.openers) <= set(drivers)  # opened by drivers only
     cluster_of = run.scheduler.topo.clusters.cluster_of  # type: ignore[union-attr]
     assert all(r == drivers[int(cluster_of[k])] for k, r in up.sealers)
+
+
+@pytest.mark.slow
+def test_a_pass_too_short_for_any_upload_retries_each_once_then_drops_it(tmp_path: Path) -> None:
+    """Async, ideal contacts (every cluster reaches LEO 0 in every 30 s slot), passes of
+    1 µs: every driver upload is refused, retried once at the next slot, refused again and
+    dropped (R_max = 1); nothing reaches the GEO."""
+    links = {"compress": False, "pass_s": 1e-6, "max_retries": 1}
+    hier = {
+        "staleness_metric": False,
+        "leo": {"contacts": "ideal", "n": 1, "planes": 1},
+        "links": links,
+    }
+    run = make_run(config(tmp_path, agri_raw(hier, rounds=1)), tmp_path / "out")
+    out = run.scheduler.round(run.init_params, 1)
+    h = out.record.hierarchy
+    assert h is not None and out.record.status.value == "no_updates"
+    n_c = run.scheduler.topo.clusters.num_clusters  # type: ignore[union-attr]
+    assert h["sent"]["driver_leo"] == 2 * n_c and "driver_leo" not in h["delivered"]
+    assert h["envelope_rejections"]["driver_leo"] == {
+        "pass full: retried": n_c,
+        "pass full: dropped, retries exhausted": n_c,
+    }
