@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from geofl.config.hierarchy import HierarchyConfig
 from geofl.engine.hierarchy.events import (
     Downlink,
     DriverDeadline,
@@ -20,7 +21,7 @@ from geofl.engine.hierarchy.events import (
     TractorUpdate,
 )
 from geofl.engine.hierarchy.geo import GeoResult, RobustAvgGeo, geo_batch
-from geofl.engine.hierarchy.tiers import driver_fedavg, leo_regional
+from geofl.engine.hierarchy.tiers import driver_fedavg, driver_tier, leo_regional, leo_tier
 
 
 def _upd(client: int, rnd: int, value: float, n: int = 1) -> TractorUpdate:
@@ -83,17 +84,15 @@ def test_driver_fedavg_is_sample_weighted_and_order_free() -> None:
     farm = np.array([0, 0, 1])
     bins = np.array([4, 5, 6])
     ups = [_upd(2, 3, 3.0, n=1), _upd(0, 2, 0.0, n=3)]
-    m = driver_fedavg(
-        ups, cluster=7, farm=farm, context_bin=bins, attempts=4, nqi_lost=1, now_s=12.0
-    )
+    kw = {"cluster": 7, "farm": farm, "context_bin": bins, "attempts": 4, "nqi_lost": 1}
+    tier = driver_tier(HierarchyConfig())
+    m = driver_fedavg(tier, ups, now_s=12.0, round_idx=1, **kw)  # type: ignore[arg-type]
     assert torch.allclose(m.delta, torch.full((3,), 0.75))  # (3·0 + 1·3) / 4
     assert torch.allclose(m.model, torch.full((3,), 1.75))
     assert m.clients == (0, 2) and m.client_rounds == (2, 3)
-    assert (m.produced_round, m.newest_round, m.num_samples) == (2, 3, 4)
+    assert (m.produced_round, m.num_samples) == (2, 4)
     assert m.farms == frozenset({0, 1}) and m.bins == (4, 6) and m.tractor_weights == (0.75, 0.25)
-    again = driver_fedavg(
-        ups[::-1], cluster=7, farm=farm, context_bin=bins, attempts=4, nqi_lost=1, now_s=12.0
-    )
+    again = driver_fedavg(tier, ups[::-1], now_s=12.0, round_idx=1, **kw)  # type: ignore[arg-type]
     assert torch.equal(again.model, m.model)
 
 
@@ -109,7 +108,6 @@ def _tier(
     return TierModel(
         value + 10.0,
         value,
-        rnd,
         rnd,
         1,
         (cluster,),
@@ -129,7 +127,8 @@ def test_leo_regional_drops_a_duplicate_direction_then_means() -> None:
     a = _tier(0, torch.tensor([1.0, 0.0]), 2, {0}, (1,))
     dup = _tier(1, torch.tensor([2.0, 0.0]), 1, {1}, (2,))  # same direction as a: redundant
     b = _tier(2, torch.tensor([0.0, 4.0]), 3, {2}, (3,))
-    reg = leo_regional([b, dup, a], threshold=0.99, now_s=0.0)
+    tier = leo_tier(HierarchyConfig(redundancy_threshold=0.99))
+    reg = leo_regional(tier, [b, dup, a], now_s=0.0, round_idx=1)
     assert reg.clusters == (0, 2)  # kept, in cluster order
     assert torch.allclose(reg.delta, torch.tensor([0.5, 2.0]))
     assert torch.allclose(reg.model, torch.tensor([10.5, 12.0]))

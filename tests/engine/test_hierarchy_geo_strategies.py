@@ -56,7 +56,6 @@ def _tier(
         model=d + 10.0,
         delta=d,
         produced_round=produced,
-        newest_round=produced,
         num_samples=n,
         clients=tuple(range(len(bins))),
         farms=frozenset(farms),
@@ -208,8 +207,9 @@ def test_median_and_trimmed_mean_at_the_geo_and_the_drivers_run(tmp_path: Path) 
 def test_driver_median_by_hand() -> None:
     import numpy as np
 
+    from geofl.config.hierarchy import HierarchyConfig
     from geofl.engine.hierarchy.events import TractorUpdate
-    from geofl.engine.hierarchy.tiers import driver_fedavg
+    from geofl.engine.hierarchy.tiers import driver_fedavg, driver_tier
 
     ups = [
         TractorUpdate(k, 1, torch.tensor([float(v)]), torch.tensor([float(v)]), 10, 0.0)
@@ -223,9 +223,11 @@ def test_driver_median_by_hand() -> None:
         "attempts": 3,
         "nqi_lost": 0,
         "now_s": 0.0,
+        "round_idx": 1,
     }
-    mean = driver_fedavg(ups, **kw)  # type: ignore[arg-type]
-    med = driver_fedavg(ups, combiner=AGGREGATORS.build("median", {}), **kw)  # type: ignore[arg-type]
+    median = HierarchyConfig(driver_aggregator={"name": "median"})  # type: ignore[arg-type]
+    mean = driver_fedavg(driver_tier(HierarchyConfig()), ups, **kw)  # type: ignore[arg-type]
+    med = driver_fedavg(driver_tier(median), ups, **kw)  # type: ignore[arg-type]
     assert math.isclose(float(mean.model), 101.0 / 3, rel_tol=1e-6)
     assert float(med.model) == 1.0 and float(med.delta) == 1.0
 

@@ -14,8 +14,8 @@ import torch
 from tests.engine.hierarchy_helpers import agri_raw, config, make_run
 
 from geofl.config.load import load_config
-from geofl.engine.hierarchy.events import TierModel
-from geofl.engine.hierarchy.links import SpaceLinks, driver_compresses
+from geofl.engine.hierarchy.events import SpacePacket, TierModel
+from geofl.engine.hierarchy.links import SpaceLinks, driver_compresses, pack_meta
 from geofl.network.spacelink import SpaceLinkParams
 from geofl.records import RoundStatus
 
@@ -25,7 +25,7 @@ UPLINK = {"network": {"p_fail": 0.0}, "checkpoint": {"tau_cos": 0.0}}
 
 def _model(values: torch.Tensor, rounds: int = 3) -> TierModel:
     return TierModel(
-        model=values, delta=torch.zeros(0), produced_round=rounds, newest_round=rounds,
+        model=values, delta=torch.zeros(0), produced_round=rounds,
         num_samples=10, clients=(0, 1), farms=frozenset({0}), bins=(0, 0), attempts=2,
         nqi_lost=0, clusters=(0,), created_s=5.0, tractor_weights=(0.5, 0.5),
         client_rounds=(rounds, rounds), client_created=(5.0, 5.0),
@@ -50,12 +50,14 @@ def test_a_driver_update_encoded_by_hand() -> None:
     p = links.driver_send(0, 2, _model(base + _update()), base, 4, sat=1, now_s=600.0)
     # sparse header 20 + varint indices 100 (gap 0, then 99 gaps of 9: one byte each)
     # + one quantisation chunk lo, scale 8 + 100 4-bit codes 50 = 178 B payload,
-    # + 32 B frame tag + 40 B envelope (24 header/nonce + 16 Poly1305 tag) = 250 B
-    assert [len(w) for w in p.wires] == [250] and p.nbytes == 250
+    # + 32 B frame tag + 40 B envelope (24 header/nonce + 16 Poly1305 tag) = 250 B, after
+    # the sealed bookkeeping: 40 B head + 2 tractors × 28 + 1 farm × 4 + 1 cluster × 4
+    # = 104 B + 40 B envelope = 144 B
+    assert [len(w) for w in p.wires] == [144, 250] and p.nbytes == 394
     assert (p.sender, p.receiver, p.base_version) == (2, 2**31 + 1, 4)
     assert p.meta.model.numel() == 0  # the tensors do not travel beside the payload
-    # E = P·8·bytes/rate = 2 W · 2000 bit / 1 Mbps
-    assert (p.airtime_s, p.energy) == pytest.approx((0.002, 0.004))
+    # E = P·8·bytes/rate = 2 W · 3152 bit / 1 Mbps
+    assert (p.airtime_s, p.energy) == pytest.approx((0.003152, 0.006304))
     got = links.leo_receive(p, base)
     assert got is not None and got.produced_round == 3  # t' from the frame's staleness tag
     kept = torch.zeros(D, dtype=torch.bool)
@@ -72,8 +74,9 @@ def test_a_driver_update_encoded_by_hand() -> None:
 def test_raw_driver_update_and_frames_by_hand() -> None:
     links, base = _links(compress=False, frame_bytes=1000), torch.zeros(D)
     p = links.driver_send(0, 2, _model(_update()), base, 0, sat=0, now_s=0.0)
-    # raw payload 8 + 4·1000 = 4008 B in 5 frames (4 × 1000 + 8), each + 32 tag + 40 envelope
-    assert p.nbytes == 4008 + 5 * (32 + 40)
+    # raw payload 8 + 4·1000 = 4008 B in 5 frames (4 × 1000 + 8), each + 32 tag + 40 envelope,
+    # after the sealed bookkeeping (104 B + 40 envelope)
+    assert p.nbytes == 4008 + 5 * (32 + 40) + 104 + 40
     got = links.leo_receive(p, base)
     assert got is not None and torch.equal(got.model, _update()) and not links.residual
 
@@ -97,7 +100,7 @@ def test_envelope_round_trip_and_tampered_or_replayed_space_hops_are_refused(
     links, base = _links(), torch.zeros(D)
     regional = replace(_model(_update()), delta=_update())
     p = links.leo_send(1, regional)
-    assert p.nbytes == 8 + 4 * D + 40  # raw regional model in one envelope
+    assert p.nbytes == 104 + 40 + 8 + 4 * D + 40  # bookkeeping, raw regional model, sealed
     got = links.geo_receive(p)
     assert got is not None and torch.equal(got.model, regional.model)  # bit-exact
     # the same envelope again: a replay, refused before decryption
@@ -145,17 +148,30 @@ def test_a_run_with_every_space_hop_tampered_goes_on_without_them(tmp_path: Path
         assert h["bytes_by_hop"]["driver_leo"] > 0 and "leo_geo" not in h["bytes_by_hop"]
 
 
+def _keep(sent: dict[str, list[SpacePacket]], p: SpacePacket) -> SpacePacket:
+    sent[p.hop].append(p)
+    return p
+
+
 def test_space_hop_bytes_and_energy_in_the_round_record(tmp_path: Path) -> None:
-    """Raw driver uploads by hand: every driver → LEO packet is 8 + 4D B of payload in one
-    tagged frame and one envelope; every LEO → GEO packet 8 + 4D + 40 B; energies by hand."""
+    """Raw driver uploads by hand: every driver → LEO packet is its sealed bookkeeping, then
+    8 + 4D B of payload in one tagged frame and one envelope; every LEO → GEO packet its
+    bookkeeping and 8 + 4D B, each sealed; energies by hand."""
     hier = {"mode": "sync", "links": {"compress": False}}
     run = make_run(config(tmp_path, agri_raw(hier, rounds=1, uplink=UPLINK)), tmp_path / "r")
     dim = run.workspace.spec.numel
+    links = run.scheduler.links  # type: ignore[union-attr]
+    sent: dict[str, list[SpacePacket]] = {"driver_leo": [], "leo_geo": []}
+    for name in ("driver_send", "leo_send"):
+        send = getattr(links, name)
+        setattr(links, name, lambda *a, _s=send, **k: _keep(sent, _s(*a, **k)))
     h = run.scheduler.round(run.init_params, 1).record.hierarchy
     assert h is not None
     n_d, n_l = h["sent"]["driver_leo"], h["sent"]["leo_geo"]
-    assert h["bytes_by_hop"]["driver_leo"] == n_d * (8 + 4 * dim + 32 + 40)
-    assert h["bytes_by_hop"]["leo_geo"] == n_l * (8 + 4 * dim + 40)
+    assert (len(sent["driver_leo"]), len(sent["leo_geo"])) == (n_d, n_l)
+    meta = {hop: sum(len(pack_meta(p.meta)) + 40 for p in ps) for hop, ps in sent.items()}
+    assert h["bytes_by_hop"]["driver_leo"] == n_d * (8 + 4 * dim + 32 + 40) + meta["driver_leo"]
+    assert h["bytes_by_hop"]["leo_geo"] == n_l * (8 + 4 * dim + 40) + meta["leo_geo"]
     e = h["energy_by_hop"]
     assert e["driver_leo"] == pytest.approx(2.0 * 8 * h["bytes_by_hop"]["driver_leo"] / 1e6)
     assert e["leo_geo"] == pytest.approx(5.0 * 8 * h["bytes_by_hop"]["leo_geo"] / 1e6)

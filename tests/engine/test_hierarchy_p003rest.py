@@ -12,10 +12,11 @@ import pytest
 import torch
 from tests.engine.hierarchy_helpers import SEED, agri_raw, config, make_run
 
+from geofl.config.hierarchy import HierarchyConfig
 from geofl.engine.experiment import run_experiment
 from geofl.engine.hierarchy.events import TractorUpdate
 from geofl.engine.hierarchy.stats import parking_suggestion
-from geofl.engine.hierarchy.tiers import driver_fedavg
+from geofl.engine.hierarchy.tiers import driver_fedavg, driver_tier
 from geofl.errors import ConfigError
 from geofl.events import RunInfo
 from geofl.io import read_jsonl
@@ -31,7 +32,9 @@ def _driver(uniform: bool) -> float:
         for k, (v, n) in enumerate([(1.0, 1), (2.0, 2), (10.0, 7)])
     ]
     zeros = np.zeros(3, dtype=np.int64)
+    cfg = HierarchyConfig(driver_weights="uniform" if uniform else "samples")
     got = driver_fedavg(
+        driver_tier(cfg),
         ups,
         cluster=0,
         farm=zeros,
@@ -39,7 +42,7 @@ def _driver(uniform: bool) -> float:
         attempts=3,
         nqi_lost=0,
         now_s=0.0,
-        uniform=uniform,
+        round_idx=1,
     )
     return float(got.model)
 

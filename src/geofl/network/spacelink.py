@@ -71,6 +71,27 @@ class SpaceLinkParams(BaseModel):
     )
     leo_geo_mbps: float = Field(1.0, gt=0.0, description="LEO → GEO relay rate (Mbps; assumption)")
     leo_geo_w: float = Field(5.0, ge=0.0, description="LEO → GEO transmit power (W; assumption)")
+    pass_s: float | None = Field(
+        None,
+        gt=0.0,
+        description="seconds of one contact slot in which a LEO receives drivers' uploads, "
+        "shared by the drivers sending to it in that slot: an upload whose airtime does not "
+        "fit is refused and the driver retries it at its next pass (003 §2.2.9, §2.3.1); "
+        "None: unlimited",
+    )
+    max_retries: int = Field(
+        3,
+        ge=0,
+        description="R_max (003 §2.3.1): a refused upload is retried at most this many times, "
+        "then dropped (superseded by fresher updates)",
+    )
+    retry_queue: int = Field(
+        2,
+        ge=1,
+        description="uploads a driver keeps waiting for a pass (its bounded retry queue): a "
+        "refused upload is dropped when as many are already waiting (fresher ones supersede "
+        "it, §2.3.1)",
+    )
 
 
 def hop_energy(nbytes: int, mbps: float, watts: float) -> tuple[float, float]:

@@ -2,9 +2,16 @@
 
 A flat FL server is one tier; hierarchical FL (cluster driver → LEO regional → GEO global,
 003 Alg. 3) stacks tiers that feed each other, so a tier returns its aggregate together with
-the metadata the next tier needs (its sample count). The 003 GEO runs the method's strategy
-over the regional models with this same tier inside it, its weighting multiplied by the
-staleness × fairness weights (:mod:`geofl.engine.hierarchy.geo`).
+the metadata the next tier needs (its sample count). All three 003 tiers are this tier
+(:mod:`geofl.engine.hierarchy.tiers`): a driver is FedAvg over its tractors, a LEO the
+redundancy filter as a defense then the regional mean, and the GEO a strategy with this tier
+inside, its weighting multiplied by the staleness × fairness weights
+(:mod:`geofl.engine.hierarchy.geo`).
+
+A tier below the GEO also carries *models* up, not only updates: a driver's tractors (and a
+LEO's drivers) may start from different global versions, so the aggregated model is not
+the aggregated update plus one base. Such a tier is given the models beside the updates
+(``models``) and applies the same selection and weights to them (``AggregationResult.model``).
 
 Strategies stay thin: the math lives in free functions over the ``[K, D]`` update tensor
 (:mod:`~geofl.server.aggregators`, :mod:`~geofl.server.weighting`,
@@ -14,7 +21,7 @@ Strategies stay thin: the math lives in free functions over the ``[K, D]`` updat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -36,19 +43,29 @@ class AggregationResult:
         weights: ``[K]`` float64 effective weights (0 for dropped updates; sum 1).
         kept: ``[K]`` bool, updates that passed the defenses.
         num_samples: Σ n_k over the kept updates (the tier's weight one level up).
+        model: ``[D]`` the same combination of the companion models, when the tier was
+            given them (a hierarchy tier below the GEO); None otherwise.
     """
 
     delta: torch.Tensor
     weights: torch.Tensor
     kept: torch.Tensor
     num_samples: int = 0
+    model: torch.Tensor | None = None
 
 
 class Tier(Protocol):
-    """Aggregate the updates arriving at one tier in one round."""
+    """Aggregate the updates arriving at one tier in one round (and, given ``models``
+    ``[K, D]`` aligned with them, the models alike: the filters judge the updates, and the
+    models are combined with the updates' kept rows and weights)."""
 
     def __call__(
-        self, updates: torch.Tensor, metas: Sequence[UpdateMeta], round_idx: int
+        self,
+        updates: torch.Tensor,
+        metas: Sequence[UpdateMeta],
+        round_idx: int,
+        *,
+        models: torch.Tensor | None = None,
     ) -> AggregationResult: ...
 
 
@@ -104,11 +121,21 @@ class FlatTier:
         )
 
     def __call__(
-        self, updates: torch.Tensor, metas: Sequence[UpdateMeta], round_idx: int
+        self,
+        updates: torch.Tensor,
+        metas: Sequence[UpdateMeta],
+        round_idx: int,
+        *,
+        models: torch.Tensor | None = None,
     ) -> AggregationResult:
-        """Aggregate ``updates`` (``[K, D]``) with their ``metas`` (length K)."""
+        """Aggregate ``updates`` (``[K, D]``) with their ``metas`` (length K), and
+        ``models`` (``[K, D]``, optional) with the same kept rows and weights. The
+        effective weights are those the combiner reports on the updates."""
         kept, weights = self.select(updates, metas, round_idx)
-        return self.combine(updates, metas, kept, weights)
+        res = self.combine(updates, metas, kept, weights)
+        if models is None:
+            return res
+        return replace(res, model=self.combine(models, metas, kept, weights).delta)
 
 
 def _expand(kept: torch.Tensor, sub_mask: torch.Tensor) -> torch.Tensor:

@@ -76,12 +76,14 @@ def build_scheduler(
     except HierarchyError as err:
         raise ConfigError(f"methods.{method.name}.hierarchy", str(err)) from err
     rho = capability_score(fleet.capability)
-    topo = Topology(clusters, rho, fleet.farm, fleet.context_bin, fleet.region)
+    located = np.stack([fleet.lat, fleet.lon], 1)  # λ_i; station i = tractor i
+    topo = Topology(
+        clusters, rho, fleet.farm, fleet.context_bin, fleet.region, fleet.model_type, located
+    )
     if hier.mode == "sync" or hier.leo.contacts == "ideal":
         contacts: Contacts = IdealContacts(hier.leo.slot_s, hier.leo.n)
     else:
-        locations = np.stack([fleet.lat, fleet.lon], 1)  # station i = tractor i
-        plans = leo_contacts(hier, locations, rounds=cfg.federation.rounds, seed=seed)
+        plans = leo_contacts(hier, located, rounds=cfg.federation.rounds, seed=seed)
         plans.prepare(clusters.driver)  # the initial drivers' plans, before the first round
         contacts = DriverContacts(plans)
     probe = _test_probe(cfg, comps, data) if hier.staleness_metric else None

@@ -13,11 +13,21 @@ both from the new driver's own contact plan, computed at its election
 (:class:`~geofl.network.stations.StationContacts`). A cluster with no driver keeps its
 models on the ground until a member is back and elected; its members miss downlinks.
 Every move is recorded (:attr:`HierarchyStats.driver_changes`).
+
+A pass has a finite length (``links.pass_s``: the seconds of a contact slot in which a LEO
+receives uploads, shared by the drivers sending to it then). An upload whose airtime no
+longer fits is refused by the LEO; the driver keeps it and retries it at its next usable
+pass (003 §2.2.9: "retransmission of stored models during subsequent contact windows"),
+re-sealed for that pass's LEO and counted again on the hop — at most R_max times
+(``links.max_retries``), and only while fewer than ``links.retry_queue`` of the cluster's
+uploads wait for a pass; otherwise it is dropped, superseded by fresher ones (§2.3.1:
+"retried up to R_max times and then superseded by fresher updates").
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from geofl.engine.hierarchy.contacts import (
@@ -68,6 +78,7 @@ class DriverStations:
         self.round_s, self.down_bytes = round_s, down_bytes
         n_c = monitor.clusters.num_clusters
         self.ground: list[list[SpacePacket]] = [[] for _ in range(n_c)]
+        self.used: dict[tuple[int, int], float] = {}  # (LEO, slot) → airtime received
 
     def _slot(self, now: float) -> int:
         return int(now // self.contacts.slot_s)
@@ -85,6 +96,53 @@ class DriverStations:
         """``packet`` reaches LEO ``sat`` in slot ``slot``'s pass over ``station``."""
         at = max(now, slot * self.contacts.slot_s)
         self.queue.push(at, LeoArrival(sat, packet, station))
+
+    def admit(self, now: float, sat: int, packet: SpacePacket) -> bool:
+        """Whether LEO ``sat`` receives ``packet`` in the pass at ``now``: its airtime fits
+        what is left of the slot's ``links.pass_s`` (always when unset); an admitted upload
+        takes its share of the pass."""
+        cap = self.links.cfg.pass_s
+        if cap is None:
+            return True
+        slot = self._slot(now)
+        self.used = {k: v for k, v in self.used.items() if k[1] >= slot}
+        used = self.used.get((sat, slot), 0.0)
+        if used + packet.airtime_s > cap:
+            return False
+        self.used[(sat, slot)] = used + packet.airtime_s
+        return True
+
+    def retry(self, now: float, packet: SpacePacket, stats: HierarchyStats) -> None:
+        """A refused upload: re-sent in the cluster's next usable pass after this slot, or
+        dropped past R_max retries or a full retry queue (module docstring)."""
+        cfg, cluster = self.links.cfg, packet.meta.clusters[0]
+        waiting = sum(
+            isinstance(e, LeoArrival) and e.packet.meta.clusters[0] == cluster
+            for _, e in self.queue.pending()
+        )
+        why = "retries exhausted" if packet.tries >= cfg.max_retries else "queue full"
+        if packet.tries >= cfg.max_retries or waiting >= cfg.retry_queue:
+            self.links.count("driver_leo", f"pass full: dropped, {why}")
+            log.info("cluster %d: upload refused by a full pass and dropped (%s)", cluster, why)
+            return
+        self.links.count("driver_leo", "pass full: retried")
+        if self.monitor.driver(cluster) is None:  # kept until a member is elected
+            self.ground[cluster].append(replace(packet, tries=packet.tries + 1))
+            return
+        got = self.contact((self._slot(now) + 1) * self.contacts.slot_s, cluster)
+        if got is None:
+            stats.stranded += 1
+            return
+        station, slot, sat = got
+        again = replace(self.links.reseal(packet, station, sat), tries=packet.tries + 1)
+        stats.hop(
+            "driver_leo",
+            sent=1,
+            nbytes=again.nbytes,
+            airtime_s=again.airtime_s,
+            energy=again.energy,
+        )
+        self.push_up(now, slot, sat, again, station)
 
     def _resend_up(
         self, now: float, cluster: int, packet: SpacePacket, stats: HierarchyStats
@@ -174,9 +232,11 @@ class DriverStations:
             )
 
     def state_dict(self) -> dict[str, Any]:
-        """Driver models kept on the ground by clusters without a driver."""
-        return {"ground": [list(g) for g in self.ground]}
+        """Driver models kept on the ground by clusters without a driver; the airtime
+        received in the current passes."""
+        return {"ground": [list(g) for g in self.ground], "used": dict(self.used)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         self.ground = [list(g) for g in state["ground"]]
+        self.used = dict(state.get("used", {}))

@@ -77,7 +77,6 @@ class TierModel:
         model: ``[D]`` the aggregated model w̄.
         delta: ``[D]`` the same aggregation applied to the members' updates Δw.
         produced_round: t' of the oldest update it contains (Eq. 8's staleness source).
-        newest_round: t' of the newest update it contains.
         num_samples: Σ n_i of its tractors.
         clients: The tractors whose updates it contains (sorted).
         farms: Their farms (UniqueFarmCount, Eq. 11).
@@ -95,7 +94,6 @@ class TierModel:
     model: torch.Tensor
     delta: torch.Tensor
     produced_round: int
-    newest_round: int
     num_samples: int
     clients: tuple[int, ...]
     farms: frozenset[int]
@@ -143,6 +141,8 @@ class SpacePacket:
         energy: P_tx · airtime_s (the energy proxy).
         frames: The frames before sealing (a re-elected driver re-seals them for its own
             pass: :meth:`~geofl.engine.hierarchy.links.SpaceLinks.reseal`).
+        tries: Times a pass refused it so far (its retries, bounded by R_max:
+            :meth:`~geofl.engine.hierarchy.drivers.DriverStations.retry`).
     """
 
     hop: str
@@ -155,6 +155,7 @@ class SpacePacket:
     airtime_s: float
     energy: float
     frames: tuple[bytes, ...] = ()
+    tries: int = 0
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from geofl.hierarchy.weights import (
     geo_weights,
     staleness_weights,
 )
-from geofl.server.robust import robust_avg
+from geofl.server.robust.builders import RobustAvgParams, build_robust_avg
 from geofl.server.strategy import ComposedStrategy, RoundPlan, StrategyResult, UpdateBatch
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import Weighting
@@ -192,6 +192,10 @@ class RobustAvgGeo(GeoStrategy):
     """The paper's GEO (§2.2.5, Alg. 3 l. 7–11): ω̃ = Eq. 12 of Eq. 8 × Eq. 11, then
     RobustAvg (clip C, trim β per coordinate) over Δ_l, w^{t+1} = w^t + Δ̃. Stateless.
 
+    It is a flat-server tier like the drivers' and LEOs': weighting
+    :class:`StaleFairWeighting` of equal weights (ω_stale · ω_fair, which the tier normalises:
+    Eq. 12), combiner the flat server's ``robust_avg``.
+
     Args:
         kappa: κ of Eq. 8.
         clip: RobustAvg's C.
@@ -200,25 +204,23 @@ class RobustAvgGeo(GeoStrategy):
     """
 
     def __init__(self, *, kappa: float, clip: float, trim_fraction: float, fairness: bool) -> None:
-        self.kappa, self.clip, self.trim_fraction, self.fairness = (
-            kappa,
-            clip,
-            trim_fraction,
-            fairness,
-        )
+        self.kappa, self.fairness = kappa, fairness
+        robust = build_robust_avg(RobustAvgParams(clip=clip, trim_fraction=trim_fraction))
+        weighting = StaleFairWeighting(_ones, kappa=kappa, fairness=fairness)
+        self.tier = FlatTier(weighting, robust)
 
     def aggregate(
         self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
     ) -> StrategyResult:
         stale, fair = stale_fair(batch.metas, round_idx, kappa=self.kappa, fairness=self.fairness)
-        agg = robust_avg(
-            batch.deltas,
-            geo_weights(stale, fair),
-            clip=self.clip,
-            trim_fraction=self.trim_fraction,
-        )
-        kept = torch.ones(batch.deltas.shape[0], dtype=torch.bool)
-        return StrategyResult(global_params + agg.delta, agg.delta, agg.weights, kept)
+        geo_weights(stale, fair)  # refuses weights that are all 0 (one line, HierarchyError)
+        res = self.tier(batch.deltas, batch.metas, round_idx)
+        return StrategyResult(global_params + res.delta, res.delta, res.weights, res.kept)
+
+
+def _ones(metas: Sequence[UpdateMeta], round_idx: int) -> torch.Tensor:
+    """Equal weights (the paper's GEO weighs by Eq. 8 × Eq. 11 alone)."""
+    return torch.ones(len(metas), dtype=torch.float64)
 
 
 class ComposedGeo(GeoStrategy):

@@ -32,14 +32,14 @@ from geofl.engine.hierarchy.events import (
     TractorArrival,
     TractorUpdate,
 )
-from geofl.engine.hierarchy.links import SpaceLinks
+from geofl.engine.hierarchy.links import Chi, SpaceLinks
 from geofl.engine.hierarchy.personal import Personalization
 from geofl.engine.hierarchy.stats import HierarchyStats
 from geofl.engine.hierarchy.tiers import driver_fedavg, leo_regional
 from geofl.engine.hierarchy.topology import Topology
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.rural import sample_link_states
-from geofl.server.aggregators import Aggregator
+from geofl.server.tier import Tier
 
 __all__ = ["HierarchyEvents"]
 
@@ -59,8 +59,8 @@ class HierarchyEvents:
     contacts: Contacts
     seed: int
     links: SpaceLinks
-    driver_combiner: Aggregator | None
-    leo_combiner: Aggregator | None
+    driver_tier: Tier
+    leo_tier: Tier
     queue: EventQueue
     monitor: DriverMonitor[TractorUpdate]
     stations: DriverStations
@@ -82,6 +82,28 @@ class HierarchyEvents:
         """Whether ``version`` sealed by the GEO for ``cluster``'s driver opens there (the
         LEO relays the envelope; refusals are logged and counted by the links)."""
         return self.links.downlink(self._driver_id(cluster), self.versions[version])
+
+    def _key_uplink(self) -> None:
+        """The ground uplink as the tractor → driver hop: each tractor's update sealed for
+        its cluster's current driver (003 Eq. 6 with x = driver: the driver opens it and
+        re-seals its aggregate for the LEO) with χ's ρ, M, λ beside θ (Alg. 1 l. 6)."""
+        up = self.c.uplink
+        if up is None:
+            return
+        n_c = self.topo.clusters.num_clusters
+        drivers = [self._driver_id(c) for c in range(n_c)]
+        cluster_of = self.topo.clusters.cluster_of
+        up.receivers = {k: drivers[int(c)] for k, c in enumerate(cluster_of)}
+        up.header = self._chi
+
+    def _chi(self, client: int) -> bytes:
+        """Tractor ``client``'s χ fields, packed (:class:`Chi`; 0 where the topology has no
+        schema or location)."""
+        topo = self.topo
+        m = 0 if topo.model_type is None else int(topo.model_type[client])
+        lat, lon = (0.0, 0.0) if topo.location is None else topo.location[client].tolist()
+        t = int(self.tractor_version[client]) + 1
+        return Chi(float(topo.rho[client]), m, lat, lon, t).pack()
 
     def _driver_id(self, cluster: int) -> int:
         """The node id of ``cluster``'s driver (its tractor; the initial one while every
@@ -117,6 +139,11 @@ class HierarchyEvents:
     def _slot(self, now: float) -> int:
         return int(now // self.contacts.slot_s)
 
+    def _round_idx(self, now: float) -> int:
+        """The global round whose simulated time holds ``now`` (round t covers
+        [(t−1)·round_s, t·round_s))."""
+        return int(now // self.cfg.round_s) + 1
+
     def _cluster_model(self, now: float, cluster: int) -> TierModel | None:
         """Driver FedAvg over the cluster's buffer (None when it is empty or the cluster
         has no driver up; the buffer then waits)."""
@@ -124,6 +151,7 @@ class HierarchyEvents:
         if not items:
             return None
         model = driver_fedavg(
+            self.driver_tier,
             items,
             cluster=cluster,
             farm=self.topo.farm,
@@ -131,8 +159,7 @@ class HierarchyEvents:
             attempts=int(self.attempts[cluster]),
             nqi_lost=int(self.nqi_lost[cluster]),
             now_s=now,
-            combiner=self.driver_combiner,
-            uniform=self.cfg.driver_weights == "uniform",
+            round_idx=self._round_idx(now),
         )
         self.attempts[cluster] = self.nqi_lost[cluster] = 0
         return model
@@ -167,6 +194,9 @@ class HierarchyEvents:
 
     def _leo(self, now: float, ev: LeoArrival) -> None:
         p = ev.packet
+        if not self.stations.admit(now, ev.sat, p):  # the pass is full: the driver retries
+            self.stations.retry(now, p, self._stats)
+            return
         model = self.links.leo_receive(p, self.versions[p.base_version])
         if model is None:  # refused (logged and counted by the links)
             return
@@ -189,10 +219,7 @@ class HierarchyEvents:
         for arrived, _ in items:
             self._stats.latency("relay_wait", now - arrived)
         regional = leo_regional(
-            [m for _, m in items],
-            threshold=self.cfg.redundancy_threshold,
-            now_s=now,
-            combiner=self.leo_combiner,
+            self.leo_tier, [m for _, m in items], now_s=now, round_idx=self._round_idx(now)
         )
         self._stats.event(now, "relay", leo=sat)
         received = self._forward(sat, regional)
@@ -233,10 +260,9 @@ class HierarchyEvents:
                 by_leo.setdefault(sat, []).append(got)
                 self._stats.hop("driver_leo", delivered=1)
         stats, n_t, nd = self._stats, len(self.c.clients), self.down_bytes
-        thr = self.cfg.redundancy_threshold
         out = []
         for sat, ms in sorted(by_leo.items()):
-            regional = leo_regional(ms, threshold=thr, now_s=now, combiner=self.leo_combiner)
+            regional = leo_regional(self.leo_tier, ms, now_s=now, round_idx=self._round_idx(now))
             received = self._forward(sat, regional)
             if received is not None:
                 out.append((sat, received))

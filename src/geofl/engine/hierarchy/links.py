@@ -25,18 +25,24 @@ satellite link, and their energy proxy (003 §2.2.8, Table 4, §3.1.4).
   epoch, counter); a refused payload is logged with its reason, counted, and lost.
 * **Energy.** E = P_tx · 8 · bytes / rate per transmission (:func:`hop_energy`).
 
-What the receiver learns besides the payload — the aggregate's bookkeeping (its tractors,
-farms, context bins, counts, times: :class:`~geofl.engine.hierarchy.events.TierModel` less its
-tensors) — travels in clear and is not counted in the bytes (tens of bytes per tractor).
+* **Bookkeeping** (§2.1.8: confidentiality of "model updates and metadata in transit"). What
+  the tiers above need besides the tensors — the aggregate's tractors, farms, context bins,
+  sample counts, staleness inputs t', attempts and NQI losses, shares and times
+  (:class:`~geofl.engine.hierarchy.events.TierModel` less its tensors) — is packed
+  (:func:`pack_meta`) into the first frame of every driver → LEO and LEO → GEO payload,
+  sealed with it and counted in its bytes; the receiver aggregates with what it opened
+  (:func:`unpack_meta`), not with the sender's copy.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from geofl.config.uplink import UplinkConfig
@@ -49,7 +55,16 @@ from geofl.network.spacelink import SpaceLinkParams, hop_energy
 from geofl.rng import numpy_generator
 from geofl.security.envelope import Opener, Sealer, parse_header, rotate_all
 
-__all__ = ["GEO_ID", "LEO_ID0", "SpaceLinks", "SpacePacket", "driver_compresses"]
+__all__ = [
+    "GEO_ID",
+    "LEO_ID0",
+    "Chi",
+    "SpaceLinks",
+    "SpacePacket",
+    "driver_compresses",
+    "pack_meta",
+    "unpack_meta",
+]
 
 log = logging.getLogger("geofl")
 
@@ -59,7 +74,114 @@ LEO_ID0 = 2**31
 GEO_ID = 2**32 - 2
 _EMPTY = torch.zeros(0)
 #: The bookkeeping of a payload that is not an aggregate (the global model going down).
-_NO_META = TierModel(_EMPTY, _EMPTY, 0, 0, 0, (), frozenset(), (), 0, 0, (), 0.0, (), (), ())
+_NO_META = TierModel(_EMPTY, _EMPTY, 0, 0, (), frozenset(), (), 0, 0, (), 0.0, (), (), ())
+
+
+#: t' of the oldest update, Σ n, attempts, NQI losses, created_s; then the lengths of the
+#: per-tractor columns, of the farms and of the clusters.
+_META_HEAD = struct.Struct("<iqiidIII")
+
+
+def pack_meta(m: TierModel) -> bytes:
+    """The bookkeeping of ``m`` (everything but its tensors) as bytes: a fixed head, then
+    int32 tractors, farms, context bins, clusters and t' of each tractor, then float64
+    shares and creation times (little-endian; a 40-byte head, 28 bytes per tractor, 4 per
+    farm and per cluster).
+
+    Raises:
+        ValueError: when the per-tractor columns differ in length.
+    """
+    n = len(m.clients)
+    columns = (m.bins, m.tractor_weights, m.client_rounds, m.client_created)
+    if any(len(c) != n for c in columns):
+        raise ValueError(f"tier model bookkeeping: per-tractor columns are not all {n} long")
+    head = _META_HEAD.pack(
+        m.produced_round,
+        m.num_samples,
+        m.attempts,
+        m.nqi_lost,
+        m.created_s,
+        n,
+        len(m.farms),
+        len(m.clusters),
+    )
+    ints = [*m.clients, *sorted(m.farms), *m.bins, *m.clusters, *m.client_rounds]
+    floats = [*m.tractor_weights, *m.client_created]
+    return head + np.asarray(ints, "<i4").tobytes() + np.asarray(floats, "<f8").tobytes()
+
+
+def unpack_meta(raw: bytes) -> TierModel:
+    """Inverse of :func:`pack_meta` (empty tensors).
+
+    Raises:
+        PayloadError: when ``raw`` is not one packed bookkeeping.
+    """
+    size = _META_HEAD.size
+    if len(raw) < size:
+        raise PayloadError(f"bookkeeping: {len(raw)} bytes, shorter than its {size}-byte head")
+    produced, samples, attempts, lost, created, n, nf, nc = _META_HEAD.unpack_from(raw)
+    n_int = 3 * n + nf + nc
+    if len(raw) != size + 4 * n_int + 16 * n:
+        raise PayloadError(f"bookkeeping: {len(raw)} bytes do not hold {n} tractors")
+    ints = np.frombuffer(raw, "<i4", n_int, size).tolist()
+    floats = np.frombuffer(raw, "<f8", 2 * n, size + 4 * n_int).tolist()
+    cut = np.cumsum([n, nf, n, nc]).tolist()
+    clients, farms, bins, clusters = (ints[a:b] for a, b in zip([0, *cut[:-1]], cut, strict=True))
+    return TierModel(
+        _EMPTY,
+        _EMPTY,
+        produced,
+        samples,
+        tuple(clients),
+        frozenset(farms),
+        tuple(bins),
+        attempts,
+        lost,
+        tuple(clusters),
+        created,
+        tuple(floats[:n]),
+        tuple(ints[cut[-1] :]),
+        tuple(floats[n:]),
+    )
+
+
+#: χ's fields beside θ (003 Alg. 1 l. 6): ρ, M, λ (lat, lon), and t'.
+_CHI = struct.Struct("<dIddi")
+
+
+@dataclass(frozen=True)
+class Chi:
+    """What a tractor sends its driver beside θ (003 Alg. 1 l. 6, χ = [ρ, M, λ, θ]), plus
+    the staleness input of its update.
+
+    Attributes:
+        rho: ρ_i, its capability score (re-election, §2.1.6).
+        model_type: M_i, its model/sensor schema score.
+        lat: λ_i's latitude (degrees).
+        lon: λ_i's longitude (degrees).
+        produced_round: t', 1 + the global version it trained from (Eq. 8).
+    """
+
+    rho: float
+    model_type: int
+    lat: float
+    lon: float
+    produced_round: int
+
+    def pack(self) -> bytes:
+        """32 little-endian bytes (the first frame of the tractor's sealed upload)."""
+        return _CHI.pack(self.rho, self.model_type, self.lat, self.lon, self.produced_round)
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Chi:
+        """Inverse of :meth:`pack`.
+
+        Raises:
+            PayloadError: when ``raw`` is not one packed χ.
+        """
+        if len(raw) != _CHI.size:
+            raise PayloadError(f"chi: {len(raw)} bytes, expected {_CHI.size}")
+        return cls(*_CHI.unpack(raw))
 
 
 def driver_compresses(links: SpaceLinkParams, uplink: UplinkConfig | None) -> bool:
@@ -176,10 +298,12 @@ class SpaceLinks:
         )
 
     def reseal(self, p: SpacePacket, driver: int, sat: int) -> SpacePacket:
-        """A pending driver upload ``p`` as the re-elected ``driver`` sends it in its own
-        pass to LEO ``sat``: the same encoded frames, sealed under its own link key (the
-        encoding and the residual are the cluster's, handed over with its buffer)."""
-        return self._packet(p.hop, list(p.frames), driver, LEO_ID0 + sat, p.meta, p.base_version)
+        """A pending driver upload ``p`` as ``driver`` sends it again in a pass to LEO
+        ``sat`` (a re-elected driver, or a retry after a refusal): the same encoded frames,
+        sealed under the link key to that LEO with fresh counters (the encoding and the
+        residual are the cluster's, handed over with its buffer)."""
+        out = self._packet(p.hop, list(p.frames), driver, LEO_ID0 + sat, p.meta, p.base_version)
+        return replace(out, tries=p.tries)
 
     def _attacked(self, p: SpacePacket, opener: Opener) -> list[bytes]:
         """The wires as they reach the receiver after the simulated adversary: one bit of
@@ -205,6 +329,11 @@ class SpaceLinks:
             wires[j] = bytes(bad)
         self.last_wire[(p.sender, p.receiver)] = p.wires[-1]
         return wires
+
+    def count(self, hop: str, reason: str) -> None:
+        """Count a refusal that is the protocol working, not an attack (a full pass, a
+        dropped retry): in the round's rejections, logged at INFO by the caller."""
+        self.rejected[(hop, reason)] += 1
 
     def _refuse(self, p: SpacePacket, reason: str, *, lost: bool = True) -> None:
         self.rejected[(p.hop, reason)] += 1
@@ -260,43 +389,48 @@ class SpaceLinks:
             timestamp=now_s,
             frame_bytes=self.cfg.frame_bytes,
         )
+        frames.insert(0, pack_meta(model))
         return self._packet("driver_leo", frames, driver, LEO_ID0 + sat, model, base_version)
 
     def leo_receive(self, p: SpacePacket, base: torch.Tensor) -> TierModel | None:
         """The cluster model the LEO aggregates, w^{v_c} + û_c (``base`` = w^{v_c}), with
-        Δ = û_c and t' from the frames' tag; None when refused (logged, counted)."""
+        Δ = û_c, t' from the frames' tag and the bookkeeping it opened; None when refused
+        (logged, counted)."""
         frames = self._open(p)
         if frames is None:
             return None
         try:
-            tagged = join_tagged(frames)
+            meta = unpack_meta(frames[0])
+            tagged = join_tagged(frames[1:])
             u = decode_update([tagged.payload], self.dim).values
         except PayloadError as err:
             self._refuse(p, f"payload: {err}")
             return None
-        return replace(p.meta, model=base + u, delta=u, produced_round=tagged.round)
+        return replace(meta, model=base + u, delta=u, produced_round=tagged.round)
 
     # -- LEO → GEO -------------------------------------------------------------------------
     def leo_send(self, sat: int, regional: TierModel) -> SpacePacket:
-        """LEO ``sat``'s regional model (and Δ̄_l with ``send_delta``), raw float32, sealed
-        for the GEO."""
-        payloads = [encode_raw(regional.model)[0]]
+        """LEO ``sat``'s bookkeeping and regional model (and Δ̄_l with ``send_delta``), raw
+        float32, sealed for the GEO."""
+        payloads = [pack_meta(regional), encode_raw(regional.model)[0]]
         if self.send_delta:
             payloads.append(encode_raw(regional.delta)[0])
         return self._packet("leo_geo", payloads, LEO_ID0 + sat, GEO_ID, regional, -1)
 
     def geo_receive(self, p: SpacePacket) -> TierModel | None:
-        """The regional model as the GEO decodes it (Δ̄_l only with ``send_delta``: the GEO
-        reads it for ``geo_delta: update`` alone), or None when refused."""
+        """The regional model and bookkeeping as the GEO opens them (Δ̄_l only with
+        ``send_delta``: the GEO reads it for ``geo_delta: update`` alone), or None when
+        refused."""
         payloads = self._open(p)
         if payloads is None:
             return None
         try:
-            values = [decode_raw(x, self.dim) for x in payloads]
+            meta = unpack_meta(payloads[0])
+            values = [decode_raw(x, self.dim) for x in payloads[1:]]
         except PayloadError as err:
             self._refuse(p, f"payload: {err}")
             return None
-        return replace(p.meta, model=values[0], delta=values[-1] if self.send_delta else _EMPTY)
+        return replace(meta, model=values[0], delta=values[-1] if self.send_delta else _EMPTY)
 
     # -- GEO → driver -----------------------------------------------------------------------
     def downlink(self, driver: int, params: torch.Tensor) -> bool:

@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from geofl.config.base import Component
 from geofl.config.hierarchy import HierarchyConfig
 from geofl.engine.components import RunComponents
 from geofl.engine.hierarchy.contacts import Contacts
@@ -55,9 +54,10 @@ from geofl.engine.hierarchy.events import (
 )
 from geofl.engine.hierarchy.geo import GeoResult, GeoStrategy, RobustAvgGeo, geo_batch
 from geofl.engine.hierarchy.handlers import HierarchyEvents
-from geofl.engine.hierarchy.links import SpaceLinks, driver_compresses
+from geofl.engine.hierarchy.links import Chi, SpaceLinks, driver_compresses
 from geofl.engine.hierarchy.personal import Personalization
 from geofl.engine.hierarchy.stats import HierarchyStats, credit_regionals, parking_suggestion
+from geofl.engine.hierarchy.tiers import driver_tier, leo_tier
 from geofl.engine.hierarchy.topology import Topology
 from geofl.engine.records.round import build_record
 from geofl.engine.scheduler import ClientRunner, Collected, RoundOutcome, SyncScheduler
@@ -69,7 +69,6 @@ from geofl.hierarchy.geography import geo_coverage
 from geofl.network.payload import encode_raw
 from geofl.records import RoundRecord, RoundStatus
 from geofl.security.envelope import OVERHEAD_BYTES
-from geofl.server.aggregators import AGGREGATORS, Aggregator
 from geofl.server.sampling import Cohort
 
 __all__ = ["HierarchicalScheduler"]
@@ -112,8 +111,7 @@ class HierarchicalScheduler(HierarchyEvents):
         geo: GeoStrategy | None = None,
     ) -> None:
         self.probe = probe
-        self.driver_combiner = _combiner(cfg.driver_aggregator)
-        self.leo_combiner = _combiner(cfg.leo_aggregator)
+        self.driver_tier, self.leo_tier = driver_tier(cfg), leo_tier(cfg)
         self.geo: GeoStrategy = geo or RobustAvgGeo(
             kappa=cfg.kappa,
             clip=cfg.clip,
@@ -286,6 +284,7 @@ class HierarchicalScheduler(HierarchyEvents):
                 }
             )
         self.stations.follow(before, failovers, round_idx, start, stats)
+        self._key_uplink()  # tractors seal for the drivers of this round
         if self.cfg.mode == "async":
             self._advance(start, inclusive=True)  # downlinks arriving at the boundary
         return start, end
@@ -396,8 +395,10 @@ class HierarchicalScheduler(HierarchyEvents):
             model = self._held(k) + delta
             if self.personal is not None:
                 self.personal.trained(k, model)
-            upd = TractorUpdate(k, version + 1, model, delta, u.meta.num_samples, sent_at)
             sent = tx_of.get(k)
+            opened = None if sent is None or sent.header is None else Chi.unpack(sent.header)
+            t_prime = version + 1 if opened is None else opened.produced_round  # χ's t'
+            upd = TractorUpdate(k, t_prime, model, delta, u.meta.num_samples, sent_at)
             latency = 0.0 if sent is None else sent.latency_s
             self.queue.push(sent_at + latency, TractorArrival(int(cluster_of[k]), upd))
 
@@ -472,11 +473,3 @@ class HierarchicalScheduler(HierarchyEvents):
             self.personal.load_state_dict(state["personal"])
         if "links" in state:
             self.links.load_state_dict(state["links"])
-
-
-def _combiner(comp: Component | None) -> Aggregator | None:
-    """A driver's or LEO's combiner (``hierarchy.driver_aggregator`` / ``leo_aggregator``):
-    None when unset or ``mean``, which the tiers compute as the paper's FedAvg, bit for bit."""
-    if comp is None or comp.name == "mean":
-        return None
-    return AGGREGATORS.build(comp.name, comp.params)

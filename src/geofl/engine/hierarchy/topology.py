@@ -25,6 +25,9 @@ class Topology:
         context_bin: ``[T]`` crop × soil × climate bin of every tractor (H_l).
         region: ``[T]`` geographic region 0 … R − 1 of every tractor (regional adapters of
             the personalization, §2.2.6), or None.
+        model_type: ``[T]`` M_i, the model/sensor schema score each tractor sends in χ
+            (003 Alg. 1 l. 6), or None.
+        location: ``[T, 2]`` λ_i, (lat, lon) degrees each tractor sends in χ, or None.
     """
 
     clusters: Clusters
@@ -32,3 +35,5 @@ class Topology:
     farm: np.ndarray
     context_bin: np.ndarray
     region: np.ndarray | None = None
+    model_type: np.ndarray | None = None
+    location: np.ndarray | None = None

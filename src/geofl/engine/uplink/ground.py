@@ -15,6 +15,13 @@ size, B and L; frames past the deadline ℓ_max are lost), opened and decoded by
 server. Anything not delivered is buffered for a later round; error-feedback residuals
 move only on delivery. Simulation keys: tractor k's long-term secret is
 BLAKE2b(seed, k) — provisioning, not security.
+
+In the 003 hierarchy the receiver is the tractor's cluster driver, not the server
+(:attr:`Uplink.receivers`: the envelope's key is K_{i→driver}^{(e)} of Eq. 6, so the driver
+can open it and re-seal its aggregate for the LEO), and the payload is Alg. 1's
+χ = [ρ, M, λ, θ]: the hierarchy's :attr:`Uplink.header` packs the fields beside θ into a
+first frame, sealed and counted with the update, which the receiver opens
+(:attr:`Transmission.header`).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -113,6 +121,8 @@ class Transmission:
         buffered_rounds: Rounds its oldest content waited in the buffer before delivery.
         detail: Why it was not delivered.
         values: ``[D]`` the server's decoded update (delivered only).
+        header: The χ fields beside θ as the receiver opened them (delivered with an
+            :attr:`Uplink.header` only).
     """
 
     client: int
@@ -128,6 +138,7 @@ class Transmission:
     buffered_rounds: int = 0
     detail: str = ""
     values: torch.Tensor | None = None
+    header: bytes | None = None
 
 
 @dataclass
@@ -195,6 +206,10 @@ class Uplink:
         self.last_wire: dict[tuple[int, int], bytes] = {}
         self.envelope_rejections: Counter[str] = Counter()
         self.replays_accepted = 0
+        #: tractor → the node its update is sealed for and opened by (absent: the server)
+        self.receivers: dict[int, int] = {}
+        #: tractor → the χ fields it sends beside θ (003 Alg. 1 l. 6); None: θ alone
+        self.header: Callable[[int], bytes] | None = None
         self._round = 0
         self._links = LinkStates(np.zeros((0, 3)), np.zeros(0, bool))
         self._nqi = np.zeros(0)
@@ -357,8 +372,10 @@ class Uplink:
         """Hops of one encoded update: [tractor → neighbour →] server; decode on arrival."""
         net = self.cfg.network
         overhead = OVERHEAD_BYTES if self.cfg.security.enabled else 0
-        sizes = [len(f) + overhead for f in enc.frames]
-        frames, hops = list(enumerate(enc.frames)), {}
+        head = [] if self.header is None else [self.header(client)]
+        payloads = [*head, *enc.frames]
+        sizes = [len(f) + overhead for f in payloads]
+        frames, hops = list(enumerate(payloads)), {}
         airtime = energy = elapsed = 0.0
         reason = ""
         if via is not None:  # local link to the neighbour, then its uplink (re-sealed)
@@ -372,18 +389,21 @@ class Uplink:
         hops["neighbour_server" if via is not None else "tractor_server"] = sum(carried[:done])
         airtime += t_air
         energy += net.tx_power_w[int(self.profiles[origin])] * t_air
-        opened, why = self._hop(frames[:done], origin, SERVER_ID, client)
+        receiver = self.receivers.get(client, SERVER_ID)
+        opened, why = self._hop(frames[:done], origin, receiver, client)
         arrived = [payload for _, payload in opened]
         latency = elapsed + l_ms / 1e3 + 8.0 * sum(carried) / (b * 1e6)
         tx = Transmission(client, TransmitStatus.DELIVERED, score, enc.pipeline, via, hops,
                           airtime, energy, latency, local_s=elapsed)  # fmt: skip
-        if reason or why or len(frames) < len(enc.frames):
+        if reason or why or len(frames) < len(payloads):
             return replace(tx, status=TransmitStatus.REJECTED, detail=f"envelope {reason or why}")
         if done < len(frames):
             late = f"{len(frames) - done} of {len(frames)} frames past the deadline"
             return replace(tx, status=TransmitStatus.DEADLINE, detail=late)
+        got = arrived[len(head) :]
         try:
-            return replace(tx, values=decode_update(arrived, dim).values)
+            values = decode_update(got, dim).values
+            return replace(tx, values=values, header=arrived[0] if head else None)
         except PayloadError as err:
             return replace(tx, status=TransmitStatus.REJECTED, detail=f"payload: {err}")
 
