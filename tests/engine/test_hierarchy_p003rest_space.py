@@ -21,7 +21,7 @@ from geofl.engine.hierarchy.drivers import DriverStations
 from geofl.engine.hierarchy.events import EventQueue, LeoArrival, SpacePacket, TierModel
 from geofl.engine.hierarchy.links import SpaceLinks
 from geofl.engine.hierarchy.stats import HierarchyStats
-from geofl.engine.uplink import SERVER_ID, Uplink, link_bytes
+from geofl.engine.uplink.ground import SERVER_ID, Uplink, link_bytes
 from geofl.hierarchy.clusters import Clusters, DriverMonitor
 from geofl.network.spacelink import SpaceLinkParams
 from geofl.security.envelope import OVERHEAD_BYTES
