@@ -43,6 +43,7 @@ APP_CONFIG: dict[str, Any] = {
     "round-timeout": 120.0,
     "connect-timeout": 60.0,
     "randomness": "",  # the server's privacy.randomness ("": the config's, else secure)
+    "secure-aggregation": False,  # True: SecAgg+ (else the config's privacy.secure_aggregation)
 }
 
 

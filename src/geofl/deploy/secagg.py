@@ -1,0 +1,360 @@
+"""Secure aggregation in a deployment: a round's updates through Flower's SecAgg+.
+
+With ``privacy.secure_aggregation`` (or ``geofl deploy loopback --secagg``) the server never
+receives an individual update. Each round, :class:`SecAggRunner` runs Flower's own
+``SecAggPlusWorkflow`` (Bell et al. 2020) over the sites that host the round's trained
+clients, and every site answers through Flower's ``secaggplus_mod`` (:func:`secagg_mod`):
+
+1. the site trains each of its requested clients exactly as without secure aggregation
+   (same client step, state and ledger: :class:`~geofl.deploy.site.Site`);
+2. it sums them itself, :func:`site_sum`: v = Σ_k w_k [Δ_k, loss_k] / W with W = Σ_k w_k,
+   w_k the client's released n_k (``data_size``) or 1 (``uniform``) — the weighting the
+   server would have applied, so the sum over sites gives the server's weighted mean;
+3. ``secaggplus_mod`` encodes (W/W_max)·v in fixed point, masks it (pairwise masks
+   that cancel in the sum, plus a private one the server removes only for sites that
+   delivered) and sends only the masked integers; the workflow unmasks the sum and
+   divides by ΣW/W_max: the weighted mean of the round's Δ_k (and of the losses).
+
+The server's round loop is the simulator's (:class:`~geofl.engine.run.FederatedRun`): every
+admitted client's "upload" is the round's mean, so the method's linear server side (mean
+aggregator over data_size or uniform weights: :mod:`geofl.config.secagg`) returns that
+mean, and DP-FTRL's sum of K equal rows is K·mean = Σ_k Δ_k. What crosses in clear per
+client is its public ledger (the mechanism parameters of its DP events), its ε, or that it
+declined the round: accounting works as without secure aggregation. Per-client n_k,
+losses and label histograms never leave the site; Flower's ``num_examples`` (a site's W)
+is zeroed after masking, so the server learns only ΣW/W_max (the factor it divides by).
+
+Quantisation (``privacy.secure_aggregation``: c, Q, W_max): each coordinate of
+(W/W_max)·v is clipped to [-c, c] and stochastically rounded to a grid of step 2c/Q, so a
+coordinate of the mean is off by at most S·(2c/Q)·W_max/ΣW over S sites (zero in
+expectation). A site whose values exceed ±c is clipped and logs a warning.
+
+Dropouts: a site that stops answering mid-protocol is recovered from the others' shares
+while at least ⌈2/3⌉ of a round's sites (at least 2) answer; otherwise the round's
+updates are lost (``lost_in_transit``) and the model stays. A round needs two sites with
+trained clients: the sum over one site is its update.
+
+The server's view: every reply the workflow receives is described (record names, array
+shapes, keys; never values) in ``secagg_view.jsonl`` in the seed directory, one line per
+reply, so an audit — and the loopback test — can check that no individual update arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app.message_type import MessageType
+from flwr.client.mod import secaggplus_mod
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.common import (
+    Code,
+    FitIns,
+    FitRes,
+    Parameters,
+    Status,
+    ndarrays_to_parameters,
+    parameters_to_ndarrays,
+)
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+from flwr.compat.common import recorddict_compat as compat
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.strategy import Strategy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
+from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
+from flwr.serverapp import Grid
+
+from geofl.client.state import ClientState
+from geofl.client.step import ClientResult
+from geofl.config.training import SecureAggregationConfig
+from geofl.deploy.wire import decode_reply, exchange
+from geofl.engine.client_runner import LostUpload, StepOutcome
+from geofl.errors import BudgetExhaustedError
+from geofl.update import ClientUpdate, UpdateMeta
+
+__all__ = [
+    "RECONSTRUCTION_THRESHOLD",
+    "VIEW_FILE",
+    "SecureSum",
+    "describe_reply",
+    "is_secagg",
+    "merge_requests",
+    "secagg_mod",
+    "secure_outcome",
+    "secure_sum",
+    "site_sum",
+    "split_requests",
+]
+
+log = logging.getLogger("geofl")
+
+#: The server's view of the protocol (one line per reply received), in the seed directory.
+VIEW_FILE = "secagg_view.jsonl"
+
+#: Fraction of a round's sites whose shares rebuild a dropped site's masks (Flower's
+#: ``reconstruction_threshold``; at least 2). Above one half, so a server that claims a
+#: live site dropped cannot gather both its mask seed's and its key's shares.
+RECONSTRUCTION_THRESHOLD = 2 / 3
+
+#: Per-client records in a site's reply (``fitres.metrics``): ``client.<k>`` → JSON.
+CLIENT_KEY = "client."
+
+NUM_EXAMPLES = "fitres.num_examples"
+
+
+def is_secagg(msg: Message) -> bool:
+    """Whether ``msg`` is a step of the SecAgg+ protocol (it carries its config record)."""
+    return RECORD_KEY_CONFIGS in msg.content.config_records
+
+
+# ------------------------------------------------------------------------------ site side
+def secagg_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
+    """Flower's ``secaggplus_mod`` for SecAgg+ messages (others pass straight through),
+    with the site's weight W removed from the reply once it is folded into the masked
+    vector: the workflow needs only the masked factor, and W is the sum of its clients'
+    n_k."""
+    if msg.metadata.message_type != MessageType.TRAIN or not is_secagg(msg):
+        return call_next(msg, ctxt)
+    reply = secaggplus_mod(msg, ctxt, call_next)
+    if NUM_EXAMPLES in reply.content.metric_records:
+        reply.content.metric_records[NUM_EXAMPLES] = MetricRecord({"num_examples": 0})
+    return reply
+
+
+def merge_requests(requests: Mapping[int, RecordDict]) -> RecordDict:
+    """One site's ``train`` requests (client → content) as one message content: each
+    record under ``<name>.<client>``."""
+    out = RecordDict()
+    for k, content in requests.items():
+        for name, record in content.items():
+            out[f"{name}.{k}"] = record
+    return out
+
+
+def split_requests(content: RecordDict) -> dict[int, RecordDict]:
+    """The per-client requests of :func:`merge_requests` (the SecAgg+ record is not one)."""
+    out: dict[int, RecordDict] = {}
+    for key, record in content.items():
+        name, _, client = key.rpartition(".")
+        if key == RECORD_KEY_CONFIGS or not client.isdigit():
+            continue
+        out.setdefault(int(client), RecordDict())[name] = record
+    return out
+
+
+def site_sum(
+    replies: Mapping[int, RecordDict],
+    dim: int,
+    weighting: str,
+    settings: SecureAggregationConfig,
+) -> RecordDict:
+    """A site's SecAgg+ input from its clients' replies: the FitRes content whose
+    parameters are v = Σ_k w_k [Δ_k, loss_k] / W, whose ``num_examples`` is W = Σ_k w_k
+    (w_k: the released n_k for ``data_size``, else 1), and whose metrics hold each
+    client's public record (ledger and ε, a refusal, or an error)."""
+    records: dict[str, str] = {}
+    total, acc = 0, None
+    for k, content in sorted(replies.items()):
+        site = content.config_records.get("site")
+        if site is not None and "error" in site:
+            records[f"{CLIENT_KEY}{k}"] = json.dumps({"error": str(site["error"])})
+            continue
+        res = decode_reply(content)
+        if isinstance(res, BudgetExhaustedError):
+            refusal = {"declined": True, "epsilon": res.epsilon, "target": res.target}
+            records[f"{CLIENT_KEY}{k}"] = json.dumps(refusal)
+            continue
+        w = int(res.update.meta.num_samples) if weighting == "data_size" else 1
+        row = np.append(res.update.delta.double().numpy(), res.update.meta.train_loss)
+        acc = w * row if acc is None else acc + w * row
+        total += w
+        public = {"dp_events": [dict(e) for e in res.state.dp_events], "epsilon": res.epsilon}
+        records[f"{CLIENT_KEY}{k}"] = json.dumps(public)
+    vector = np.zeros(dim + 1) if acc is None else acc / max(total, 1)
+    _warn_clipping(vector, total, settings)
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([vector]), total, records)  # type: ignore[arg-type]
+    return compat.fitres_to_recorddict(fitres, keep_input=True)
+
+
+def _warn_clipping(vector: np.ndarray, total: int, s: SecureAggregationConfig) -> None:
+    """Log when SecAgg+'s clipping to ±c will change this site's contribution."""
+    scaled = np.abs(vector) * (total / s.max_weight)
+    clipped = int((scaled > s.clipping_range).sum())
+    if clipped:
+        log.warning(
+            "secure aggregation clips %d of %d coordinates of this site's sum to ±%g "
+            "(privacy.secure_aggregation.clipping_range; raise it or max_weight)",
+            clipped,
+            scaled.size,
+            s.clipping_range,
+        )
+
+
+# ---------------------------------------------------------------------------- server side
+class SecureSum(Strategy):
+    """The workflow's strategy: it names the round's sites and keeps what SecAgg+ gives
+    the server.
+
+    Attributes:
+        mean: ``[D + 1]`` the unmasked weighted mean of the sites' vectors (Δ, then the
+            loss); None when the protocol halted before the unmask stage.
+        records: Client → its public record (ledger and ε, a refusal, or an error).
+        answered: The nodes whose masked vectors entered the sum.
+    """
+
+    def __init__(self, proxies: Sequence[ClientProxy]) -> None:
+        self.proxies = list(proxies)
+        self.mean: np.ndarray | None = None
+        self.records: dict[int, dict[str, Any]] = {}
+        self.answered: set[int] = set()
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        return None
+
+    def configure_fit(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[tuple[ClientProxy, FitIns]]:
+        return [(p, FitIns(Parameters([], ""), {})) for p in self.proxies]
+
+    def aggregate_fit(
+        self, server_round: int, results: Any, failures: Any
+    ) -> tuple[Parameters | None, dict[str, Any]]:
+        for proxy, fitres in results:
+            self.answered.add(int(cast(GridClientProxy, proxy).node_id))
+            for key, text in fitres.metrics.items():
+                if key.startswith(CLIENT_KEY):
+                    self.records[int(key[len(CLIENT_KEY) :])] = json.loads(str(text))
+        if results:
+            (self.mean,) = parameters_to_ndarrays(results[0][1].parameters)
+        return None, {}
+
+    def configure_evaluate(self, *args: Any) -> list[tuple[ClientProxy, Any]]:
+        return []
+
+    def aggregate_evaluate(self, *args: Any) -> tuple[float | None, dict[str, Any]]:
+        return None, {}
+
+    def evaluate(self, *args: Any) -> None:
+        return None
+
+
+class _Workflow(SecAggPlusWorkflow):
+    """Flower's SecAgg+ workflow with each site's geofl requests as its stage-2 content
+    (the workflow's own content would be a legacy ``FitIns``)."""
+
+    def __init__(self, contents: Mapping[int, RecordDict], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.contents = contents
+
+    def setup_stage(self, grid: Grid, context: LegacyContext, state: WorkflowState) -> bool:
+        ok = bool(super().setup_stage(grid, context, state))
+        state.nid_to_fitins = {nid: self.contents[nid] for nid in state.nid_to_fitins}
+        return ok
+
+
+class _ViewGrid:
+    """A Grid for the workflow: its exchanges poll as fast as geofl's
+    (:func:`~geofl.deploy.wire.exchange`), and every reply is described to ``seen``."""
+
+    def __init__(self, grid: Grid, timeout: float, seen: Callable[[Message], None]) -> None:
+        self.grid, self.timeout, self.seen = grid, timeout, seen
+
+    def send_and_receive(
+        self, messages: Sequence[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        ids, got = exchange(self.grid, list(messages), timeout or self.timeout)
+        replies = [got[i] for i in ids if i in got]
+        for rep in replies:
+            self.seen(rep)
+        return replies
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.grid, name)
+
+
+def describe_reply(msg: Message, round_idx: int) -> dict[str, Any]:
+    """What the server received in ``msg``: record names, array shapes, keys (no values)."""
+    c = msg.content
+    view: dict[str, Any] = {"round": round_idx, "node": int(msg.metadata.src_node_id)}
+    view["error"] = msg.has_error()
+    if msg.has_error():
+        return view
+    view["arrays"] = {
+        n: {k: list(a.shape) for k, a in r.items()} for n, r in c.array_records.items()
+    }
+    view["configs"] = {n: sorted(r) for n, r in c.config_records.items()}
+    view["metrics"] = {n: sorted(r) for n, r in c.metric_records.items()}
+    protocol = c.config_records.get(RECORD_KEY_CONFIGS)
+    masked = None if protocol is None else protocol.get(Key.MASKED_PARAMETERS)
+    if masked is not None:
+        view["masked_bytes"] = [len(b) for b in cast(list[bytes], masked)]
+    return view
+
+
+def secure_sum(
+    grid: Grid,
+    contents: Mapping[int, RecordDict],
+    settings: SecureAggregationConfig,
+    timeout: float,
+    round_idx: int,
+    view: Path | None = None,
+) -> SecureSum:
+    """Run one SecAgg+ round over the sites of ``contents`` (node → its merged requests,
+    :func:`merge_requests`); what the server learns. ``view``: where the description of
+    every reply is appended (None: nowhere)."""
+    sums = SecureSum([GridClientProxy(n, grid, 0) for n in contents])
+    base = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={})
+    context = LegacyContext(base, strategy=sums)
+    context.state[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: round_idx})
+    context.state[MAIN_PARAMS_RECORD] = ArrayRecord()
+    workflow = _Workflow(
+        contents,
+        num_shares=1.0,
+        reconstruction_threshold=RECONSTRUCTION_THRESHOLD,
+        max_weight=settings.max_weight,
+        clipping_range=settings.clipping_range,
+        quantization_range=settings.quantization_range,
+        modulus_range=settings.modulus_range,
+        timeout=timeout,
+    )
+    views: list[dict[str, Any]] = []
+    watched = _ViewGrid(grid, timeout, lambda m: views.append(describe_reply(m, round_idx)))
+    workflow(cast(Grid, watched), context)
+    if view is not None:
+        with view.open("a", encoding="utf-8") as f:
+            f.writelines(json.dumps(v, sort_keys=True) + "\n" for v in views)
+    return sums
+
+
+def secure_outcome(k: int, node: int, round_idx: int, sums: SecureSum) -> StepOutcome:
+    """Client ``k``'s outcome (hosted on ``node``): its public record, with the round's
+    mean as its upload; lost when the protocol halted or its site dropped out."""
+    if sums.mean is None:
+        return LostUpload(
+            k, f"secure aggregation of round {round_idx} halted: too few sites answered"
+        )
+    rec = sums.records.get(k)
+    if node not in sums.answered or rec is None:
+        return LostUpload(k, f"site node {node} dropped out of secure aggregation")
+    if "error" in rec:
+        return LostUpload(k, f"site node {node}: {rec['error']}")
+    if rec.get("declined"):
+        return BudgetExhaustedError(k, float(rec["epsilon"]), float(rec["target"]))
+    mean = sums.mean
+    meta = UpdateMeta(client_id=k, num_samples=1, round=round_idx, train_loss=float(mean[-1]))
+    delta = torch.from_numpy(np.asarray(mean[:-1], dtype=np.float32))
+    eps = rec.get("epsilon")
+    update = ClientUpdate(delta, meta, {}, {})
+    state = ClientState({}, tuple(rec["dp_events"]))
+    return ClientResult(update, state, {}, None if eps is None else float(eps))
