@@ -111,6 +111,7 @@ def loopback_cmd(
         from geofl.config.load import load_config
         from geofl.deploy.flower import ERROR_FILE
         from geofl.deploy.loopback import Loopback
+        from geofl.deploy.server import check_resumed_randomness
         from geofl.deploy.setup import SEEDED_WARNING, deploy_randomness, with_secure_aggregation
     except ImportError:
         raise fail("geofl deploy needs Flower: pip install 'geofl[deploy]'") from None
@@ -119,6 +120,8 @@ def loopback_cmd(
     try:
         cfg = with_secure_aggregation(load_config(config), secagg)  # refused before starting
         mode = deploy_randomness(cfg, randomness or None)
+        if resume:  # before anything starts: a run's rounds must not mix modes
+            check_resumed_randomness(out.resolve(), mode)
         if mode == "seeded":
             typer.echo(f"warning: {SEEDED_WARNING}", err=True)
         k = cfg.federation.num_clients

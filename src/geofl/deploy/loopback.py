@@ -266,7 +266,8 @@ class Loopback:
         cmd = [_bin("flower-supernode")]
         if self.warm:
             cmd = [sys.executable, "-m", "geofl.deploy.warmsite", "supernode"]
-            cmd += ["--poll", str(self.poll_s), "--"]
+            cmd += ["--poll", str(self.poll_s)]
+            cmd += ["--no-auth", "--"] if self.certs is not None and not self.auth else ["--"]
         proc = self._spawn(f"supernode{i}", [*cmd, *args])
         self.nodes[i] = proc
         return proc

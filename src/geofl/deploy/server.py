@@ -25,7 +25,12 @@ noise and batches: the run no longer equals an uninterrupted one, but every rele
 accounted — a site's ledger keeps the releases of steps it took after the checkpoint
 (:meth:`~geofl.deploy.sitestate.SiteStateDir.restore`), and a rerun round is a new
 release on top. DP-FTRL's tree noise is the exception: the server's secret is kept in its
-checkpoint, so no released tree node is ever redrawn.
+checkpoint, so no released tree node is ever redrawn. What resume guarantees in ``secure``
+mode, then: the model and server state continue from the checkpoint exactly; a resumed
+site cannot replay the noise of a step it took after the checkpoint (nobody holds that
+secret any more) and draws fresh; the ledger counts every step ever released, rerun or
+not, so the reported ε is an upper bound on what was released. Under secure aggregation
+(:class:`SecAggRunner`) a rerun round is a new protocol run with new masks.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ __all__ = [
     "FlowerRunner",
     "ResumePlan",
     "SecAggRunner",
+    "check_resumed_randomness",
     "discover_sites",
     "resume_plan",
     "run_server",
@@ -332,7 +338,7 @@ class SecAggRunner(FlowerRunner):
             yield secure_outcome(k, self.hosts[k], round_idx, sums)
 
 
-def _check_resumed_randomness(out: Path, mode: str) -> None:
+def check_resumed_randomness(out: Path, mode: str) -> None:
     """Refuse to resume a run directory in another randomness mode than it started in (a
     ``config.yaml`` without the field was written before the modes: seeded).
 
@@ -377,7 +383,7 @@ def run_server(
     fp = fingerprint(cfg, method, seed)
     run_dir = seed_dir(out, method.name, seed)
     if resume:
-        _check_resumed_randomness(out, cfg.privacy.randomness or "secure")
+        check_resumed_randomness(out, cfg.privacy.randomness or "secure")
     plan = resume_plan(run_dir / "checkpoint.pt") if resume else None
     if plan is not None and plan.checkpoint:
         log.info("resuming %s seed=%d after round %d", method.name, seed, plan.checkpoint)
