@@ -22,13 +22,20 @@ import pytest
 import torch
 
 from geofl.client.data import ClientData
-from geofl.client.release import RELEASE_STEPS
+from geofl.client.release import RELEASE_STEPS, apply_release, planned_releases
 from geofl.client.state import ClientState
-from geofl.client.step import ClientPrivacy, ClientProgram, ClientStreams, client_step
+from geofl.client.step import (
+    ClientPrivacy,
+    ClientProgram,
+    ClientStreams,
+    client_step,
+    dp_events_of,
+)
 from geofl.client.trainer import LocalTrainParams
 from geofl.errors import BudgetExhaustedError
 from geofl.plugins import load_all
 from geofl.privacy.budget import ledger_epsilon
+from geofl.rng import torch_generator
 from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 load_all()
@@ -101,3 +108,25 @@ def test_dp_sgd_with_a_noisy_count_never_reports_past_its_target() -> None:
     assert err.value.epsilon == both
     ok = _round(_program(_Trainer([DPSGD]), both), ClientState({}, ()), 1)
     assert ok.epsilon == both  # at the target exactly: trains, reports what was checked
+
+
+STEPS = [
+    ("noisy_size", {"noise_multiplier": 3.0}),
+    ("gaussian", {"clip": 2.0, "sigma": 0.5}),
+    ("spatial_alpha", {"terms": ["ndvi"], "noise_multiplier": 2.0}),
+    ("spatial_alpha", {"terms": ["ndvi"]}),
+    ("l2_clip", {"bound": 1.0}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), STEPS)
+def test_each_steps_plan_is_what_it_reports(name: str, params: dict[str, Any]) -> None:
+    """What the check composes for a step is the DpEvent the step then reports."""
+    x = torch.zeros(6, 4, 2, 2)
+    x[:, 2], x[:, 3] = 0.1, 0.5
+    bands = ("B02", "B03", "B04", "B08")
+    data = ClientData(0, x, torch.zeros(6, dtype=torch.int64), np.ones(2), bands=bands)
+    step, d = RELEASE_STEPS.build(name, params), ClientDirectives(1, 0)
+    upd = ClientUpdate(torch.ones(3), UpdateMeta(0, 6, 1))
+    out = apply_release(upd, [step], data=data, directives=d, generator=torch_generator(1))
+    assert planned_releases([step], data, d) == dp_events_of(out.local_log)
