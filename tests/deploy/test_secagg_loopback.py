@@ -4,9 +4,9 @@ with plain uploads and with ``--secagg``-style secure aggregation (Flower's SecA
 :mod:`geofl.deploy.secagg`).
 
 What the ServerApp saw (``secagg_view.jsonl``, written by the server as each reply
-arrives): four protocol replies per site per round, no array in any of them, a masked
-vector of D + 2 entries (the factor, Δw's D coordinates and the loss) in each stage-2
-reply, and no per-client Δw, histogram or n_k anywhere.
+arrives): four protocol replies per site per round, no array in any of them, masked
+integers (SecAgg+'s factor, then Δw and the loss) in each stage-2 reply, and no
+per-client Δw, histogram or n_k anywhere.
 
 The result: the final model equals the plain deployment's within SecAgg+'s quantisation.
 A site's value (W/W_max)·v is rounded stochastically to a grid of step 2c/Q, so one round's
