@@ -175,11 +175,13 @@ def test_requests_merge_and_split_per_client() -> None:
 def test_outcomes_from_what_the_server_learned() -> None:
     sums = SecureSum([])
     sums.mean, sums.answered = np.array([0.5, -0.5, 2.0]), {7}
-    sums.records = {
+    records = {
         0: {"dp_events": [{"mechanism": "gaussian", "noise_multiplier": 2.0}], "epsilon": 1.5},
         1: {"declined": True, "epsilon": 9.0, "target": 8.0},
         2: {"error": "client 2 is not hosted here"},
+        4: {"dp_events": "not a list"},
     }
+    sums.records = {7: {k: json.dumps(r) for k, r in records.items()}}
     ok = secure_outcome(0, 7, 1, sums)
     assert isinstance(ok, ClientResult)
     assert ok.update.delta.tolist() == [0.5, -0.5] and ok.update.meta.train_loss == 2.0
@@ -188,5 +190,8 @@ def test_outcomes_from_what_the_server_learned() -> None:
     assert isinstance(secure_outcome(1, 7, 1, sums), BudgetExhaustedError)
     assert "not hosted" in secure_outcome(2, 7, 1, sums).detail  # type: ignore[union-attr]
     assert "dropped out" in secure_outcome(3, 8, 1, sums).detail  # type: ignore[union-attr]
+    assert "no well-formed record" in secure_outcome(4, 7, 1, sums).detail  # type: ignore[union-attr]
+    sums.answered.add(8)  # node 8 answered, but may not speak for node 7's client 0
+    assert "no well-formed record" in secure_outcome(0, 8, 1, sums).detail  # type: ignore[union-attr]
     sums.mean = None
     assert "halted" in secure_outcome(0, 7, 1, sums).detail  # type: ignore[union-attr]

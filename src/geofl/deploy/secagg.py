@@ -87,6 +87,7 @@ __all__ = [
     "RECONSTRUCTION_THRESHOLD",
     "VIEW_FILE",
     "SecureSum",
+    "client_record",
     "describe_reply",
     "is_secagg",
     "merge_requests",
@@ -147,7 +148,7 @@ def split_requests(content: RecordDict) -> dict[int, RecordDict]:
     out: dict[int, RecordDict] = {}
     for key, record in content.items():
         name, _, client = key.rpartition(".")
-        if key == RECORD_KEY_CONFIGS or not client.isdigit():
+        if key == RECORD_KEY_CONFIGS or not (client.isascii() and client.isdigit()):
             continue
         out.setdefault(int(client), RecordDict())[name] = record
     return out
@@ -209,14 +210,16 @@ class SecureSum(Strategy):
     Attributes:
         mean: ``[D + 1]`` the unmasked weighted mean of the sites' vectors (Δ, then the
             loss); None when the protocol halted before the unmask stage.
-        records: Client → its public record (ledger and ε, a refusal, or an error).
+        records: Node → client → the public record that node sent for the client
+            (ledger and ε, a refusal, or an error), as text: a site speaks only for the
+            clients it hosts (:func:`secure_outcome` reads the hosting node's).
         answered: The nodes whose masked vectors entered the sum.
     """
 
     def __init__(self, proxies: Sequence[ClientProxy]) -> None:
         self.proxies = list(proxies)
         self.mean: np.ndarray | None = None
-        self.records: dict[int, dict[str, Any]] = {}
+        self.records: dict[int, dict[int, str]] = {}
         self.answered: set[int] = set()
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
@@ -231,10 +234,13 @@ class SecureSum(Strategy):
         self, server_round: int, results: Any, failures: Any
     ) -> tuple[Parameters | None, dict[str, Any]]:
         for proxy, fitres in results:
-            self.answered.add(int(cast(GridClientProxy, proxy).node_id))
+            node = int(cast(GridClientProxy, proxy).node_id)
+            self.answered.add(node)
+            mine = self.records.setdefault(node, {})
             for key, text in fitres.metrics.items():
-                if key.startswith(CLIENT_KEY):
-                    self.records[int(key[len(CLIENT_KEY) :])] = json.loads(str(text))
+                client = str(key)[len(CLIENT_KEY) :]
+                if str(key).startswith(CLIENT_KEY) and client.isascii() and client.isdigit():
+                    mine[int(client)] = str(text)
         if results:
             (self.mean,) = parameters_to_ndarrays(results[0][1].parameters)
         return None, {}
@@ -339,22 +345,55 @@ def secure_sum(
 
 def secure_outcome(k: int, node: int, round_idx: int, sums: SecureSum) -> StepOutcome:
     """Client ``k``'s outcome (hosted on ``node``): its public record, with the round's
-    mean as its upload; lost when the protocol halted or its site dropped out."""
+    mean as its upload; lost when the protocol halted, its site dropped out or sent no
+    well-formed record for it."""
     if sums.mean is None:
         return LostUpload(
             k, f"secure aggregation of round {round_idx} halted: too few sites answered"
         )
-    rec = sums.records.get(k)
-    if node not in sums.answered or rec is None:
+    if node not in sums.answered:
         return LostUpload(k, f"site node {node} dropped out of secure aggregation")
+    rec = client_record(sums.records.get(node, {}).get(k))
+    if rec is None:
+        return LostUpload(k, f"site node {node} sent no well-formed record for client {k}")
     if "error" in rec:
         return LostUpload(k, f"site node {node}: {rec['error']}")
     if rec.get("declined"):
-        return BudgetExhaustedError(k, float(rec["epsilon"]), float(rec["target"]))
-    mean = sums.mean
+        return BudgetExhaustedError(k, rec["epsilon"], rec["target"])
+    mean = np.asarray(sums.mean, dtype=np.float64).ravel()
     meta = UpdateMeta(client_id=k, num_samples=1, round=round_idx, train_loss=float(mean[-1]))
-    delta = torch.from_numpy(np.asarray(mean[:-1], dtype=np.float32))
-    eps = rec.get("epsilon")
-    update = ClientUpdate(delta, meta, {}, {})
+    delta = torch.from_numpy(mean[:-1].astype(np.float32))
     state = ClientState({}, tuple(rec["dp_events"]))
-    return ClientResult(update, state, {}, None if eps is None else float(eps))
+    return ClientResult(ClientUpdate(delta, meta, {}, {}), state, {}, rec["epsilon"])
+
+
+def client_record(text: str | None) -> dict[str, Any] | None:
+    """A site's public record of one client (:func:`site_sum`) with its types checked:
+    ``{"error": str}``, ``{"declined": true, "epsilon": float, "target": float}`` or
+    ``{"dp_events": [object, …], "epsilon": float | null}``; None when it is none of them
+    (what a broken or hostile site sends is refused, never trusted or raised on)."""
+    try:
+        rec = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    if isinstance(rec.get("error"), str):
+        return {"error": rec["error"]}
+    if rec.get("declined") is True:
+        eps, target = _number(rec.get("epsilon")), _number(rec.get("target"))
+        ok = eps is not None and target is not None
+        return {"declined": True, "epsilon": eps, "target": target} if ok else None
+    events, eps = rec.get("dp_events"), rec.get("epsilon")
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        return None
+    if eps is not None and _number(eps) is None:
+        return None
+    return {"dp_events": events, "epsilon": None if eps is None else _number(eps)}
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a float when it is a JSON number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)

@@ -225,10 +225,13 @@ def node_key_problem(argv: Sequence[str], no_auth: bool = False) -> str | None:
     with TLS but without ``--enable-supernode-auth``). Checked before anything starts: a
     SuperNode without a key would otherwise be refused by the SuperLink after it started.
     """
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     p.add_argument("--insecure", action="store_true")
     p.add_argument(KEY_OPTION, default=None)
-    known, _ = p.parse_known_args(list(argv))
+    try:
+        known, _ = p.parse_known_args(list(argv))
+    except argparse.ArgumentError:
+        return f"{KEY_OPTION} needs the key file after it (geofl deploy key DIR NAME)"
     if known.insecure:
         return None
     key = known.auth_supernode_private_key
