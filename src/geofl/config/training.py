@@ -147,9 +147,10 @@ class PrivacyConfig(_OmitUnset):
     )
     secure_aggregation: SecureAggregationConfig | None = Field(
         None,
-        description="geofl deploy only: sites send their updates through Flower's SecAgg+, "
-        "so the server learns only the round's weighted sum (true: Flower's defaults); "
-        "refused for server sides that inspect individual updates. Absent: plain uploads",
+        description="geofl deploy: sites send their updates through Flower's SecAgg+, so "
+        "the server learns only the round's weighted sum (true: Flower's defaults); refused "
+        "for server sides that inspect individual updates. The simulator computes the same "
+        "sum exactly. Absent: plain uploads",
     )
 
     @field_validator("secure_aggregation", mode="before")
