@@ -148,6 +148,7 @@ def test_site_sum_is_the_weighted_mean_and_hides_each_client() -> None:
     (vector,) = _arrays(fitres)
     np.testing.assert_allclose(vector, [4.0, 5.0, 6.0])
     assert fitres.num_examples == 4
+    assert fitres.metrics.pop("loss_released") is True
     recs = {k: json.loads(str(v)) for k, v in fitres.metrics.items()}
     assert recs["client.2"] == {"declined": True, "epsilon": 9.0, "target": 8.0}
     assert recs["client.0"]["epsilon"] == 0.5 and recs["client.0"]["dp_events"]
@@ -195,3 +196,21 @@ def test_outcomes_from_what_the_server_learned() -> None:
     assert "no well-formed record" in secure_outcome(0, 8, 1, sums).detail  # type: ignore[union-attr]
     sums.mean = None
     assert "halted" in secure_outcome(0, 7, 1, sums).detail  # type: ignore[union-attr]
+
+
+def test_a_kept_loss_or_a_non_finite_update_never_enters_the_sum() -> None:
+    """DP-SGD keeps its loss (NaN): the site sends 0 there and says the loss is not
+    released; a non-finite Δ is refused by the site, since the server cannot see it."""
+    replies = {0: _result(0, [1, 2], 1, float("nan")), 1: _result(1, [5, 6], 3, 7.0)}
+    replies[2] = _result(2, [float("inf"), 0], 2, 1.0)
+    fitres = compat.recorddict_to_fitres(
+        site_sum(replies, 2, "data_size", SecureAggregationConfig()), keep_input=True
+    )
+    np.testing.assert_allclose(_arrays(fitres)[0], [4.0, 5.0, 0.0])
+    assert fitres.metrics["loss_released"] is False
+    assert "not 2 finite values" in json.loads(str(fitres.metrics["client.2"]))["error"]
+    sums = SecureSum([])
+    sums.mean, sums.answered, sums.loss_released = np.array([4.0, 5.0, 0.0]), {3}, False
+    sums.records = {3: {0: str(fitres.metrics["client.0"])}}
+    res = secure_outcome(0, 3, 1, sums)
+    assert isinstance(res, ClientResult) and np.isnan(res.update.meta.train_loss)

@@ -83,6 +83,7 @@ def test_secagg_matches_plain_within_quantisation_and_hides_updates(tmp_path: Pa
     _assert_server_saw_no_update(secure / "secagg_view.jsonl", rounds=2, sites=2)
     recs = [json.loads(x) for x in (secure / "rounds.jsonl").read_text().splitlines()]
     assert [r["participants"] for r in recs] == [[0, 1, 2, 3]] * 2
+    assert [r["train_loss"] for r in recs] == [None, None]  # DP-SGD keeps it, as in plain
     pa = torch.load(plain / "checkpoint.pt", weights_only=False)["params"]
     pb = torch.load(secure / "checkpoint.pt", weights_only=False)["params"]
     partition = load_setup(plain_cfg, None, SEED, "seeded").partition

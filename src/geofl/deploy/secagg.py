@@ -113,6 +113,9 @@ CLIENT_KEY = "client."
 
 NUM_EXAMPLES = "fitres.num_examples"
 
+#: In a site's reply metrics: whether the loss coordinate of its sum is released.
+LOSS_KEY = "loss_released"
+
 
 def is_secagg(msg: Message) -> bool:
     """Whether ``msg`` is a step of the SecAgg+ protocol (it carries its config record)."""
@@ -163,29 +166,47 @@ def site_sum(
     """A site's SecAgg+ input from its clients' replies: the FitRes content whose
     parameters are v = Σ_k w_k [Δ_k, loss_k] / W, whose ``num_examples`` is W = Σ_k w_k
     (w_k: the released n_k for ``data_size``, else 1), and whose metrics hold each
-    client's public record (ledger and ε, a refusal, or an error)."""
-    records: dict[str, str] = {}
-    total, acc = 0, None
+    client's public record (ledger and ε, a refusal, or an error) and whether the loss
+    is released (a client that keeps it, DP-SGD's NaN, keeps it for the whole site: its
+    coordinate is sent as 0)."""
+    records: dict[str, Any] = {}
+    rows: list[tuple[int, np.ndarray]] = []
     for k, content in sorted(replies.items()):
-        site = content.config_records.get("site")
-        if site is not None and "error" in site:
-            records[f"{CLIENT_KEY}{k}"] = json.dumps({"error": str(site["error"])})
-            continue
-        res = decode_reply(content)
-        if isinstance(res, BudgetExhaustedError):
-            refusal = {"declined": True, "epsilon": res.epsilon, "target": res.target}
-            records[f"{CLIENT_KEY}{k}"] = json.dumps(refusal)
-            continue
-        w = int(res.update.meta.num_samples) if weighting == "data_size" else 1
-        row = np.append(res.update.delta.double().numpy(), res.update.meta.train_loss)
-        acc = w * row if acc is None else acc + w * row
-        total += w
-        public = {"dp_events": [dict(e) for e in res.state.dp_events], "epsilon": res.epsilon}
-        records[f"{CLIENT_KEY}{k}"] = json.dumps(public)
-    vector = np.zeros(dim + 1) if acc is None else acc / max(total, 1)
+        rec, part = _client_part(k, content, dim, weighting)
+        records[f"{CLIENT_KEY}{k}"] = json.dumps(rec)
+        if part is not None:
+            rows.append(part)
+    total = sum(w for w, _ in rows)
+    vector = np.zeros(dim + 1)
+    for w, row in rows:
+        vector += (w / max(total, 1)) * np.nan_to_num(row, nan=0.0)
+    records[LOSS_KEY] = bool(rows) and all(np.isfinite(r[-1]) for _, r in rows)
+    if not records[LOSS_KEY]:
+        vector[-1] = 0.0
     _warn_clipping(vector, total, settings)
-    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([vector]), total, records)  # type: ignore[arg-type]
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([vector]), total, records)
     return compat.fitres_to_recorddict(fitres, keep_input=True)
+
+
+def _client_part(
+    k: int, content: RecordDict, dim: int, weighting: str
+) -> tuple[dict[str, Any], tuple[int, np.ndarray] | None]:
+    """Client ``k``'s public record and, when its update enters the sum, (w_k, its row
+    [Δ_k, loss_k]). An update the plain server would refuse as malformed (not ``[D]``,
+    not finite) is refused here, before the sum, where the server cannot see it."""
+    site = content.config_records.get("site")
+    if site is not None and "error" in site:
+        return {"error": str(site["error"])}, None
+    res = decode_reply(content)
+    if isinstance(res, BudgetExhaustedError):
+        return {"declined": True, "epsilon": res.epsilon, "target": res.target}, None
+    delta = res.update.delta.double().numpy().ravel()
+    if delta.size != dim or not np.isfinite(delta).all():
+        why = f"client {k}'s update is not {dim} finite values; the site left it out of the sum"
+        return {"error": why}, None
+    w = int(res.update.meta.num_samples) if weighting == "data_size" else 1
+    public = {"dp_events": [dict(e) for e in res.state.dp_events], "epsilon": res.epsilon}
+    return public, (w, np.append(delta, res.update.meta.train_loss))
 
 
 def _warn_clipping(vector: np.ndarray, total: int, s: SecureAggregationConfig) -> None:
@@ -214,6 +235,8 @@ class SecureSum(Strategy):
             (ledger and ε, a refusal, or an error), as text: a site speaks only for the
             clients it hosts (:func:`secure_outcome` reads the hosting node's).
         answered: The nodes whose masked vectors entered the sum.
+        loss_released: Whether every answering site released its clients' losses (else
+            the mean loss is NaN: not released, as DP-SGD keeps it).
     """
 
     def __init__(self, proxies: Sequence[ClientProxy]) -> None:
@@ -221,6 +244,7 @@ class SecureSum(Strategy):
         self.mean: np.ndarray | None = None
         self.records: dict[int, dict[int, str]] = {}
         self.answered: set[int] = set()
+        self.loss_released = True
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
         return None
@@ -236,6 +260,7 @@ class SecureSum(Strategy):
         for proxy, fitres in results:
             node = int(cast(GridClientProxy, proxy).node_id)
             self.answered.add(node)
+            self.loss_released &= fitres.metrics.get(LOSS_KEY) is True
             mine = self.records.setdefault(node, {})
             for key, text in fitres.metrics.items():
                 client = str(key)[len(CLIENT_KEY) :]
@@ -361,7 +386,8 @@ def secure_outcome(k: int, node: int, round_idx: int, sums: SecureSum) -> StepOu
     if rec.get("declined"):
         return BudgetExhaustedError(k, rec["epsilon"], rec["target"])
     mean = np.asarray(sums.mean, dtype=np.float64).ravel()
-    meta = UpdateMeta(client_id=k, num_samples=1, round=round_idx, train_loss=float(mean[-1]))
+    loss = float(mean[-1]) if sums.loss_released else float("nan")
+    meta = UpdateMeta(client_id=k, num_samples=1, round=round_idx, train_loss=loss)
     delta = torch.from_numpy(mean[:-1].astype(np.float32))
     state = ClientState({}, tuple(rec["dp_events"]))
     return ClientResult(ClientUpdate(delta, meta, {}, {}), state, {}, rec["epsilon"])
