@@ -22,6 +22,7 @@ from flwr.app import ConfigRecord, RecordDict
 from flwr.common import parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
 
+from geofl.algorithms.dpftrl import DpFtrlStrategy, FtrlSettings
 from geofl.cli import app
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult
@@ -37,6 +38,11 @@ from geofl.deploy.secagg import (
 from geofl.deploy.setup import fingerprint, with_secure_aggregation
 from geofl.deploy.wire import encode_declined, encode_reply
 from geofl.errors import BudgetExhaustedError, ConfigError
+from geofl.server.aggregators import AGGREGATORS
+from geofl.server.optimizers import PlainServerOptimizer
+from geofl.server.strategy import ComposedStrategy, UpdateBatch
+from geofl.server.tier import FlatTier
+from geofl.server.weighting import data_size_weights
 from geofl.update import ClientUpdate, UpdateMeta
 
 
@@ -214,3 +220,31 @@ def test_a_kept_loss_or_a_non_finite_update_never_enters_the_sum() -> None:
     sums.records = {3: {0: str(fitres.metrics["client.0"])}}
     res = secure_outcome(0, 3, 1, sums)
     assert isinstance(res, ClientResult) and np.isnan(res.update.meta.train_loss)
+
+
+def _batch(deltas: torch.Tensor, sizes: list[int]) -> UpdateBatch:
+    metas = [UpdateMeta(client_id=k, num_samples=n, round=1) for k, n in enumerate(sizes)]
+    return UpdateBatch(deltas, metas, {}, len(sizes))
+
+
+def test_the_server_steps_on_copies_of_the_mean_as_on_the_updates() -> None:
+    """The round loop gives each admitted client the secure mean as its upload: FedAvg's
+    data-size mean of K copies of m is m, and DP-FTRL's sum of K copies of the uniform
+    mean is Σ_k Δ_k (every ‖Δ_k‖ ≤ C, so ‖m‖ ≤ C and its re-clip changes nothing)."""
+    g = torch.Generator().manual_seed(0)
+    deltas = torch.randn(3, 5, generator=g) * 0.1
+    sizes = [2, 3, 5]
+    w = torch.tensor(sizes, dtype=torch.float64) / 10
+    mean = (w @ deltas.double()).float()
+    tier = FlatTier(data_size_weights, AGGREGATORS.build("mean", {}))
+    fedavg = ComposedStrategy(tier, PlainServerOptimizer(1.0))
+    params = torch.zeros(5)
+    plain = fedavg.aggregate(1, params, _batch(deltas, sizes)).params
+    secure = fedavg.aggregate(1, params, _batch(mean.expand(3, 5).clone(), [1, 1, 1])).params
+    torch.testing.assert_close(secure, plain)
+    s = FtrlSettings(0.0, 1.0, 1.0, 0.0, 3.0, 1, 1e-5)
+    ftrl = [DpFtrlStrategy(s, num_clients=3, dim=5, seed=0) for _ in range(2)]
+    plain = ftrl[0].aggregate(1, params, _batch(deltas, [1, 1, 1])).params
+    uniform = deltas.mean(0).expand(3, 5).clone()
+    secure = ftrl[1].aggregate(1, params, _batch(uniform, [1, 1, 1])).params
+    torch.testing.assert_close(secure, plain)
