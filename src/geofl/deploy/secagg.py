@@ -111,6 +111,7 @@ RECONSTRUCTION_THRESHOLD = 2 / 3
 #: Per-client records in a site's reply (``fitres.metrics``): ``client.<k>`` → JSON.
 CLIENT_KEY = "client."
 
+#: Flower's clear weight record in a site's reply (zeroed once the weight is masked).
 NUM_EXAMPLES = "fitres.num_examples"
 
 #: In a site's reply metrics: whether the loss coordinate of its sum is released.
