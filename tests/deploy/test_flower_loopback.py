@@ -4,8 +4,9 @@ model after every round equals the simulator's bit for bit (same seed and config
 sites run the simulator's client step with the same generators, arrays travel as raw
 float32). The equivalence runs with TLS and SuperNode authentication (Flower 1.42:
 ``--enable-supernode-auth``, each site's public key registered with ``flwr supernode
-register``): a SuperNode whose key was never registered, and one without a key, are refused
-when they connect (they exit with Flower's one-line reason), and the runs complete with the
+register``): a SuperNode whose key was never registered is refused when it connects (it
+exits with Flower's one-line reason), one without a key before it starts (geofl's warm site
+wrapper: one line, exit 2), and the runs complete with the
 two registered sites — the README's two-site walkthrough, on one machine. The sites run
 warm (:mod:`geofl.deploy.warmsite`): every message is served by one long-lived process per
 site, never by a ``flwr-clientapp`` process of its own. Bad input ends
@@ -137,8 +138,9 @@ def _strangers_are_refused(lb: Loopback, work: Path) -> None:
     keyless = lb.start_supernode(3, {"clients": "1"}, key=None)
     log = _refused(unknown, work / "supernode2.log")
     assert "Failed to activate SuperNode" in log, log[-2000:]
-    log = _refused(keyless, work / "supernode3.log")
-    assert "must be registered via the CLI" in log, log[-2000:]
+    log = _refused(keyless, work / "supernode3.log")  # the warm site refuses it first
+    assert keyless.returncode == 2
+    assert "error: a SuperNode without a key" in log, log[-2000:]
 
 
 def _refused(proc: subprocess.Popen[bytes], log: Path) -> str:

@@ -34,7 +34,7 @@ from geofl.client.data import ClientData
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
 from geofl.config.load import load_config
-from geofl.deploy.server import _check_resumed_randomness
+from geofl.deploy.server import check_resumed_randomness
 from geofl.deploy.setup import DeploySetup, deploy_randomness, fingerprint, load_setup
 from geofl.deploy.site import Site
 from geofl.deploy.wire import decode_reply, decode_request, encode_request
@@ -239,15 +239,15 @@ def test_secure_resume_draws_fresh_noise_and_counts_every_release(tmp_path: Path
 
 
 def test_resuming_a_run_directory_in_the_other_mode_is_refused(tmp_path: Path) -> None:
-    _check_resumed_randomness(tmp_path, "secure")  # nothing to resume: nothing to check
+    check_resumed_randomness(tmp_path, "secure")  # nothing to resume: nothing to check
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(_raw()), encoding="utf-8")
-    _check_resumed_randomness(tmp_path, "seeded")  # written before the modes: seeded
+    check_resumed_randomness(tmp_path, "seeded")  # written before the modes: seeded
     with pytest.raises(DeployError, match=r"run with privacy.randomness seeded, this resume "):
-        _check_resumed_randomness(tmp_path, "secure")
+        check_resumed_randomness(tmp_path, "secure")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(_raw(randomness="secure")))
-    _check_resumed_randomness(tmp_path, "secure")
+    check_resumed_randomness(tmp_path, "secure")
     with pytest.raises(DeployError, match="resume with randomness secure"):
-        _check_resumed_randomness(tmp_path, "seeded")
+        check_resumed_randomness(tmp_path, "seeded")
 
 
 def test_loopback_cli_warns_on_seeded_and_refuses_an_unknown_mode(tmp_path: Path) -> None:

@@ -13,7 +13,10 @@
   ignored), each loading its own entry's data. ``--randomness`` sets the server's and every
   site's ``privacy.randomness`` (default the config's, else ``secure``: nobody can
   regenerate another party's noise); ``seeded`` reproduces the simulation bit for bit and
-  prints a warning.
+  prints a warning. ``--secagg`` sends the updates through Flower's SecAgg+ (the server
+  learns only each round's weighted sum, :mod:`geofl.deploy.secagg`); a method whose
+  server side needs individual updates is refused in one line (exit 2) before anything
+  starts, as ``privacy.secure_aggregation`` in the config is by ``geofl config validate``.
 """
 
 from __future__ import annotations
@@ -94,20 +97,31 @@ def loopback_cmd(
             "regenerable by the server: a warning)."
         ),
     ] = "",
+    secagg: Annotated[
+        bool,
+        typer.Option(
+            "--secagg",
+            help="Secure aggregation (Flower's SecAgg+): the server learns only the round's "
+            "weighted sum; refused for methods that inspect individual updates.",
+        ),
+    ] = False,
 ) -> None:
     """Run CONFIG on a SuperLink and SuperNodes started on this machine."""
     try:
         from geofl.config.load import load_config
         from geofl.deploy.flower import ERROR_FILE
         from geofl.deploy.loopback import Loopback
-        from geofl.deploy.setup import SEEDED_WARNING, deploy_randomness
+        from geofl.deploy.server import check_resumed_randomness
+        from geofl.deploy.setup import SEEDED_WARNING, deploy_randomness, with_secure_aggregation
     except ImportError:
         raise fail("geofl deploy needs Flower: pip install 'geofl[deploy]'") from None
     from geofl.errors import GeoflError
 
     try:
-        cfg = load_config(config)
+        cfg = with_secure_aggregation(load_config(config), secagg)  # refused before starting
         mode = deploy_randomness(cfg, randomness or None)
+        if resume:  # before anything starts: a run's rounds must not mix modes
+            check_resumed_randomness(out.resolve(), mode)
         if mode == "seeded":
             typer.echo(f"warning: {SEEDED_WARNING}", err=True)
         k = cfg.federation.num_clients
@@ -129,8 +143,10 @@ def loopback_cmd(
             "round-timeout": round_timeout,
             "connect-timeout": 120.0,
             "randomness": mode,
+            "secure-aggregation": secagg,
         }
-        nodes = [{**node, "randomness": mode} for node in nodes]  # each site's own choice
+        mine = {"randomness": mode, "secure-aggregation": str(secagg).lower()}
+        nodes = [{**node, **mine} for node in nodes]  # each site's own choice
         with Loopback(out.resolve() / "flower", nodes) as lb:
             output = lb.run(rc, timeout=timeout)
     except GeoflError as err:

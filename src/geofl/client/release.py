@@ -34,6 +34,7 @@ __all__ = [
     "is_private",
     "l2_clip",
     "noisy_count",
+    "planned_releases",
 ]
 
 
@@ -150,6 +151,12 @@ class _NoisySize:
     def __init__(self, z: float) -> None:
         self.z = z
 
+    def planned_release(
+        self, data: ClientData, directives: ClientDirectives
+    ) -> list[dict[str, Any]]:
+        """The count's DpEvent, released every round (the budget check composes it)."""
+        return [{"mechanism": "gaussian", "noise_multiplier": self.z}]
+
     def __call__(
         self,
         delta: torch.Tensor,
@@ -216,6 +223,21 @@ def is_private(trainer: str, release: Sequence[str], algorithm_traits: frozenset
     """
     noisy = any("noise" in RELEASE_STEPS.traits(name) for name in release)
     return trainer == "dp_sgd" or noisy or "central_dp" in algorithm_traits
+
+
+def planned_releases(
+    steps: Sequence[ReleaseStep], data: ClientData, directives: ClientDirectives
+) -> list[dict[str, Any]]:
+    """The DpEvent specs ``steps`` will report this round, in order: what a step with a
+    ``planned_release(data, directives)`` method says (a step without one releases
+    nothing private). The budget check composes these with the trainer's, so it checks
+    the very ε the client reports after the round."""
+    planned: list[dict[str, Any]] = []
+    for step in steps:
+        plan = getattr(step, "planned_release", None)
+        if plan is not None:
+            planned.extend(plan(data, directives))
+    return planned
 
 
 def apply_release(

@@ -278,6 +278,13 @@ class _SpatialAlpha:
     def __init__(self, params: SpatialAlphaParams) -> None:
         self.params = params
 
+    def planned_release(
+        self, data: ClientData, directives: ClientDirectives
+    ) -> list[dict[str, Any]]:
+        """The noisy α's DpEvent when it is privatised (the budget check composes it)."""
+        z = self.params.noise_multiplier
+        return [] if z is None else [{"mechanism": "gaussian", "noise_multiplier": z}]
+
     def __call__(
         self,
         delta: torch.Tensor,

@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from geofl.client.data import ClientData
-from geofl.client.release import ReleaseStep, apply_release
+from geofl.client.release import ReleaseStep, apply_release, planned_releases
 from geofl.client.state import ClientState, StateSpec
 from geofl.client.trainer import (
     GradCorrection,
@@ -248,7 +248,7 @@ def client_step(
     Returns:
         The upload, the new client state and the client-local log.
     """
-    _check_budget(program, data, state)
+    _check_budget(program, data, state, directives)
     attack = program.attack
     malicious = attack is not None and data.client_id in attack.clients
     train_data = data
@@ -289,8 +289,12 @@ def client_step(
     return ClientResult(update, new_state, update.local_log, eps)
 
 
-def _check_budget(program: ClientProgram, data: ClientData, state: ClientState) -> None:
-    """Decline the round if its planned release would exceed the client's target ε.
+def _check_budget(
+    program: ClientProgram, data: ClientData, state: ClientState, directives: ClientDirectives
+) -> None:
+    """Decline the round if its planned release — the trainer's (DP-SGD's steps) and the
+    release steps' (a noisy count, a noisy update) — would take the client's ε past its
+    target: the ε checked is the one the client reports after the round.
 
     Raises:
         BudgetExhaustedError: with the ε the round would reach.
@@ -298,7 +302,10 @@ def _check_budget(program: ClientProgram, data: ClientData, state: ClientState) 
     privacy = program.privacy
     if privacy is None or privacy.target_epsilon is None:
         return
-    planned = program.trainer.planned_release(len(data))
+    planned = [
+        *program.trainer.planned_release(len(data)),
+        *planned_releases(program.release, data, directives),
+    ]
     if not planned:
         return
     eps = privacy.epsilon((*state.dp_events, *planned))

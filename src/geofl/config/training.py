@@ -5,11 +5,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from geofl.config.base import MAX_COUNT, Component, _OmitUnset, _Strict
 
-__all__ = ["FederationConfig", "ModelConfig", "PrivacyConfig", "TrainConfig"]
+__all__ = [
+    "FederationConfig",
+    "ModelConfig",
+    "PrivacyConfig",
+    "SecureAggregationConfig",
+    "TrainConfig",
+]
 
 
 class ModelConfig(_Strict):
@@ -73,11 +79,56 @@ class FederationConfig(_OmitUnset):
     )
 
 
+class SecureAggregationConfig(_Strict):
+    """SecAgg+'s fixed-point encoding (Bell et al. 2020; Flower's ``SecAggPlusWorkflow``).
+
+    A site sends x = (W/W_max)·v, v its clients' weighted mean update and W their summed
+    weight, each coordinate clipped to [-c, c] and stochastically rounded to one of
+    ``quantization_range`` levels; masks are drawn mod ``modulus_range``. The server
+    divides the unmasked sum by ΣW/W_max: each site adds at most one level, 2c/Q, so a
+    coordinate of the mean is off by at most S·(2c/Q)·W_max/ΣW for S sites (unbiased), and
+    a coordinate with |x| > c is clipped (biased: keep updates inside ±c).
+    """
+
+    clipping_range: float = Field(
+        8.0, gt=0.0, allow_inf_nan=False, description="c: coordinates clipped to [-c, c]"
+    )
+    quantization_range: int = Field(
+        2**22, ge=2, le=2**30, description="Q: levels of the fixed-point encoding"
+    )
+    modulus_range: int = Field(
+        2**32, ge=4, le=2**32, description="masks are drawn mod this power of two (> Q)"
+    )
+    max_weight: float = Field(
+        1000.0,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="W_max: the largest weight a site sends in a round (the summed "
+        "data_size weights, n_k, of its trained clients; 1 per client with uniform)",
+    )
+
+    @field_validator("modulus_range")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"{value} is not a power of two (SecAgg+ masks mod 2^b)")
+        return value
+
+    @model_validator(mode="after")
+    def _room_for_the_sum(self) -> SecureAggregationConfig:
+        if self.modulus_range <= self.quantization_range:
+            raise ValueError(
+                f"modulus_range {self.modulus_range} must exceed quantization_range "
+                f"{self.quantization_range}: the sites' encoded values are summed mod it"
+            )
+        return self
+
+
 class PrivacyConfig(_OmitUnset):
     """How ε is accounted for releases that add calibrated noise, and where the noise and
     the sampling come from (``randomness``, :mod:`geofl.rng`)."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("randomness",)
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("randomness", "secure_aggregation")
 
     accountant: Component = Field(default_factory=lambda: Component(name="rdp"))
     delta: float = Field(1e-5, gt=0.0, lt=1.0, description="δ of the reported (ε, δ)")
@@ -94,3 +145,18 @@ class PrivacyConfig(_OmitUnset):
         "from a secret each party draws from the OS CSPRNG and keeps. Absent: seeded in "
         "simulation, secure in geofl deploy",
     )
+    secure_aggregation: SecureAggregationConfig | None = Field(
+        None,
+        description="geofl deploy: sites send their updates through Flower's SecAgg+, so "
+        "the server learns only the round's weighted sum (true: Flower's defaults); refused "
+        "for server sides that inspect individual updates. The simulator computes the same "
+        "sum exactly. Absent: plain uploads",
+    )
+
+    @field_validator("secure_aggregation", mode="before")
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        """``true`` switches it on with the defaults, ``false`` off."""
+        if value is True:
+            return {}
+        return None if value is False else value

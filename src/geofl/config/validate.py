@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from geofl.config.schema import MAX_COUNT, Component, ExperimentConfig, MethodConfig
+from geofl.config.secagg import check_secure_aggregation
 from geofl.device import check_device
 from geofl.errors import ConfigError
 from geofl.registry import CheckContext, Registry, printable, require_extra
@@ -99,6 +100,7 @@ def validate_config(cfg: ExperimentConfig) -> None:
             _component(plugins.AUGMENTATIONS, aug, replace(top, path=f"methods.{i}.augment.{j}"))
     for i, m in enumerate(cfg.methods):
         check_hierarchy_method(cfg, m, f"methods.{i}")
+        check_secure_aggregation(cfg, m, f"methods.{i}")
     check_cache_mode(cfg)
     check_run_device(cfg)
     for i, a in enumerate(cfg.analyses):

@@ -12,7 +12,9 @@ Run config (``flwr run --run-config``; both apps read it):
 * ``round-timeout`` / ``connect-timeout`` — seconds a round waits for replies, and the
   server for its sites;
 * ``randomness`` — ``seeded`` or ``secure``: the *server's* randomness mode
-  (:func:`~geofl.deploy.setup.deploy_randomness`; default the config's, else secure).
+  (:func:`~geofl.deploy.setup.deploy_randomness`; default the config's, else secure);
+* ``secure-aggregation`` — true: updates only through Flower's SecAgg+
+  (:mod:`geofl.deploy.secagg`; default the config's ``privacy.secure_aggregation``).
 
 Node config (``flower-supernode --node-config``): ``clients`` — the client ids the site
 hosts (``"0"``, ``"0,1"``, ``"2-5"``), and optionally ``config`` — the site's own copy of
@@ -21,7 +23,7 @@ match the server's, which the config fingerprint checks), and ``state-dir`` — 
 site saves its clients' steps (default ``~/.geofl/site-state``;
 :mod:`geofl.deploy.sitestate`), and ``randomness`` — the site's own randomness mode (a site
 never takes it from the run config, which the server's side writes; a mode that differs
-from the server's is refused by the fingerprint).
+from the server's is refused by the fingerprint), and ``secure-aggregation`` likewise.
 
 With site-local data (``data.sites``, :mod:`geofl.deploy.sitedata`) a node names ``site``
 (its entry's name; it hosts that entry's clients — a ``clients`` value is ignored, so one
@@ -42,6 +44,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from geofl.deploy.secagg import is_secagg, secagg_mod, site_sum, split_requests
 from geofl.deploy.setup import fingerprint_mismatch, load_setup
 from geofl.deploy.site import Site, parse_clients
 from geofl.deploy.sitedata import LocalSite, decode_eval_request, encode_eval_reply
@@ -82,7 +85,9 @@ def server_main(grid: Grid, context: Context) -> None:
     config, method, seed = _run_setting(context)
     (Path(str(rc["out"])) / ERROR_FILE).unlink(missing_ok=True)  # a resumed run's old error
     try:
-        setup = load_setup(config, method, seed, str(rc.get("randomness", "")) or None)
+        randomness = str(rc.get("randomness", "")) or None
+        secagg = _flag(rc.get("secure-aggregation", False))
+        setup = load_setup(config, method, seed, randomness, secagg)
         final = run_server(
             grid,
             setup,
@@ -112,13 +117,14 @@ def _site(context: Context) -> Site | LocalSite:
     clients, name = str(node.get("clients", "")), str(node.get("site", ""))
     state_dir, data = str(node.get("state-dir", "")), str(node.get("data", ""))
     randomness = str(node.get("randomness", ""))
+    secagg = _flag(node.get("secure-aggregation", False))
     # an edited file (same path) is another site
     key: tuple[str, ...] = (config, method or "", str(seed), clients, name, state_dir, data)
-    key += (randomness, _content(config), _content(data))
+    key += (randomness, str(secagg), _content(config), _content(data))
     if key not in _SITES:
         while len(_SITES) >= MAX_SITES:
             del _SITES[next(iter(_SITES))]
-        setup = load_setup(config, method, seed, randomness or None)
+        setup = load_setup(config, method, seed, randomness or None, secagg)
         where = Path(state_dir) if state_dir else None
         if setup.cfg.data.sites is not None:
             if not name:
@@ -131,6 +137,11 @@ def _site(context: Context) -> Site | LocalSite:
             hosted = parse_clients(clients, setup.cfg.federation.num_clients)
             _SITES[key] = Site(setup, hosted, where)
     return _SITES[key]
+
+
+def _flag(value: object) -> bool:
+    """A run/node config switch: true, or a string such as ``"true"``/``"1"``."""
+    return value is True or str(value).strip().lower() in ("true", "1", "yes", "on")
 
 
 def _content(path: str) -> str:
@@ -173,19 +184,67 @@ def site_query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"site": ConfigRecord(info)}), reply_to=msg)
 
 
-@client_app.train()
+@client_app.train(mods=[secagg_mod])
 def site_train(msg: Message, context: Context) -> Message:
-    """One client step on this site's data (state kept in ``context.state``)."""
+    """One client step on this site's data (state kept in ``context.state``), or under
+    secure aggregation every requested client's step, summed for SecAgg+
+    (:mod:`geofl.deploy.secagg`; ``secagg_mod`` masks the sum)."""
+    if is_secagg(msg):
+        return Message(_secure_train(msg, context), reply_to=msg)
     try:
         site = _site(context)
-        req = decode_request(msg.content)
-        differ = fingerprint_mismatch(json.loads(req.fingerprint), site.fingerprint)
-        if differ:
-            return _error(msg, _mismatch(differ))
-        trainer = site.site(req.norm) if isinstance(site, LocalSite) else site
-        return Message(trainer.train(req, context.state, context.run_id), reply_to=msg)
+        return Message(_train_one(site, msg.content, context), reply_to=msg)
     except GeoflError as err:
         return _error(msg, str(err))
+
+
+def _train_one(
+    site: Site | LocalSite, content: RecordDict, context: Context, secure: bool = False
+) -> RecordDict:
+    """One client's step for the request ``content`` (``secure``: inside a SecAgg+ step);
+    the reply's content.
+
+    Raises:
+        DeployError: the server runs another config, or sends a plain request to a site
+            whose config asks for secure aggregation.
+    """
+    req = decode_request(content)
+    differ = fingerprint_mismatch(json.loads(req.fingerprint), site.fingerprint)
+    if differ:
+        raise DeployError(_mismatch(differ))
+    trainer = site.site(req.norm) if isinstance(site, LocalSite) else site
+    if trainer.secure_aggregation is not None and not secure:
+        raise DeployError(
+            "this site's config asks for secure aggregation (privacy.secure_aggregation) "
+            "and the server asked for a plain upload; run the server with the site's config"
+        )
+    return trainer.train(req, context.state, context.run_id)
+
+
+def _secure_train(msg: Message, context: Context) -> RecordDict:
+    """Every client of a SecAgg+ request, summed (:func:`~geofl.deploy.secagg.site_sum`);
+    a client whose step fails is reported by its record, not summed.
+
+    Raises:
+        GeoflError: when the site cannot be built, or trains no client under a config that
+            asks for secure aggregation (the protocol's error reply).
+    """
+    site = _site(context)
+    replies: dict[int, RecordDict] = {}
+    trainer: Site | None = None
+    for k, content in split_requests(msg.content).items():
+        try:
+            replies[k] = _train_one(site, content, context, secure=True)
+            norm = decode_request(content).norm
+            trainer = site.site(norm) if isinstance(site, LocalSite) else site
+        except GeoflError as err:
+            replies[k] = RecordDict({"site": ConfigRecord({"error": str(err)})})
+    if trainer is None or trainer.secure_aggregation is None:
+        raise DeployError(
+            "the server runs secure aggregation and this site trained none of its clients "
+            f"under it: {sorted(replies)}"
+        )
+    return site_sum(replies, trainer.dim, trainer.weighting, trainer.secure_aggregation)
 
 
 @client_app.evaluate()
@@ -206,6 +265,11 @@ def site_evaluate(msg: Message, context: Context) -> Message:
 
 
 def _mismatch(sections: list[str]) -> str:
+    if sections == ["secure_aggregation"]:
+        return (
+            "secure aggregation differs from the server's; give the site's node config "
+            "secure-aggregation= the server's setting (privacy.secure_aggregation)"
+        )
     if sections == ["randomness"]:
         return (
             "randomness differs from the server's; give the site's node config randomness= "

@@ -43,6 +43,7 @@ APP_CONFIG: dict[str, Any] = {
     "round-timeout": 120.0,
     "connect-timeout": 60.0,
     "randomness": "",  # the server's privacy.randomness ("": the config's, else secure)
+    "secure-aggregation": False,  # True: SecAgg+ (else the config's privacy.secure_aggregation)
 }
 
 
@@ -265,7 +266,8 @@ class Loopback:
         cmd = [_bin("flower-supernode")]
         if self.warm:
             cmd = [sys.executable, "-m", "geofl.deploy.warmsite", "supernode"]
-            cmd += ["--poll", str(self.poll_s), "--"]
+            cmd += ["--poll", str(self.poll_s)]
+            cmd += ["--no-auth", "--"] if self.certs is not None and not self.auth else ["--"]
         proc = self._spawn(f"supernode{i}", [*cmd, *args])
         self.nodes[i] = proc
         return proc

@@ -25,7 +25,12 @@ noise and batches: the run no longer equals an uninterrupted one, but every rele
 accounted — a site's ledger keeps the releases of steps it took after the checkpoint
 (:meth:`~geofl.deploy.sitestate.SiteStateDir.restore`), and a rerun round is a new
 release on top. DP-FTRL's tree noise is the exception: the server's secret is kept in its
-checkpoint, so no released tree node is ever redrawn.
+checkpoint, so no released tree node is ever redrawn. What resume guarantees in ``secure``
+mode, then: the model and server state continue from the checkpoint exactly; a resumed
+site cannot replay the noise of a step it took after the checkpoint (nobody holds that
+secret any more) and draws fresh; the ledger counts every step ever released, rerun or
+not, so the reported ε is an upper bound on what was released. Under secure aggregation
+(:class:`SecAggRunner`) a rerun round is a new protocol run with new masks.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ from flwr.serverapp import Grid
 from geofl.client.release import histogram_released
 from geofl.client.state import ClientStateStore
 from geofl.config.load import dump_config
+from geofl.config.training import SecureAggregationConfig
+from geofl.deploy.secagg import VIEW_FILE, merge_requests, secure_outcome, secure_sum
 from geofl.deploy.setup import DeploySetup, fingerprint
 from geofl.deploy.sitedata import FlowerSiteEvaluator, site_federation
 from geofl.deploy.wire import check_reply, decode_reply, encode_request, exchange
@@ -57,7 +64,15 @@ from geofl.events import RunInfo
 from geofl.records import RoundRecord
 from geofl.rundir import seed_dir
 
-__all__ = ["FlowerRunner", "ResumePlan", "discover_sites", "resume_plan", "run_server"]
+__all__ = [
+    "FlowerRunner",
+    "ResumePlan",
+    "SecAggRunner",
+    "check_resumed_randomness",
+    "discover_sites",
+    "resume_plan",
+    "run_server",
+]
 
 log = logging.getLogger("geofl")
 
@@ -219,14 +234,9 @@ class FlowerRunner:
         msgs = []
         for job in jobs:
             d = job.directives
-            content = encode_request(
-                global_params, d, self.fp, self._admitted.get(d.client_id, 0),
-                resume_round=self.resume_round, ledger_events=len(job.state.dp_events),
-                norm=self.norm,
-            )  # fmt: skip
             msgs.append(
                 Message(
-                    content,
+                    self.request(global_params, job),
                     dst_node_id=self.hosts[d.client_id],
                     message_type=TRAIN,
                     group_id=str(d.round),
@@ -235,6 +245,19 @@ class FlowerRunner:
         ids, replies = exchange(self.grid, msgs, self.timeout)
         for job, mid in zip(jobs, ids, strict=True):
             yield self._outcome(job.directives.client_id, replies.get(mid))
+
+    def request(self, global_params: torch.Tensor, job: ClientJob) -> RecordDict:
+        """The ``train`` content of ``job`` (:func:`~geofl.deploy.wire.encode_request`)."""
+        d = job.directives
+        return encode_request(
+            global_params,
+            d,
+            self.fp,
+            self._admitted.get(d.client_id, 0),
+            resume_round=self.resume_round,
+            ledger_events=len(job.state.dp_events),
+            norm=self.norm,
+        )
 
     def _outcome(self, client: int, rep: Message | None) -> StepOutcome:
         node = self.hosts[client]
@@ -260,7 +283,62 @@ class FlowerRunner:
     def on_run_end(self, info: RunInfo, final: dict[str, Any]) -> None: ...
 
 
-def _check_resumed_randomness(out: Path, mode: str) -> None:
+class SecAggRunner(FlowerRunner):
+    """Client steps on Flower sites whose uploads reach the server only as SecAgg+'s
+    weighted mean (:mod:`geofl.deploy.secagg`): one protocol run per round over the sites
+    hosting its trained clients; each admitted client's upload is that mean.
+
+    Args:
+        grid: The ServerApp's grid.
+        hosts: Client id → SuperNode id.
+        fp: The server config's fingerprint.
+        round_timeout: Seconds each of the protocol's four exchanges waits for replies.
+        settings: The fixed-point encoding (``privacy.secure_aggregation``).
+        view: Where the server's view of every reply is appended (None: nowhere).
+        plan: The checkpoint the run resumes from (None: a fresh run).
+        norm: The global band mean/std sent with every request (site-local data).
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        hosts: Mapping[int, int],
+        fp: Mapping[str, str],
+        round_timeout: float,
+        settings: SecureAggregationConfig,
+        view: Path | None = None,
+        plan: ResumePlan | None = None,
+        norm: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        super().__init__(grid, hosts, fp, round_timeout, plan, norm, histogram_allowed=False)
+        self.settings, self.view = settings, view
+
+    def __call__(
+        self, global_params: torch.Tensor, jobs: Sequence[ClientJob]
+    ) -> Iterator[StepOutcome]:
+        if not jobs:
+            return
+        round_idx = jobs[0].directives.round
+        by_node: dict[int, dict[int, RecordDict]] = {}
+        for job in jobs:
+            k = job.directives.client_id
+            by_node.setdefault(self.hosts[k], {})[k] = self.request(global_params, job)
+        if len(by_node) < 2:
+            why = (
+                f"secure aggregation needs trained clients on 2 sites or more; round "
+                f"{round_idx} has them on {len(by_node)} (a sum over one site is its update)"
+            )
+            for job in jobs:
+                yield LostUpload(job.directives.client_id, why)
+            return
+        contents = {node: merge_requests(reqs) for node, reqs in by_node.items()}
+        sums = secure_sum(self.grid, contents, self.settings, self.timeout, round_idx, self.view)
+        for job in jobs:
+            k = job.directives.client_id
+            yield secure_outcome(k, self.hosts[k], round_idx, sums)
+
+
+def check_resumed_randomness(out: Path, mode: str) -> None:
     """Refuse to resume a run directory in another randomness mode than it started in (a
     ``config.yaml`` without the field was written before the modes: seeded).
 
@@ -305,7 +383,7 @@ def run_server(
     fp = fingerprint(cfg, method, seed)
     run_dir = seed_dir(out, method.name, seed)
     if resume:
-        _check_resumed_randomness(out, cfg.privacy.randomness or "secure")
+        check_resumed_randomness(out, cfg.privacy.randomness or "secure")
     plan = resume_plan(run_dir / "checkpoint.pt") if resume else None
     if plan is not None and plan.checkpoint:
         log.info("resuming %s seed=%d after round %d", method.name, seed, plan.checkpoint)
@@ -320,8 +398,7 @@ def run_server(
         evaluator = FlowerSiteEvaluator(grid, names, fed.nodes, json.dumps(fp), norm, round_timeout)
     if data is None or partition is None:
         raise DeployError("the server's setup has no data; load it with load_setup")
-    hist = histogram_released(method.trainer.name, [r.name for r in method.release])
-    runner = FlowerRunner(grid, hosts, fp, round_timeout, plan, norm, hist)
+    runner = _runner(grid, setup, hosts, fp, round_timeout, plan, norm, run_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
     subs: list[Any] = [runner]
@@ -335,3 +412,33 @@ def run_server(
     run.comps = replace(run.comps, store=ClientStateStore(cfg.federation.num_clients, {}))
     run.scheduler.c = run.comps
     return run.run(resume=resume)
+
+
+def _runner(
+    grid: Grid,
+    setup: DeploySetup,
+    hosts: Mapping[int, int],
+    fp: Mapping[str, str],
+    round_timeout: float,
+    plan: ResumePlan | None,
+    norm: tuple[torch.Tensor, torch.Tensor] | None,
+    run_dir: Path,
+) -> FlowerRunner:
+    """The run's client runner: SecAgg+ (``privacy.secure_aggregation``) or plain uploads.
+
+    Raises:
+        DeployError: secure aggregation over fewer than 2 sites.
+    """
+    method, secagg = setup.method, setup.cfg.privacy.secure_aggregation
+    if secagg is None:
+        hist = histogram_released(method.trainer.name, [r.name for r in method.release])
+        return FlowerRunner(grid, hosts, fp, round_timeout, plan, norm, hist)
+    nodes = len(set(hosts.values()))
+    if nodes < 2:
+        raise DeployError(
+            f"secure aggregation needs 2 sites or more, {nodes} hosts every client (a sum "
+            "over one site is its update): start more SuperNodes or drop secure aggregation"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    view = run_dir / VIEW_FILE
+    return SecAggRunner(grid, hosts, fp, round_timeout, secagg, view, plan, norm)

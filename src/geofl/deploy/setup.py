@@ -20,6 +20,11 @@ choice: the config's ``privacy.randomness: seeded`` or the ``randomness`` run/no
 key (``geofl deploy loopback --randomness seeded``), and logs a warning. The resolved mode
 is written into the setup's config, so it enters the fingerprint: a site whose mode
 differs from the server's is refused, and the server's ``config.yaml`` records it.
+
+Secure aggregation (``privacy.secure_aggregation``, :mod:`geofl.deploy.secagg`) is
+resolved the same way (the config's, or the ``secure-aggregation`` run/node config key)
+and has its own fingerprint entry, so a site and a server that disagree on it are refused
+with it named.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from pathlib import Path
 from geofl import plugins
 from geofl.config.load import load_config
 from geofl.config.schema import ExperimentConfig, MethodConfig
+from geofl.config.secagg import check_secure_aggregation
+from geofl.config.training import SecureAggregationConfig
 from geofl.data.splitting.partition import Partition
 from geofl.data.splitting.split import make_split
 from geofl.engine.components import PreparedData
@@ -54,6 +61,7 @@ __all__ = [
     "fingerprint",
     "fingerprint_mismatch",
     "load_setup",
+    "with_secure_aggregation",
 ]
 
 log = logging.getLogger("geofl")
@@ -123,17 +131,39 @@ def _with_randomness(cfg: ExperimentConfig, mode: Randomness) -> ExperimentConfi
     return cfg.model_copy(update={"privacy": privacy})
 
 
+def with_secure_aggregation(cfg: ExperimentConfig, on: bool) -> ExperimentConfig:
+    """``cfg`` with ``privacy.secure_aggregation`` switched on (Flower's defaults) when
+    ``on`` (a run/node config's ``secure-aggregation``, ``geofl deploy loopback --secagg``)
+    and the config does not set it, every method checked for it.
+
+    Raises:
+        ConfigError: naming the first method component that needs individual updates
+            (:func:`~geofl.config.secagg.check_secure_aggregation`).
+    """
+    if on and cfg.privacy.secure_aggregation is None:
+        privacy = cfg.privacy.model_copy(update={"secure_aggregation": SecureAggregationConfig()})
+        cfg = cfg.model_copy(update={"privacy": privacy})
+    for i, m in enumerate(cfg.methods):
+        check_secure_aggregation(cfg, m, f"methods.{i}")
+    return cfg
+
+
 def load_setup(
-    config: str | Path, method: str | None, seed: int | None, randomness: str | None = None
+    config: str | Path,
+    method: str | None,
+    seed: int | None,
+    randomness: str | None = None,
+    secure_aggregation: bool = False,
 ) -> DeploySetup:
     """Load ``config`` and build the split and partition of (``method``, ``seed``) (with
     site-local data, ``data.sites``, the config only); ``privacy.randomness`` is resolved by
-    :func:`deploy_randomness` (``randomness``: the run or node config's override).
+    :func:`deploy_randomness` (``randomness``: the run or node config's override), and
+    ``secure_aggregation`` switches it on (:func:`with_secure_aggregation`).
 
     Raises:
         DeployError: when the config file is missing.
         ConfigError, DataError: as the simulator raises them (e.g. the dataset's files
-            are missing).
+            are missing); a method that needs individual updates under secure aggregation.
     """
     path = Path(config).expanduser()
     if not path.is_file():
@@ -145,7 +175,7 @@ def load_setup(
     mode = deploy_randomness(cfg, randomness)
     if mode == "seeded":
         log.warning(SEEDED_WARNING)
-    cfg = _with_randomness(cfg, mode)
+    cfg = with_secure_aggregation(_with_randomness(cfg, mode), secure_aggregation)
     m = pick_method(cfg, method)
     s = cfg.seeds[0] if seed is None else int(seed)
     if cfg.data.sites is not None:  # site-local data: nothing to load here
@@ -169,6 +199,7 @@ def fingerprint(cfg: ExperimentConfig, method: MethodConfig, seed: int) -> dict[
     dump["federation"] = {k: v for k, v in dump["federation"].items() if k != "workers"}
     dump["method"] = method.model_dump(mode="json")
     randomness = dump["privacy"].pop("randomness", None)  # its own entry, named on mismatch
+    secagg = dump["privacy"].pop("secure_aggregation", None)  # so is secure aggregation
     out = {}
     for key in FINGERPRINT_SECTIONS:
         text = json.dumps(dump.get(key), sort_keys=True, separators=(",", ":"))
@@ -176,6 +207,8 @@ def fingerprint(cfg: ExperimentConfig, method: MethodConfig, seed: int) -> dict[
     out["seed"] = str(seed)
     if randomness is not None:
         out["randomness"] = str(randomness)
+    if secagg is not None:
+        out["secure_aggregation"] = json.dumps(secagg, sort_keys=True, separators=(",", ":"))
     return out
 
 

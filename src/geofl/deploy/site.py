@@ -92,6 +92,9 @@ class Site:
         self.clients: dict[int, ClientData] = {k: everyone[k] for k in clients}
         self.specs = self.program.state_specs(self.dim)
         self.fingerprint = fingerprint(setup.cfg, setup.method, setup.seed)
+        # secure aggregation (geofl.deploy.secagg): the site weighs and sums its clients
+        self.secure_aggregation = setup.cfg.privacy.secure_aggregation
+        self.weighting = setup.method.weighting.name
         root = DEFAULT_STATE_DIR if state_dir is None else state_dir
         self.disk = SiteStateDir(root, run_key(self.fingerprint), self.specs)
 

@@ -20,10 +20,13 @@ at ``poll_s`` (default 0.1 s, a loopback setting: each idle node then asks the S
 ``1/poll_s`` times a second; over a WAN with many sites ``--poll 1`` or more keeps the
 SuperLink's load down and still saves the 3 s).
 
-A site runs ``python -m geofl.deploy.warmsite supernode [--poll S] -- <flower-supernode
-args>`` instead of ``flower-supernode <args>`` (:class:`geofl.deploy.loopback.Loopback`
-does): the SuperNode, with ``--isolation process`` and capped waits, and beside it its
-warm site (``python -m geofl.deploy.warmsite site --runtime-api-address HOST:PORT``).
+A site runs ``python -m geofl.deploy.warmsite supernode [--poll S] [--no-auth] --
+<flower-supernode args>`` instead of ``flower-supernode <args>``
+(:class:`geofl.deploy.loopback.Loopback` does): the SuperNode, with ``--isolation
+process`` and capped waits, and beside it its warm site (``python -m
+geofl.deploy.warmsite site --runtime-api-address HOST:PORT``). It refuses to start
+without its key (:func:`node_key_problem`; one line, exit 2) unless ``--insecure`` or
+``--no-auth``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,16 @@ from threading import Event
 from types import ModuleType
 from typing import Any
 
-__all__ = ["APP_ID", "DEFAULT_POLL_S", "main", "run_supernode", "run_task", "serve_tasks"]
+__all__ = [
+    "APP_ID",
+    "DEFAULT_POLL_S",
+    "KEY_OPTION",
+    "main",
+    "node_key_problem",
+    "run_supernode",
+    "run_task",
+    "serve_tasks",
+]
 
 log = logging.getLogger("geofl")
 
@@ -200,6 +212,42 @@ def _runtime_of(argv: Sequence[str]) -> str:
     return f"[{host}]:{known.port}" if ":" in host else f"{host}:{known.port}"
 
 
+#: The SuperNode's key option (``flower-supernode --auth-supernode-private-key``).
+KEY_OPTION = "--auth-supernode-private-key"
+
+
+def node_key_problem(argv: Sequence[str], no_auth: bool = False) -> str | None:
+    """Why a site must not start with the SuperNode arguments ``argv``, or None.
+
+    A site connects with its key (SuperNode authentication: only registered sites join,
+    so no stranger claims a site's clients or joins secure aggregation) unless it runs
+    ``--insecure`` (loopback rehearsals) or the operator says ``no_auth`` (a SuperLink
+    with TLS but without ``--enable-supernode-auth``). Checked before anything starts: a
+    SuperNode without a key would otherwise be refused by the SuperLink after it started.
+    """
+    p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    p.add_argument("--insecure", action="store_true")
+    p.add_argument(KEY_OPTION, default=None)
+    try:
+        known, _ = p.parse_known_args(list(argv))
+    except argparse.ArgumentError:
+        return f"{KEY_OPTION} needs the key file after it (geofl deploy key DIR NAME)"
+    if known.insecure:
+        return None
+    key = known.auth_supernode_private_key
+    if key is None:
+        if no_auth:
+            return None
+        return (
+            f"a SuperNode without a key: give {KEY_OPTION} FILE (geofl deploy key DIR NAME, "
+            "then flwr supernode register NAME.pub on the server), or --no-auth before -- "
+            "for a SuperLink without --enable-supernode-auth"
+        )
+    if not os.path.isfile(key) or not os.access(key, os.R_OK):
+        return f"{KEY_OPTION} {key}: no readable key file there (geofl deploy key DIR NAME)"
+    return None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m geofl.deploy.warmsite", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -209,6 +257,9 @@ def _parser() -> argparse.ArgumentParser:
     site.add_argument("--poll", type=float, default=DEFAULT_POLL_S, help="seconds")
     node = sub.add_parser("supernode", help="flower-supernode and its warm site")
     node.add_argument("--poll", type=float, default=DEFAULT_POLL_S, help="seconds")
+    node.add_argument(
+        "--no-auth", action="store_true", help="TLS without a key (no SuperNode auth)"
+    )
     node.add_argument("args", nargs=argparse.REMAINDER, help="-- flower-supernode's args")
     return p
 
@@ -221,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.cmd == "supernode":
         rest = args.args[1:] if args.args[:1] == ["--"] else args.args
+        why = node_key_problem(rest, args.no_auth)
+        if why is not None:
+            print(f"error: {why}", file=sys.stderr)
+            return 2
         run_supernode(rest, args.poll)
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

@@ -27,6 +27,12 @@ Site → server (the reply):
   never leaves the site.
 
 Arrays travel as raw float32 bytes, so values are bit-exact on both sides.
+
+Under secure aggregation (:mod:`geofl.deploy.secagg`) a site gets one message per round
+stage of Flower's SecAgg+ instead: the stage-2 message carries the requests above of all
+its trained clients (each record under ``<name>.<client>``), and its reply carries no
+record of this module's reply — only the masked sum and, per client, the ``site`` record's
+ledger, ε or refusal.
 """
 
 from __future__ import annotations

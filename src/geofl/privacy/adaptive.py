@@ -174,6 +174,13 @@ class _AdaptiveDp:
         log = {"reputation": r, "epsilon": eps, "public_norms": norms}
         return clip, eps, adp_sigma(clip, eps, p.delta), log
 
+    def planned_release(
+        self, data: ClientData, directives: ClientDirectives
+    ) -> list[dict[str, Any]]:
+        """The DpEvent of this round's release, from the directives (the budget check's)."""
+        clip, _, sigma, _ = self.plan(directives)
+        return [release_report(0.0, clip, sigma)["dp_event"]]
+
     def __call__(
         self,
         delta: torch.Tensor,

@@ -91,6 +91,13 @@ class _ClipAndNoise:
         """(C, σ) for this client and what to log about the choice."""
         raise NotImplementedError
 
+    def planned_release(
+        self, data: ClientData, directives: ClientDirectives
+    ) -> list[dict[str, Any]]:
+        """The DpEvent this step reports for ``data`` (z = σ/2C; the budget check's)."""
+        clip, sigma, _ = self.choose(data)
+        return [release_report(0.0, clip, sigma)["dp_event"]]
+
     def __call__(
         self,
         delta: torch.Tensor,
