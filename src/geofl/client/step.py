@@ -317,13 +317,14 @@ def finish_step(
     update, new_tensors = alg.finish(update, state, directives, train, global_params=global_params)
     if attack is not None and malicious:
         update = attack(update, directives, streams.torch("attack", source))
-    update = apply_release(
-        update,
-        program.release,
-        data=data,
-        directives=directives,
-        generator=streams.torch("release", source),
-    )
+    if program.release:  # no steps draw nothing: the generator is not even made
+        update = apply_release(
+            update,
+            program.release,
+            data=data,
+            directives=directives,
+            generator=streams.torch("release", source),
+        )
     meta = replace(update.meta, bytes_sent=payload_bytes(update.delta, update.tensors))
     update = replace(update, meta=meta)
     released = dp_events_of(update.local_log)
