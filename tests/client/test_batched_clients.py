@@ -35,7 +35,7 @@ from geofl.errors import BudgetExhaustedError
 from geofl.models import MODELS, FlatModel
 from geofl.plugins import load_all
 from geofl.privacy.budget import ledger_epsilon
-from geofl.rng import torch_generator
+from geofl.rng import random_source, torch_generator
 from geofl.tasks.classification import ClassificationTask
 from geofl.update import ClientDirectives
 
@@ -215,3 +215,15 @@ def test_refusals_name_the_reason() -> None:
     assert "GeneratorDropout" in str(batch_refusal(_program(drop, SGD), drop, task, clients))
     bn = _workspace(norm="batch")
     assert "BatchNorm" in str(batch_refusal(_program(bn, SGD), bn, task, clients))
+
+
+def test_dp_sgd_secure_randomness_keeps_ledgers_and_epsilon() -> None:
+    """``privacy.randomness: secure``: every step draws from a fresh secret (so the models
+    differ between the two paths, as between any two secure runs), the ledgers and ε agree."""
+    ws, clients = _workspace(), _clients()
+    dp = DpSgdParams(noise_multiplier=1.0, clip=1.0)
+    program = _program(ws, replace(SGD, local_epochs=1), dp=dp, randomness=random_source("secure"))
+    seq, bat = _both(program, ws, clients)
+    for a, b in zip(seq, bat, strict=True):
+        assert a.state.dp_events == b.state.dp_events and a.epsilon == b.epsilon
+        assert not torch.allclose(a.update.delta, b.update.delta)

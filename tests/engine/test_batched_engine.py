@@ -27,7 +27,8 @@ def _rounds(tmp: Path, raw: dict[str, Any], batch: str | None, rounds: int = 2) 
         out = run.scheduler.round(params, r)
         run.comps.store.commit()
         params = out.params
-        cohorts.append((list(out.record.cohort), list(out.record.participants)))
+        rec = out.record
+        cohorts.append((list(rec.cohort), list(rec.participants), rec.epsilon))
     return run, params, cohorts
 
 
@@ -36,9 +37,10 @@ def _rounds(tmp: Path, raw: dict[str, Any], batch: str | None, rounds: int = 2) 
     [
         (None, {}),
         (None, {"algorithm": {"name": "fedprox", "mu": 0.1}}),
+        (None, {"trainer": {"name": "dp_sgd", "noise_multiplier": 1.0, "clip": 1.0}}),
         ({"round_s": 3600.0, "driver_deadline_s": 600.0}, {}),
     ],
-    ids=["sync-fedavg", "sync-fedprox", "hierarchy"],
+    ids=["sync-fedavg", "sync-fedprox", "sync-dp-sgd", "hierarchy"],
 )
 def test_batched_rounds_equal_sequential(
     tmp_path: Path, hierarchy: dict[str, Any] | None, method: dict[str, Any]
