@@ -21,7 +21,7 @@ from geofl.client.data import ClientData, batch_indices
 from geofl.client.dpsgd import DpSgd, dp_sgd_plan
 from geofl.client.state import ClientState
 from geofl.client.step import ClientProgram, ClientStreams
-from geofl.client.trainer import GradCorrection, LocalTrainParams, train_for_round
+from geofl.client.trainer import GradCorrection, LocalSGD, LocalTrainParams, train_for_round
 from geofl.rng import RandomSource
 from geofl.update import ClientDirectives
 
@@ -85,8 +85,9 @@ class ClientPlan:
         source = program.randomness.for_step()
         state, d = job.state, job.directives
         correction = program.algorithm.correction(job.params, state, d)
-        base = dp.train_cfg if dp is not None else program.train
-        train = train_for_round(base, d)
+        trainer = program.trainer
+        assert isinstance(trainer, LocalSGD)  # batch_refusal: LocalSGD or DpSgd
+        train = train_for_round(trainer.train_cfg, d)
         gen = job.streams.torch("train", source)
         aug = job.streams.torch("augment", source) if train.augment else None
         n = len(job.data)
