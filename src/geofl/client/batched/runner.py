@@ -32,6 +32,7 @@ from geofl.errors import BudgetExhaustedError
 from geofl.models.base import FlatModel
 from geofl.models.mlp import GeneratorDropout
 from geofl.tasks.base import Task
+from geofl.tasks.classification import ClassificationTask
 from geofl.update import ClientUpdate
 
 __all__ = ["DEFAULT_MAX_BYTES", "BatchedClients", "batch_refusal"]
@@ -87,6 +88,9 @@ class BatchedClients:
         self.model = StackedModel(workspace, task)
         self.dp = program.trainer if isinstance(program.trainer, DpSgd) else None
         self.max_bytes = max_bytes
+        # Single-label classification's running accuracy is right predictions / samples
+        # (its accumulator's trace / n, the same float64 division), counted chunk-wide.
+        self._hits = self.dp is None and type(task) is ClassificationTask
 
     def run(self, jobs: Sequence[BatchJob]) -> list[Outcome]:
         """Every job's outcome, in job order: its result, or the budget refusal
@@ -101,7 +105,9 @@ class BatchedClients:
                 continue
             plans.append((i, ClientPlan.build(self.program, job, self.dp)))
         for chunk in self._chunks(plans):
-            trained = train_chunk(self.model, [p for _, p in chunk], self.dim)
+            trained = train_chunk(
+                self.model, [p for _, p in chunk], self.dim, count_hits=self._hits
+            )
             for row, (i, plan) in enumerate(chunk):
                 outcomes[i] = self._finish(plan, trained, row)
         return [o for o in outcomes if o is not None]
@@ -154,10 +160,13 @@ class BatchedClients:
     ) -> ClientUpdate:
         """LocalSGD's update: Δw, the mean training loss and the running primary metric."""
         task, seen = self.task, trained.seen[row]
-        running = task.accumulator()
-        for output, y, batch_loss in trained.outputs[row]:
-            running.update(output, y, batch_loss)
-        metrics = _primary(task, running) if seen else {}
+        if trained.hits is not None:
+            metrics = {"accuracy": trained.hits[row] / seen} if seen else {}
+        else:
+            running = task.accumulator()
+            for output, y, batch_loss in trained.outputs[row]:
+                running.update(output, y, batch_loss)
+            metrics = _primary(task, running) if seen else {}
         loss = trained.loss_sum[row] / max(seen, 1)
         return ClientUpdate(
             delta, _meta(plan.job.data, plan.job.directives, delta, loss, metrics, plan.steps)

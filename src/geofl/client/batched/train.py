@@ -32,14 +32,18 @@ class ChunkResult:
         loss_sum: Per client, the summed training loss of its samples.
         seen: Per client, the samples it trained on.
         outputs: Per client, per step, ``(outputs, targets, batch loss)`` (LocalSGD's
-            running training metric), empty for DP-SGD (its metrics are not released).
+            running training metric), empty for DP-SGD (its metrics are not released)
+            and when ``hits`` counts instead.
+        hits: Per client, how many of its training predictions were right (argmax =
+            target), or None: the outputs are kept for the task's own accumulator.
     """
 
-    def __init__(self, params: torch.Tensor, k: int) -> None:
+    def __init__(self, params: torch.Tensor, k: int, count_hits: bool = False) -> None:
         self.params = params
         self.loss_sum = [0.0] * k
         self.seen = [0] * k
         self.outputs: list[list[tuple[torch.Tensor, Any, float]]] = [[] for _ in range(k)]
+        self.hits: list[int] | None = [0] * k if count_hits else None
 
 
 def _stack(batches: list[StepBatch | None], plans: list[ClientPlan]) -> tuple[Any, ...]:
@@ -94,13 +98,18 @@ def _correct(grad: torch.Tensor, trained: torch.Tensor, corr: Correction) -> tor
     return grad + term
 
 
-def train_chunk(model: StackedModel, plans: list[ClientPlan], dim: int) -> ChunkResult:
+def train_chunk(
+    model: StackedModel, plans: list[ClientPlan], dim: int, *, count_hits: bool = False
+) -> ChunkResult:
     """Train ``plans`` (clients sharing one round's settings) together.
 
     Args:
         model: The stacked model.
         plans: The chunk's clients.
         dim: D, the flat vector's length.
+        count_hits: Count each client's right training predictions for the whole chunk
+            at once (single-label classification's running accuracy) instead of keeping
+            its outputs for the task's accumulator.
 
     Returns:
         Their trained ``[K, D]`` rows and running statistics.
@@ -111,7 +120,7 @@ def train_chunk(model: StackedModel, plans: list[ClientPlan], dim: int) -> Chunk
     buffers = params[:, model.bcols]
     opt = StackedOptimizer(plans[0].train, trained)
     corr = _correction(plans, model.cols, trained)
-    out = ChunkResult(params.clone(), k)
+    out = ChunkResult(params.clone(), k, count_hits)
     dp = plans[0].dp
     clip = torch.tensor([p.clip for p in plans])
     expected = torch.tensor([p.q * len(p.job.data) for p in plans]).view(-1, 1)
@@ -121,11 +130,11 @@ def train_chunk(model: StackedModel, plans: list[ClientPlan], dim: int) -> Chunk
         x, y, weight, valid = _stack(batches, plans)
         if dp is None:
             grad, outputs, per = model.grads(trained, buffers, (x, y, weight))
-            _running(out, batches, outputs, y, per)
+            _running(out, batches, outputs, (y, valid), per)
         else:
             grad, per = model.clipped_sums(trained, buffers, (x, y, valid), clip)
             grad = _privatise(plans, batches, grad, clip, expected, model.cols)
-            _dp_running(out, batches, per)
+            _dp_running(out, batches, per, valid)
         opt.step(_correct(grad, trained, corr), active)
     out.params[:, model.cols] = trained
     return out
@@ -135,28 +144,38 @@ def _running(
     out: ChunkResult,
     batches: list[StepBatch | None],
     outputs: torch.Tensor,
-    y: torch.Tensor,
+    targets: tuple[torch.Tensor, torch.Tensor],
     per: torch.Tensor,
 ) -> None:
-    """LocalSGD's running loss, sample count and (outputs, targets) per client."""
+    """LocalSGD's running loss and sample count per client, and its right predictions
+    (``out.hits``) or its (outputs, targets) for the task's accumulator."""
+    y, valid = targets
+    sums = (per * valid).sum(1).tolist()
+    hits = None
+    if out.hits is not None:
+        hits = ((outputs.argmax(-1) == y) * valid.bool()).sum(1).tolist()
     for i, b in enumerate(batches):
         if b is None:
             continue
         m = b.x.shape[0]
-        batch_loss = float(per[i, :m].mean()) * m
-        out.loss_sum[i] += batch_loss
+        out.loss_sum[i] += sums[i]
         out.seen[i] += m
-        out.outputs[i].append((outputs[i, :m], y[i, :m], batch_loss))
+        if out.hits is not None and hits is not None:
+            out.hits[i] += int(hits[i])
+        else:
+            out.outputs[i].append((outputs[i, :m], y[i, :m], sums[i]))
 
 
-def _dp_running(out: ChunkResult, batches: list[StepBatch | None], per: torch.Tensor) -> None:
+def _dp_running(
+    out: ChunkResult, batches: list[StepBatch | None], per: torch.Tensor, valid: torch.Tensor
+) -> None:
     """DP-SGD's summed loss and sample count per client (client-local log only)."""
+    sums = (per * valid).sum(1).tolist()
     for i, b in enumerate(batches):
         if b is None:
             continue
-        m = b.x.shape[0]
-        out.loss_sum[i] += float(per[i, :m].sum())
-        out.seen[i] += m
+        out.loss_sum[i] += sums[i]
+        out.seen[i] += b.x.shape[0]
 
 
 def _privatise(
