@@ -60,19 +60,29 @@ import torch
 from _common import footer, header, median_time, print_table, set_threads
 from geofl import plugins
 from geofl.algorithms.scaffold import CONTROL_DELTA
+from geofl.client.batched import BatchedClients, BatchJob
+from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS, apply_release
 from geofl.client.state import ClientState
-from geofl.client.trainer import LOCAL_TRAINERS, GradCorrection, LocalTrainParams, StatelessTrainer
+from geofl.client.step import ClientProgram, ClientStreams, client_step
+from geofl.client.trainer import (
+    LOCAL_TRAINERS,
+    GradCorrection,
+    LocalSGD,
+    LocalTrainParams,
+    StatelessTrainer,
+)
 from geofl.config.schema import ExperimentConfig
 from geofl.data.base import SENTINEL2_BANDS, ArrayDataset
 from geofl.engine.components import PreparedData
 from geofl.engine.experiment import build_partition
 from geofl.engine.run import FederatedRun
-from geofl.models.base import FlatModel
+from geofl.models.base import MODELS, FlatModel
 from geofl.registry import NoParams
 from geofl.rng import numpy_generator, torch_generator
 from geofl.server.strategy import UpdateBatch
 from geofl.server.validate import validate_update
+from geofl.tasks.classification import ClassificationTask
 from geofl.update import ClientDirectives, ClientUpdate, UpdateMeta
 
 TARGET_MS = 1.0
@@ -340,6 +350,80 @@ def micro(runs: dict[str, FederatedRun], repeats: int) -> list[list[Any]]:
     return rows
 
 
+#: ``--batched``: the models compared (name, params, input shape of one sample).
+BATCHED_MODELS: dict[str, tuple[str, dict[str, Any], tuple[int, ...]]] = {
+    "small MLP": ("mlp", {"hidden": [32]}, (13,)),
+    "small CNN": ("small_cnn", {"width": 8, "blocks": 2}, (13, 8, 8)),
+}
+
+
+def _cohort(shape: tuple[int, ...], k: int, n: int) -> list[ClientData]:
+    """K clients of ``n`` random samples of ``shape`` and 10 classes."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(k * n, *shape, generator=gen)
+    y = torch.randint(0, 10, (k * n,), generator=gen)
+    out = []
+    for i in range(k):
+        rows = slice(i * n, (i + 1) * n)
+        hist = np.bincount(y[rows].numpy(), minlength=10)
+        out.append(ClientData(i, x[rows], y[rows], hist))
+    return out
+
+
+def _per_client_us(label: str, k: int, seq_max: int, n: int = 4) -> tuple[float, float, int]:
+    """(sequential, batched) µs per client step of one local SGD step of batch ``n``, and
+    how many clients the sequential loop was timed on (at most ``seq_max``)."""
+    name, params, shape = BATCHED_MODELS[label]
+    plugins.load_all()
+    module = MODELS.build(
+        name, params, in_channels=shape[0], num_classes=10, generator=torch_generator(0, "m")
+    )
+    ws, task = FlatModel(module), ClassificationTask(10)
+    train = LocalTrainParams(batch_size=n, local_steps=1)
+    program = ClientProgram(trainer=LocalSGD(ws, train, task), train=train)
+    start = ws.snapshot()
+    jobs = [
+        BatchJob(
+            start,
+            c,
+            ClientState({}, ()),
+            ClientDirectives(1, c.client_id, {}, {}),
+            ClientStreams((1, "round", 1, "client", c.client_id)),
+        )
+        for c in _cohort(shape, k, n)
+    ]
+    seq_jobs = jobs[: min(k, seq_max)]
+    for j in jobs[:3]:  # warm-up (first optimiser, first kernels)
+        client_step(program, j.params, j.data, j.state, j.directives, j.streams)
+    t0 = time.perf_counter()
+    for j in seq_jobs:
+        client_step(program, j.params, j.data, j.state, j.directives, j.streams)
+    seq = (time.perf_counter() - t0) / len(seq_jobs)
+    batched = BatchedClients(program, ws, task)
+    batched.run(jobs[: min(k, 8)])  # warm-up (vmap tracing)
+    t0 = time.perf_counter()
+    batched.run(jobs)
+    bat = (time.perf_counter() - t0) / k
+    return 1e6 * seq, 1e6 * bat, len(seq_jobs)
+
+
+def batched_vs_sequential(args: argparse.Namespace) -> None:
+    """``--batched``: issue 36's batched client step against the sequential one, per client
+    (one local SGD step of batch 4, the client step only), at K = 100 and K = 10,000, for
+    the small MLP and the small CNN, in this one process."""
+    rows = []
+    for label in BATCHED_MODELS:
+        for k in (100, args.large):
+            seq, bat, timed = _per_client_us(label, k, args.seq_max)
+            rows.append([label, k, timed, seq, bat, seq / bat])
+    print_table(
+        ["model", "K", "seq timed on", "sequential µs/client", "batched µs/client", "ratio"],
+        rows,
+        title="client step per client (µs); sequential timed on its first 'seq timed on' "
+        "clients (its cost per client does not depend on K)",
+    )
+
+
 def main() -> None:
     """Parse arguments, time interleaved rounds of every setting, print tables."""
     t_start = time.perf_counter()
@@ -352,11 +436,22 @@ def main() -> None:
     parser.add_argument("--clip-bound", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=7, help="repeats of each micro-timing")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--batched", action="store_true", help="batched vs sequential client steps (issue 36)"
+    )
+    parser.add_argument("--large", type=int, default=10_000, help="--batched: the large K")
+    parser.add_argument(
+        "--seq-max", type=int, default=1000, help="--batched: sequential clients timed"
+    )
     args = parser.parse_args()
     set_threads(args.threads)
     if args.quick:
         args.rounds, args.warmup, args.repeats = 3, 1, 3
     header("bench_client_overhead", args)
+    if args.batched:
+        batched_vs_sequential(args)
+        footer(t_start)
+        return
 
     with tempfile.TemporaryDirectory(prefix="geofl-bench-client-") as tmp:
         runs = {

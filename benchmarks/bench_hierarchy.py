@@ -99,6 +99,60 @@ def _measure(tractors: int, rounds: int, uplink: bool, tmp: Path) -> dict[str, f
     }
 
 
+def _measure_batch(
+    tractors: int, rounds: int, uplink: bool, tmp: Path, batch: str
+) -> dict[str, float]:
+    """``_measure`` with ``federation.batch_clients: batch`` (issue 36's batched client
+    step, ``auto``, or the sequential one, ``off``); adds the client steps' µs per tractor."""
+    raw = _raw(tractors, rounds, uplink)
+    raw["federation"]["batch_clients"] = batch
+    path = tmp / f"{tractors}-{batch}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path)
+    ds = load_dataset(cfg)
+    splits, parts = _plan(cfg, ds)
+    data = prepare_split(ds, cfg, SEED, splits[SEED])
+    run = FederatedRun(
+        cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / f"{tractors}{batch}"
+    )
+    params, train, total, steps = run.init_params, [], [], []
+    for r in range(1, rounds + 1):
+        out = run.scheduler.round(params, r)
+        run.comps.store.commit()
+        params = out.params
+        train.append(out.record.time_s["train"])
+        total.append(out.record.time_s["total"])
+        steps.append(len(out.record.participants) + len(out.record.rejected))
+    per_client = [t / max(n, 1) for t, n in zip(train, steps, strict=True)]
+    return {
+        "tractors": tractors,
+        "batch": batch,
+        "rounds": rounds,
+        "rounds_per_s": 1.0 / statistics.median(total),
+        "train_ms": 1e3 * statistics.median(train),
+        "total_ms": 1e3 * statistics.median(total),
+        "client_us": 1e6 * statistics.median(per_client),
+    }
+
+
+def compare_batched(args: argparse.Namespace) -> None:
+    """``--batched``: 120 and ``--large`` tractors with the batched client step and the
+    sequential one, interleaved size by size in this one process (ratios see one load)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for tractors, rounds in ((120, args.rounds), (args.large, args.rounds_large)):
+            for batch in ("off", "auto"):
+                rows.append(_measure_batch(tractors, rounds, args.uplink, Path(d), batch))
+    keys = ["tractors", "batch", "rounds", "rounds_per_s", "train_ms", "total_ms", "client_us"]
+    print_table(keys, [[row[k] for k in keys] for row in rows], title="median per round (ms)")
+    for off, auto in zip(rows[::2], rows[1::2], strict=True):
+        speed = auto["rounds_per_s"] / off["rounds_per_s"]
+        print(
+            f"{off['tractors']} tractors: batched rounds/s ×{speed:.2f}, client step µs "
+            f"per tractor {off['client_us']:.0f} → {auto['client_us']:.0f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=100)
@@ -106,12 +160,19 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=10_000)
     ap.add_argument("--uplink", action="store_true", help="tractors upload over the 003 uplink")
     ap.add_argument("--quick", action="store_true", help="smoke mode: 3 rounds, 240 tractors")
+    ap.add_argument(
+        "--batched", action="store_true", help="batched vs sequential client steps (issue 36)"
+    )
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.rounds_large, args.large = 3, 1, 240
     set_threads(1)
     header("bench_hierarchy", args)
     t_start = time.perf_counter()
+    if args.batched:
+        compare_batched(args)
+        footer(t_start)
+        return
     with tempfile.TemporaryDirectory() as d:
         small = _measure(120, args.rounds, args.uplink, Path(d))
         large = _measure(args.large, args.rounds_large, args.uplink, Path(d))

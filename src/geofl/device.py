@@ -53,7 +53,13 @@ def resolve_device(choice: DeviceChoice | None) -> torch.device:
     return torch.device("cuda")
 
 
-def check_device(choice: DeviceChoice | None, *, trainers: list[str], workers: int | None) -> None:
+def check_device(
+    choice: DeviceChoice | None,
+    *,
+    trainers: list[str],
+    workers: int | None,
+    batched: bool = False,
+) -> None:
     """Refuse what a run on ``choice`` cannot do, before anything is written (one line each).
 
     Args:
@@ -62,6 +68,8 @@ def check_device(choice: DeviceChoice | None, *, trainers: list[str], workers: i
             per-sample gradient kernels (and any plug-in trainer) are CPU code.
         workers: ``federation.workers``: a CUDA context does not survive the worker pool's
             fork, and one process should own the GPU.
+        batched: ``federation.batch_clients: auto``: the batched client step
+            (:mod:`geofl.client.batched`) stacks its cohort on CPU.
     """
     device = resolve_device(choice)
     if device.type == "cpu":
@@ -71,6 +79,12 @@ def check_device(choice: DeviceChoice | None, *, trainers: list[str], workers: i
             "device",
             f"{choice}: trainer {trainers[0]} runs on CPU only (only local_sgd trains on "
             f"{device.type}); use device: cpu",
+        )
+    if batched:
+        raise ConfigError(
+            "federation.batch_clients",
+            f"auto with device {device.type}: the batched client step runs on CPU; "
+            "use batch_clients: off or device: cpu",
         )
     if workers is not None and workers > 1:
         raise ConfigError(

@@ -57,19 +57,27 @@ def test_cuda_without_a_cuda_device_is_one_line_naming_the_field(
 
 
 @pytest.mark.parametrize(
-    ("trainers", "workers", "field"),
-    [(["dp_sgd"], None, "device"), ([], 2, "federation.workers")],
+    ("trainers", "workers", "batched", "field"),
+    [
+        (["dp_sgd"], None, False, "device"),
+        ([], 2, False, "federation.workers"),
+        ([], None, True, "federation.batch_clients"),
+    ],
 )
-def test_cuda_refuses_cpu_only_trainers_and_the_worker_pool(
-    monkeypatch: pytest.MonkeyPatch, trainers: list[str], workers: int | None, field: str
+def test_cuda_refuses_cpu_only_trainers_the_worker_pool_and_batched_clients(
+    monkeypatch: pytest.MonkeyPatch,
+    trainers: list[str],
+    workers: int | None,
+    batched: bool,
+    field: str,
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(ConfigError) as err:
-        check_device("cuda", trainers=trainers, workers=workers)
+        check_device("cuda", trainers=trainers, workers=workers, batched=batched)
     assert err.value.path == field
     assert "\n" not in str(err.value)
     check_device("cuda", trainers=[], workers=1)  # plain local SGD, one process: fine
-    check_device("cpu", trainers=trainers, workers=workers)  # CPU takes anything
+    check_device("cpu", trainers=trainers, workers=workers, batched=batched)  # CPU: anything
 
 
 def test_validate_and_run_refuse_cuda_here_with_the_same_line(tmp_path: Path) -> None:

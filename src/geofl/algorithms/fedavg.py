@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -70,6 +70,8 @@ class FedProxParams(BaseModel):
 
 class FedProxClient(PlainClient):
     """Local objective F_k(w) + μ/2‖w − w^t‖² (Li et al. 2020, Eq. 2)."""
+
+    batchable: ClassVar[bool] = True  # the correction reads only the round's model
 
     def __init__(self, mu: float) -> None:
         self.mu = mu

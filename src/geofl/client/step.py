@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
@@ -44,8 +44,10 @@ __all__ = [
     "ClientStreams",
     "DataPoisoning",
     "PlainClient",
+    "check_budget",
     "client_step",
     "dp_events_of",
+    "finish_step",
 ]
 
 
@@ -126,7 +128,18 @@ class ClientAlgorithm(Protocol):
 
 
 class PlainClient:
-    """Stateless local training (FedAvg and every server-side-only algorithm)."""
+    """Stateless local training (FedAvg and every server-side-only algorithm).
+
+    Attributes:
+        batchable: Its steps may run as one batched computation
+            (:mod:`geofl.client.batched`): the correction and ``finish`` read only the
+            client's own state, so running every client's ``correction`` before any
+            ``finish`` changes nothing. A subclass declares it again in its own body (it
+            is not inherited: :func:`geofl.client.batched.batch_refusal` reads the class's
+            own attribute).
+    """
+
+    batchable: ClassVar[bool] = True
 
     def state_specs(self, dim: int) -> Mapping[str, StateSpec]:
         return {}
@@ -248,7 +261,7 @@ def client_step(
     Returns:
         The upload, the new client state and the client-local log.
     """
-    _check_budget(program, data, state, directives)
+    check_budget(program, data, state, directives)
     attack = program.attack
     malicious = attack is not None and data.client_id in attack.clients
     train_data = data
@@ -267,19 +280,51 @@ def client_step(
     update = program.trainer(
         global_params, train_data, directives, streams.torch("train", source), **kwargs
     )
+    return finish_step(program, global_params, data, state, directives, streams, source, update)
+
+
+def finish_step(
+    program: ClientProgram,
+    global_params: torch.Tensor,
+    data: ClientData,
+    state: ClientState,
+    directives: ClientDirectives,
+    streams: ClientStreams,
+    source: RandomSource,
+    update: ClientUpdate,
+) -> ClientResult:
+    """Everything after local training, shared by :func:`client_step` and the batched
+    step (:mod:`geofl.client.batched`), so both upload, release and account alike: the
+    algorithm's state update, the attack, the release pipeline and the privacy ledger.
+
+    Args:
+        program: As in :func:`client_step`.
+        global_params: ``[D]`` the model this client trained from.
+        data: The client's (unpoisoned) local data.
+        state: Its state before this round.
+        directives: Its directives.
+        streams: Its generators' keys.
+        source: The step's random source (``program.randomness.for_step()``).
+        update: What its trainer returned.
+    """
+    attack = program.attack
+    malicious = attack is not None and data.client_id in attack.clients
+    alg = program.algorithm
+    trainer_state = {k: state.tensors[k] for k in program.trainer.state_specs()}
     kept = update.local_state
     update = replace(update, local_state={})
     train = train_for_round(program.train, directives)  # the round's η_l, if scheduled
     update, new_tensors = alg.finish(update, state, directives, train, global_params=global_params)
     if attack is not None and malicious:
         update = attack(update, directives, streams.torch("attack", source))
-    update = apply_release(
-        update,
-        program.release,
-        data=data,
-        directives=directives,
-        generator=streams.torch("release", source),
-    )
+    if program.release:  # no steps draw nothing: the generator is not even made
+        update = apply_release(
+            update,
+            program.release,
+            data=data,
+            directives=directives,
+            generator=streams.torch("release", source),
+        )
     meta = replace(update.meta, bytes_sent=payload_bytes(update.delta, update.tensors))
     update = replace(update, meta=meta)
     released = dp_events_of(update.local_log)
@@ -289,7 +334,7 @@ def client_step(
     return ClientResult(update, new_state, update.local_log, eps)
 
 
-def _check_budget(
+def check_budget(
     program: ClientProgram, data: ClientData, state: ClientState, directives: ClientDirectives
 ) -> None:
     """Decline the round if its planned release — the trainer's (DP-SGD's steps) and the

@@ -56,7 +56,7 @@ class TrainConfig(_OmitUnset):
 class FederationConfig(_OmitUnset):
     """Clients, participation and rounds (000 §4.1.3: K=10, q=1.0)."""
 
-    _OPTIONAL: ClassVar[tuple[str, ...]] = ("workers",)
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("workers", "batch_clients")
 
     num_clients: int = Field(10, ge=1, le=MAX_COUNT)
     participation: float = Field(1.0, gt=0.0, le=1.0, description="fraction q sampled per round")
@@ -77,6 +77,22 @@ class FederationConfig(_OmitUnset):
         description="processes running a round's client steps in parallel (results are "
         "bit-identical to 1); absent: 1, in this process",
     )
+    batch_clients: Literal["auto", "off"] | None = Field(
+        None,
+        description="auto: clients of one architecture and local program train as one "
+        "batched computation (geofl.client.batched; models equal the sequential step's to "
+        "float32 rounding, not to the bit), the sequential step where the program cannot "
+        "batch; off (absent): one client after another, bit for bit as before",
+    )
+
+    @model_validator(mode="after")
+    def _batch_in_process(self) -> FederationConfig:
+        if self.batch_clients == "auto" and (self.workers or 1) > 1:
+            raise ValueError(
+                f"batch_clients: auto trains the cohort in this process, but workers is "
+                f"{self.workers}; set workers to 1 or batch_clients: off"
+            )
+        return self
 
 
 class SecureAggregationConfig(_Strict):

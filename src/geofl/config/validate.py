@@ -265,7 +265,12 @@ def _check_geo_strategy(cfg: ExperimentConfig, method: MethodConfig, where: str)
 def check_run_device(cfg: ExperimentConfig) -> None:
     """The config's ``device`` exists here and every method can train on it."""
     custom = [m.trainer.name for m in cfg.methods if m.trainer.name != "local_sgd"]
-    check_device(cfg.device, trainers=custom, workers=cfg.federation.workers)
+    check_device(
+        cfg.device,
+        trainers=custom,
+        workers=cfg.federation.workers,
+        batched=cfg.federation.batch_clients == "auto",
+    )
 
 
 def check_cache_mode(cfg: ExperimentConfig) -> None:

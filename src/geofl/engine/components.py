@@ -7,6 +7,7 @@ client program (trainer, algorithm client half, release steps, attack), the stra
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -20,6 +21,7 @@ from geofl.algorithms import ALGORITHMS, AlgorithmContext
 from geofl.attacks.backdoor import PoisoningAttack
 from geofl.attacks.probe import AsrProbe
 from geofl.client.augment import AugmentPipeline, build_pipeline
+from geofl.client.batched import BatchedClients, batch_refusal
 from geofl.client.data import ClientData
 from geofl.client.release import RELEASE_STEPS
 from geofl.client.state import ClientStateStore
@@ -48,6 +50,8 @@ from geofl.server.strategy import Strategy
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import WEIGHTINGS
 from geofl.tasks.base import TASKS, Task
+
+log = logging.getLogger("geofl")
 
 __all__ = [
     "PreparedData",
@@ -119,6 +123,8 @@ class RunComponents:
             JSON-ready for ``final.json["threat"]``, or None.
         uplink: The 003 ground-layer uplink (``method.uplink``), or None: uploads go
             through ``network`` unencoded.
+        batched: The batched client step (``federation.batch_clients: auto`` and a
+            program that can batch), or None: the sequential step.
     """
 
     task: Task
@@ -133,6 +139,7 @@ class RunComponents:
     probe: AsrProbe | None = None
     threat: dict[str, Any] | None = None
     uplink: Uplink | None = None
+    batched: BatchedClients | None = None
 
 
 def build_task(cfg: ExperimentConfig, num_classes: int, train_targets: Any) -> Task:
@@ -330,7 +337,23 @@ def build_components(
         uplink=None
         if method.uplink is None
         else build_uplink(method.uplink, data.train.metadata, partition.indices, seed),
+        batched=_batched(cfg, parts, clients),
     )
+
+
+def _batched(
+    cfg: ExperimentConfig, parts: ProgramParts, clients: Sequence[ClientData]
+) -> BatchedClients | None:
+    """The batched client step when ``federation.batch_clients`` is ``auto`` and the
+    program can batch (:func:`~geofl.client.batched.batch_refusal`); else None, and the
+    reason it cannot is logged."""
+    if cfg.federation.batch_clients != "auto":
+        return None
+    reason = batch_refusal(parts.program, parts.workspace, parts.task, clients)
+    if reason is not None:
+        log.info("federation.batch_clients: auto: clients step one by one (%s)", reason)
+        return None
+    return BatchedClients(parts.program, parts.workspace, parts.task)
 
 
 def local_train_params(

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from geofl.attacks.observe import update_statistics
+from geofl.client.batched import BatchJob
 from geofl.client.data import ClientData
 from geofl.client.state import ClientState
 from geofl.client.step import ClientResult, ClientStreams, client_step
@@ -146,6 +147,9 @@ class SyncScheduler:
         """
         if held is not None and self.runner is not None:
             raise ValueError("clients holding different model versions run in this process")
+        if self.runner is None and self.c.batched is not None:
+            yield from self._batched_steps(global_params, directives, held)
+            return
         if self.runner is None:
             for d in directives:
                 params = global_params if held is None else held(d.client_id)
@@ -156,6 +160,26 @@ class SyncScheduler:
             return
         jobs = [ClientJob(d, self.c.store.get(d.client_id)) for d in directives]
         for d, res in zip(directives, self.runner(global_params, jobs), strict=True):
+            if isinstance(res, ClientResult):
+                self.c.store.stage(d.client_id, res.state)
+            yield res
+
+    def _batched_steps(
+        self,
+        global_params: torch.Tensor,
+        directives: Sequence[ClientDirectives],
+        held: Callable[[int], torch.Tensor] | None,
+    ) -> Iterator[StepOutcome]:
+        """The cohort's steps as one batched computation (``federation.batch_clients``),
+        each outcome as :meth:`run_client` would give it; new states staged in order."""
+        assert self.c.batched is not None
+        jobs = []
+        for d in directives:
+            k = d.client_id
+            params = global_params if held is None else held(k)
+            streams = ClientStreams((self.seed, "round", d.round, "client", k))
+            jobs.append(BatchJob(params, self.c.clients[k], self.c.store.get(k), d, streams))
+        for d, res in zip(directives, self.c.batched.run(jobs), strict=True):
             if isinstance(res, ClientResult):
                 self.c.store.stage(d.client_id, res.state)
             yield res
