@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from geofl.attacks.backdoor import BackdoorParams, PoisoningAttack, check_threat
 from geofl.attacks.client import ATTACKS, Attack, AttackContext
 from geofl.attacks.oda import ObjectDisappearance, OdaParams, check_oda, oda_trigger
-from geofl.attacks.trigger import Trigger, make_trigger
+from geofl.attacks.trigger import Trigger, make_backdoor_trigger
 from geofl.client.data import ClientData
 from geofl.privacy.adaptive import REPUTATION_KEY, public_clip, public_norms
 from geofl.update import ClientDirectives, ClientUpdate
@@ -231,7 +231,8 @@ class AdaptiveCgfAttack(CgfEvasion, PoisoningAttack):
     """The trigger backdoor with CGF-aware projection and reputation-aware timing."""
 
     def __init__(self, params: AdaptiveCgfParams, ctx: AttackContext) -> None:
-        trigger = make_trigger(params.trigger, ctx.sample_shape, ctx.seed, f"{ctx.path}.trigger")
+        path = f"{ctx.path}.trigger"
+        trigger = make_backdoor_trigger(params.trigger, ctx.sample_shape, ctx.seed, path)
         PoisoningAttack.__init__(self, "adaptive_cgf", params, ctx, trigger=trigger)
         self._start_evasion(params)
 
