@@ -22,6 +22,11 @@ What the attacker knows — only what an honest participant also receives, plus 
 It does not know the other clients' updates, the current round's reference or the MAD
 threshold, so it targets a fixed cosine distance ``max_distance``.
 
+In the 003 hierarchy a tractor is sent no reputation: DUAL-SHIELD at the GEO scores the
+LEO relays' regional models, not tractors
+(:class:`~geofl.engine.hierarchy.geo.TractorPlan`), so the reputation floor never holds
+an attacking tractor back and it attacks on its schedule.
+
 Per round, the attacker attacks iff the schedule is active (``schedule.period`` k: every k-th
 round) and its broadcast reputation is ≥ ``reputation_floor`` (always, without one);
 otherwise it trains on its clean pool and uploads the honest update, which restores its

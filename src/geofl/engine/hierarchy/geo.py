@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from geofl.engine.hierarchy.events import TierModel
 from geofl.engine.components import RunComponents
+from geofl.engine.hierarchy.events import TierModel
 from geofl.hierarchy.weights import (
     context_entropy,
     fairness_weights,
