@@ -22,6 +22,11 @@ What the attacker knows — only what an honest participant also receives, plus 
 It does not know the other clients' updates, the current round's reference or the MAD
 threshold, so it targets a fixed cosine distance ``max_distance``.
 
+In the 003 hierarchy a tractor is sent no reputation: DUAL-SHIELD at the GEO scores the
+LEO relays' regional models, not tractors
+(:class:`~geofl.engine.hierarchy.geo.TractorPlan`), so the reputation floor never holds
+an attacking tractor back and it attacks on its schedule.
+
 Per round, the attacker attacks iff the schedule is active (``schedule.period`` k: every k-th
 round) and its broadcast reputation is ≥ ``reputation_floor`` (always, without one);
 otherwise it trains on its clean pool and uploads the honest update, which restores its
@@ -49,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from geofl.attacks.backdoor import BackdoorParams, PoisoningAttack, check_threat
 from geofl.attacks.client import ATTACKS, Attack, AttackContext
 from geofl.attacks.oda import ObjectDisappearance, OdaParams, check_oda, oda_trigger
-from geofl.attacks.trigger import Trigger, make_trigger
+from geofl.attacks.trigger import Trigger, make_backdoor_trigger
 from geofl.client.data import ClientData
 from geofl.privacy.adaptive import REPUTATION_KEY, public_clip, public_norms
 from geofl.update import ClientDirectives, ClientUpdate
@@ -231,7 +236,8 @@ class AdaptiveCgfAttack(CgfEvasion, PoisoningAttack):
     """The trigger backdoor with CGF-aware projection and reputation-aware timing."""
 
     def __init__(self, params: AdaptiveCgfParams, ctx: AttackContext) -> None:
-        trigger = make_trigger(params.trigger, ctx.sample_shape, ctx.seed, f"{ctx.path}.trigger")
+        path = f"{ctx.path}.trigger"
+        trigger = make_backdoor_trigger(params.trigger, ctx.sample_shape, ctx.seed, path)
         PoisoningAttack.__init__(self, "adaptive_cgf", params, ctx, trigger=trigger)
         self._start_evasion(params)
 

@@ -28,7 +28,7 @@ import torch
 from pydantic import Field, model_validator
 
 from geofl.attacks.client import ATTACKS, Attack, AttackContext, ScalingParams, build_scaling
-from geofl.attacks.probe import AsrProbe, BackdoorProbe
+from geofl.attacks.probe import AsrProbe, BackdoorProbe, Predict
 from geofl.attacks.threat import (
     ThreatParams,
     num_attackers,
@@ -36,7 +36,7 @@ from geofl.attacks.threat import (
     poison_generator,
     select_attackers,
 )
-from geofl.attacks.trigger import Trigger, TriggerParams, make_trigger
+from geofl.attacks.trigger import AnyTrigger, Trigger, TriggerParams, make_backdoor_trigger
 from geofl.client.data import ClientData
 from geofl.errors import ConfigError
 from geofl.registry import CheckContext
@@ -50,6 +50,10 @@ __all__ = [
     "check_threat",
     "rare_class",
 ]
+
+
+#: Tasks whose samples carry one class each, which relabelling to a target class poisons.
+POISONABLE_TASKS = ("classification", "binary")
 
 
 class BackdoorParams(ThreatParams):
@@ -100,7 +104,7 @@ class PoisoningAttack:
         params: ThreatParams,
         ctx: AttackContext,
         *,
-        trigger: Trigger | None = None,
+        trigger: AnyTrigger | None = None,
         source: int | None = None,
     ) -> None:
         if params.target >= len(ctx.class_counts):
@@ -152,13 +156,17 @@ class PoisoningAttack:
             return update
         return self._boost(update, directives, generator)
 
-    def probe(self, test_targets: torch.Tensor) -> AsrProbe:
-        """The ASR probe on a test split with class ids ``test_targets`` (``[N]``)."""
+    def probe(self, test_targets: torch.Tensor, predict: Predict | None = None) -> AsrProbe:
+        """The ASR probe on a test split with class ids ``test_targets`` (``[N]``).
+
+        ``predict``: the task's rule from model output to class ids (the binary task's
+        thresholded logit); None: the arg-max over class scores.
+        """
         if self.source is not None:
             index = torch.nonzero(test_targets == self.source).reshape(-1)
         else:
             index = torch.nonzero(test_targets != self.params.target).reshape(-1)
-        return BackdoorProbe(index, self.params.target, self.trigger)
+        return BackdoorProbe(index, self.params.target, self.trigger, predict)
 
     def describe(self, clients: list[ClientData]) -> dict[str, Any]:
         """The run's threat, JSON-ready (``final.json["threat"]``)."""
@@ -173,10 +181,12 @@ class PoisoningAttack:
             "boost": p.boost,
             "schedule": p.schedule.model_dump(),
         }
-        if self.trigger is not None:
-            t = self.trigger
+        t = self.trigger
+        if isinstance(t, Trigger):
             out["trigger"] = {"row": t.row, "col": t.col, "size": t.size, "opacity": t.opacity}
             out["trigger"]["patch"] = t.patch.tolist()
+        elif t is not None:
+            out["trigger"] = t.describe()
         if self.source is not None:
             out["source"] = self.source
         return out
@@ -194,13 +204,14 @@ def check_attacker_count(params: ThreatParams, ctx: CheckContext) -> None:
 
 
 def check_threat(params: ThreatParams, ctx: CheckContext) -> None:
-    """Single-label classification only; a positive fraction must give at least one attacker."""
+    """Single-label classification or binary (one class per sample: 003's crop stress on a
+    tractor); a positive fraction must give at least one attacker."""
     task = (ctx.experiment.get("task") or {}).get("name", "classification")
-    if task != "classification":
+    if task not in POISONABLE_TASKS:
         hint = "; on detection use the object-disappearance attacks (oda, adaptive_oda)"
         ctx.fail(
             "name",
-            f"backdoor attacks need single-label classification, not {task!r}"
+            f"backdoor attacks need single-label classification or binary, not {task!r}"
             + (hint if task == "detection" else ""),
         )
     check_attacker_count(params, ctx)
@@ -211,7 +222,8 @@ def build_backdoor(params: BackdoorParams, ctx: AttackContext | None = None) -> 
     """Trigger-patch backdoor with relabelling to a target class (004 §3.1, Gu et al. 2017)."""
     if ctx is None:
         raise TypeError("the backdoor attack needs an AttackContext")
-    trigger = make_trigger(params.trigger, ctx.sample_shape, ctx.seed, f"{ctx.path}.trigger")
+    path = f"{ctx.path}.trigger"
+    trigger = make_backdoor_trigger(params.trigger, ctx.sample_shape, ctx.seed, path)
     return PoisoningAttack("backdoor", params, ctx, trigger=trigger)
 
 

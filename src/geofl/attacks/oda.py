@@ -37,6 +37,7 @@ from pydantic import Field, model_validator
 from geofl.attacks.backdoor import PoisoningAttack, check_attacker_count
 from geofl.attacks.client import ATTACKS, Attack, AttackContext
 from geofl.attacks.object_asr import ASR_IOU, ASR_SCORE, ObjectDisappearanceProbe
+from geofl.attacks.probe import Predict
 from geofl.attacks.threat import ThreatParams, poison_count, poison_generator
 from geofl.attacks.trigger import Trigger, TriggerParams, make_trigger
 from geofl.client.data import ClientData
@@ -162,8 +163,11 @@ class ObjectDisappearance(PoisoningAttack):
             y[idx] = remove_target_objects(y[idx], self.params.target)
         return replace(data, inputs=x, targets=y)
 
-    def probe(self, test_targets: torch.Tensor) -> ObjectDisappearanceProbe:
-        """The per-object ASR probe (004 Eq. 15) on a test split's ``[N, M, 5]`` targets."""
+    def probe(
+        self, test_targets: torch.Tensor, predict: Predict | None = None
+    ) -> ObjectDisappearanceProbe:
+        """The per-object ASR probe (004 Eq. 15) on a test split's ``[N, M, 5]`` targets
+        (``predict`` is unused: the probe matches the detector's boxes itself)."""
         index = torch.nonzero((test_targets[..., 4] == self.params.target).any(dim=1))
         index = index.reshape(-1)
         return ObjectDisappearanceProbe(
@@ -179,7 +183,7 @@ class ObjectDisappearance(PoisoningAttack):
         """The run's threat, JSON-ready (``final.json["threat"]``)."""
         out = super().describe(clients)
         t, p = self.trigger, self.oda
-        if t is not None:
+        if isinstance(t, Trigger):  # ODA places image patches only (oda_trigger)
             out["trigger"] = {"size": t.size, "opacity": t.opacity, "patch": t.patch.tolist()}
         out.update(placement=p.placement, select=p.select)
         out["asr"] = {"score_threshold": p.score_threshold, "iou_threshold": p.iou_threshold}

@@ -11,20 +11,36 @@ accuracy.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
 from torch import nn
 
-from geofl.attacks.trigger import Trigger
+from geofl.attacks.trigger import AnyTrigger
 from geofl.data.base import Inputs
 from geofl.tasks.base import SplitMetrics
 
-__all__ = ["ASR_METRIC", "AsrProbe", "BackdoorProbe", "attack_success_rate"]
+__all__ = [
+    "ASR_METRIC",
+    "AsrProbe",
+    "BackdoorProbe",
+    "Predict",
+    "argmax_classes",
+    "attack_success_rate",
+]
 
 #: Key of the ASR among a split's metric values (``rounds.jsonl`` ``test.asr``).
 ASR_METRIC = "asr"
+
+#: Model output ``[B, …]`` → ``[B]`` int64 predicted class ids (a task's ``predict``).
+Predict = Callable[[torch.Tensor], torch.Tensor]
+
+
+def argmax_classes(output: torch.Tensor) -> torch.Tensor:
+    """``[B]`` the class with the highest score of ``[B, C]`` output (classification)."""
+    return output.argmax(dim=1)
 
 
 class AsrProbe(Protocol):
@@ -66,14 +82,18 @@ class BackdoorProbe:
         index: ``[M]`` int64 indices into the test split (true label ≠ target).
         target: The target class.
         trigger: Stamped on every probed sample, or None (edge-case: clean samples).
+        predict: Output → class ids, the task's own rule (None: arg-max). A binary model
+            has one logit, whose arg-max is always class 0, so it needs the task's
+            threshold (issue 32 item 3: the tractors' crop-stress task).
     """
 
     index: torch.Tensor
     target: int
-    trigger: Trigger | None
+    trigger: AnyTrigger | None
+    predict: Predict | None = None
 
     def measure(self, model: nn.Module, inputs: Inputs, batch_size: int) -> float:
-        """ASR of ``model`` on the probed samples of ``inputs`` (``[N, C, H, W]``).
+        """ASR of ``model`` on the probed samples of ``inputs`` (``[N, C, H, W]`` or ``[N, F]``).
 
         Deterministic: fixed samples, fixed trigger, the model in eval mode (restored after).
         """
@@ -81,13 +101,13 @@ class BackdoorProbe:
             return math.nan
         was_training = model.training
         model.eval()
-        hits = 0
+        hits, predict = 0, self.predict or argmax_classes
         with torch.inference_mode():
             for start in range(0, len(self.index), batch_size):
                 x = inputs[self.index[start : start + batch_size]]
                 if self.trigger is not None:
                     x = self.trigger.stamp(x)
-                hits += int((model(x).argmax(dim=1) == self.target).sum())
+                hits += int((predict(model(x)) == self.target).sum())
         model.train(was_training)
         return hits / len(self.index)
 

@@ -332,7 +332,7 @@ def build_components(
         network=NETWORK_MODELS.build(method.network.name, method.network.params),
         clients=clients,
         lr_schedule=_lr_schedule(cfg),
-        probe=None if poisoning is None else poisoning.probe(data.test.targets),
+        probe=None if poisoning is None else poisoning.probe(data.test.targets, task.predict),
         threat=None if poisoning is None else poisoning.describe(clients),
         uplink=None
         if method.uplink is None

@@ -32,7 +32,7 @@ def build_attack(
     if method.attack is None:
         return None
     counts: tuple[int, ...] = ()
-    if train.target_kind in ("class", "boxes"):  # attacks check the task at load time
+    if train.target_kind in ("class", "binary", "boxes"):  # attacks check the task at load
         counts = tuple(int(c) for c in train.label_histogram())  # samples / objects per class
     ctx = AttackContext(
         seed,

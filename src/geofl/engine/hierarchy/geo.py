@@ -19,16 +19,22 @@ context entropy H_l, NQI loss). Two strategies take such a batch:
 
 Which server sides mean something at the GEO, and which are refused before training, is
 decided in :func:`geofl.config.validate.check_hierarchy_method`.
+
+What tractors receive of such a strategy's round plan (:class:`TractorPlan`) is its plan
+without DUAL-SHIELD's per-client reputation: at the GEO the reputations are the relaying
+LEOs' (rows of the regional batch), so tractor k would otherwise be sent LEO k's r — an
+adaptive attacker (004 §3.6) would time its attacks by a relay's score (issue 32 item 3).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from geofl.engine.components import RunComponents
 from geofl.engine.hierarchy.events import TierModel
 from geofl.hierarchy.weights import (
     context_entropy,
@@ -36,8 +42,15 @@ from geofl.hierarchy.weights import (
     geo_weights,
     staleness_weights,
 )
+from geofl.privacy.adaptive import REPUTATION_KEY
 from geofl.server.robust.builders import RobustAvgParams, build_robust_avg
-from geofl.server.strategy import ComposedStrategy, RoundPlan, StrategyResult, UpdateBatch
+from geofl.server.strategy import (
+    ComposedStrategy,
+    RoundPlan,
+    Strategy,
+    StrategyResult,
+    UpdateBatch,
+)
 from geofl.server.tier import FlatTier
 from geofl.server.weighting import Weighting
 from geofl.update import UpdateMeta
@@ -48,8 +61,10 @@ __all__ = [
     "GeoStrategy",
     "RobustAvgGeo",
     "StaleFairWeighting",
+    "TractorPlan",
     "geo_batch",
     "stale_fair",
+    "tractor_side",
 ]
 
 #: Keys of a regional row's :attr:`UpdateMeta.scalars` (Eq. 11's inputs).
@@ -254,3 +269,47 @@ class ComposedGeo(GeoStrategy):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.inner.load_state_dict(state)
+
+
+class TractorPlan:
+    """The GEO strategy as the tractors' round pipeline sees it: ``inner``'s plan without
+    the per-client reputation, its uploads and scalars unchanged (module docstring).
+
+    The rows whose reputations DUAL-SHIELD keeps at the GEO are LEOs; a tractor has none,
+    so it is sent none: an adaptive attacker then attacks on its schedule alone (its
+    documented behaviour without a broadcast reputation), and ``adaptive_dp``, which needs
+    one, is refused at load (:func:`geofl.config.validate.check_hierarchy_method`).
+    Aggregation and state stay the inner strategy's (the GEO step calls it directly).
+    """
+
+    def __init__(self, inner: Strategy) -> None:
+        self.inner = inner
+        self.uploads, self.scalars = inner.uploads, inner.scalars
+
+    def configure(self, round_idx: int, cohort: Sequence[int]) -> RoundPlan:
+        plan = self.inner.configure(round_idx, cohort)
+        extra = {
+            k: {n: v for n, v in mine.items() if n != REPUTATION_KEY}
+            for k, mine in plan.extra.items()
+        }
+        return replace(plan, extra=extra)
+
+    def aggregate(
+        self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
+    ) -> StrategyResult:
+        return self.inner.aggregate(round_idx, global_params, batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+
+def tractor_side(comps: RunComponents, geo: GeoStrategy) -> RunComponents:
+    """``comps`` with the strategy the tractors' collect step configures from: the method's
+    own under :class:`TractorPlan` when it runs at the GEO (:class:`ComposedGeo`), as is
+    for the paper's GEO (its FedAvg/FedProx plan holds no per-client state)."""
+    if not isinstance(geo, ComposedGeo):
+        return comps
+    return replace(comps, strategy=TractorPlan(comps.strategy))

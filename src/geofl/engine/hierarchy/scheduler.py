@@ -52,7 +52,13 @@ from geofl.engine.hierarchy.events import (
     TractorArrival,
     TractorUpdate,
 )
-from geofl.engine.hierarchy.geo import GeoResult, GeoStrategy, RobustAvgGeo, geo_batch
+from geofl.engine.hierarchy.geo import (
+    GeoResult,
+    GeoStrategy,
+    RobustAvgGeo,
+    geo_batch,
+    tractor_side,
+)
 from geofl.engine.hierarchy.handlers import HierarchyEvents
 from geofl.engine.hierarchy.links import Chi, SpaceLinks, driver_compresses
 from geofl.engine.hierarchy.personal import Personalization
@@ -118,7 +124,7 @@ class HierarchicalScheduler(HierarchyEvents):
             trim_fraction=cfg.trim_fraction,
             fairness=cfg.fairness,
         )
-        self.sync = SyncScheduler(comps, seed=seed, allowed=allowed)
+        self.sync = SyncScheduler(tractor_side(comps, self.geo), seed=seed, allowed=allowed)
         self.c, self.cfg, self.topo, self.contacts = comps, cfg, topology, contacts
         self.seed = seed
         # Client steps run in this process (tractors hold different model versions).
