@@ -48,6 +48,7 @@ import json
 import logging
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
@@ -72,10 +73,16 @@ from geofl.governance.permissions import (
     PermissionState as PolicyState,
 )
 from geofl.governance.reputation import NodeObservation, ReputationTracker
-from geofl.records import RejectionReason, RoundRecord
+from geofl.records import Rejection, RejectionReason, RoundRecord
 from geofl.server.consistency import consistency_scores
 
-__all__ = ["COORDINATOR", "GovernanceProcess", "node_name", "rule_document"]
+__all__ = [
+    "COORDINATOR",
+    "GovernanceProcess",
+    "node_name",
+    "rule_document",
+    "validation_rejected",
+]
 
 log = logging.getLogger("geofl")
 
@@ -83,7 +90,6 @@ log = logging.getLogger("geofl")
 COORDINATOR = "coordinator"
 #: Node id of the audit node.
 AUDITOR = "auditor"
-#: A lost upload is a participation failure, not a validation rejection.
 
 
 def node_name(client: int) -> str:
@@ -261,9 +267,7 @@ class GovernanceProcess:
     def _permissions(
         self, r: int, record: RoundRecord, comps: dict[int, Any]
     ) -> list[dict[str, Any]]:
-        rejected = {
-            x.client for x in record.rejected if x.reason != RejectionReason.LOST_IN_TRANSIT
-        }
+        rejected = validation_rejected(record.rejected)
         obs = {
             n: PermissionObservation(
                 reputation=c.reputation, failure_streak=c.miss_streak, rejected=n in rejected
@@ -313,3 +317,13 @@ class GovernanceProcess:
 def dumps(entry: dict[str, Any]) -> str:
     """One JSON line of the governance log."""
     return json.dumps(entry, sort_keys=True, default=str)
+
+
+def validation_rejected(rejections: Iterable[Rejection]) -> set[int]:
+    """The clients whose update server validation refused (000 §3.5.3's watchlist trigger).
+
+    Only a malformed update is the node's fault: an upload lost in transit, one the 003
+    uplink held back on the tractor (NQI below τ, or the checkpointer's cosine gate) and a
+    round the client declined for its privacy budget are not rejections by validation.
+    """
+    return {x.client for x in rejections if x.reason == RejectionReason.MALFORMED}
