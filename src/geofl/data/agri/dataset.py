@@ -29,6 +29,7 @@ from geofl.data.agri.catalog import (
     AgroRegion,
     geography_regions,
 )
+from geofl.data.agri.harder import RuleThresholds, flip_labels, regional_thresholds
 from geofl.data.agri.pipeline import task_a_samples, task_b_samples
 from geofl.data.agri.synthetic import generate_blocks
 from geofl.data.agri.tables import FieldBlocks
@@ -40,9 +41,20 @@ __all__ = ["SyntheticAgriParams", "blocks_to_dataset", "build_synthetic_agri"]
 AgriTask = Literal["nutrient", "stress"]
 
 
-def blocks_to_dataset(blocks: FieldBlocks, task: AgriTask, name: str) -> ArrayDataset:
-    """Run the §3.1.1 feature and label construction for ``task`` over ``blocks``."""
-    samples = task_a_samples(blocks) if task == "nutrient" else task_b_samples(blocks)
+def blocks_to_dataset(
+    blocks: FieldBlocks, task: AgriTask, name: str, rule: RuleThresholds | None = None
+) -> ArrayDataset:
+    """Run the §3.1.1 feature and label construction for ``task`` over ``blocks``.
+
+    ``rule`` gives Task B's per-block thresholds (:mod:`geofl.data.agri.harder`); None is
+    the paper's rule.
+    """
+    if task == "nutrient":
+        samples = task_a_samples(blocks)
+    elif rule is None:
+        samples = task_b_samples(blocks)
+    else:
+        samples = task_b_samples(blocks, k_sigma=rule.k_sigma, evi_margin=rule.evi_margin)
     b = samples.block
     meta = {
         "farm": np.asarray(blocks.farm)[b],
@@ -102,7 +114,24 @@ class SyntheticAgriParams(BaseModel):
     acquisitions: int = Field(2, ge=1, le=7, description="imagery acquisitions per week")
     cloud_rate: float = Field(0.3, ge=0, lt=1, description="share of cloudy acquisitions")
     cloud_max: float = Field(0.2, ge=0, le=1, description="cloud mask: largest usable fraction")
-    stress_scale: float = Field(1.0, gt=0, description="multiplier of the stress-event odds")
+    stress_scale: float = Field(
+        1.0, gt=0, description="multiplier of the stress-event odds (< 1: rarer stress)"
+    )
+    regional_shift: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Task B: regional drift s of the stress rule's thresholds, k_r = "
+        "1.0(1 + s c_r), m_r = 0.08(1 + s c_r), c_r over [-1, 1] by region (003 §4.5 label "
+        "drift); 0 = the paper's rule",
+    )
+    label_noise: float = Field(
+        0.0,
+        ge=0,
+        lt=0.5,
+        description="Task B: probability that a label is flipped (cloud residue in the "
+        "composites the rule reads, 003 §3.1.1); 0 = none",
+    )
 
     @model_validator(mode="after")
     def _regions_in_geography(self) -> Self:
@@ -111,6 +140,10 @@ class SyntheticAgriParams(BaseModel):
                 f"farms_per_region {self.farms_per_region}: every region needs ≥ 1 farm"
             )
         geography_regions(self.geography, len(self.farms_per_region))  # ValueError: too many
+        if self.task == "nutrient" and (self.regional_shift or self.label_noise):
+            raise ValueError(
+                "regional_shift and label_noise change Task B's labels: drop them for task nutrient"
+            )
         return self
 
 
@@ -141,12 +174,24 @@ def build_synthetic_agri(params: SyntheticAgriParams, *, cache_dir: Path) -> Arr
         stress_scale=params.stress_scale,
         geography=params.geography,
     )
-    data = blocks_to_dataset(blocks, params.task, f"synthetic_agri_{params.task}")
+    data = _task_dataset(blocks, params)
     if params.geography == "paper3":
         return data
     return _with_region_centres(
         data, geography_regions(params.geography, len(params.farms_per_region))
     )
+
+
+def _task_dataset(blocks: FieldBlocks, params: SyntheticAgriParams) -> ArrayDataset:
+    """The task's rows, with Task B's regional drift and label noise when asked for."""
+    name = f"synthetic_agri_{params.task}"
+    if params.task == "nutrient" or (params.regional_shift == 0 and params.label_noise == 0):
+        return blocks_to_dataset(blocks, params.task, name)
+    regions = len(params.farms_per_region)
+    rule = regional_thresholds(np.asarray(blocks.region), regions, params.regional_shift)
+    data = blocks_to_dataset(blocks, params.task, name, rule)
+    noisy = flip_labels(np.asarray(data.targets), params.label_noise, params.seed)
+    return replace(data, targets=torch.from_numpy(noisy))
 
 
 def _with_region_centres(data: ArrayDataset, regions: tuple[AgroRegion, ...]) -> ArrayDataset:

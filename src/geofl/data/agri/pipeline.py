@@ -149,23 +149,35 @@ def nutrient_target(blocks: FieldBlocks) -> np.ndarray:
     return np.asarray(np.maximum(demand - 0.1 * soil_n, 0.0))
 
 
-def stress_labels(ndvi: np.ndarray, evi: np.ndarray, group: np.ndarray) -> np.ndarray:
+def stress_labels(
+    ndvi: np.ndarray,
+    evi: np.ndarray,
+    group: np.ndarray,
+    *,
+    k_sigma: np.ndarray | float = 1.0,
+    evi_margin: np.ndarray | float = 0.08,
+) -> np.ndarray:
     """Task B's deterministic stress label (003 §3.1.1, "Task B Label Rule"), ``[B, W]``.
 
     For weeks t ≥ 8 with μ_NDVI, σ_NDVI, μ_EVI over weeks t−8..t−1:
 
-        y_t = [NDVI(t) < μ_NDVI − 1.0·σ_NDVI] ∧ [EVI(t) < μ_EVI − 0.08] ∧ [NDVI(t) < q20]
+        y_t = [NDVI(t) < μ_NDVI − k·σ_NDVI] ∧ [EVI(t) < μ_EVI − m] ∧ [NDVI(t) < q20]
 
     where q20 is the 20th percentile (numpy's linear rule) of NDVI(t) over the labelled
     weeks of the block's crop-and-region ``group``. σ is the sample standard deviation
     (ddof 1, as a pandas rolling window). The paper estimates q20 on the training set; the
     engine splits after labelling (stratified by label), so we take it over every labelled
     week of the group. Weeks before 8 are 0 and not used as samples.
+    k = 1.0 and m = 0.08 are the paper's; ``k_sigma`` / ``evi_margin`` give others
+    (scalars, or ``[B]`` per block: the regional label drift of
+    :mod:`geofl.data.agri.harder`).
 
     Args:
         ndvi: ``[B, W]`` cloud-masked weekly NDVI.
         evi: ``[B, W]`` cloud-masked weekly EVI.
         group: ``[B]`` int64 crop × region code of each block.
+        k_sigma: σ multiplier k of condition (i), scalar or ``[B]``.
+        evi_margin: EVI margin m of condition (ii), scalar or ``[B]``.
     """
     b, w = ndvi.shape
     k = BASELINE_WEEKS
@@ -180,7 +192,10 @@ def stress_labels(ndvi: np.ndarray, evi: np.ndarray, group: np.ndarray) -> np.nd
     for g in np.unique(group):
         rows = group == g
         q20[rows] = np.quantile(now_n[rows], 0.2)
-    y[:, k:] = (now_n < mu - sigma) & (now_e < win_e.mean(axis=2) - 0.08) & (now_n < q20)
+    ks = np.broadcast_to(np.asarray(k_sigma, dtype=np.float64), (b,))[:, None]
+    margin = np.broadcast_to(np.asarray(evi_margin, dtype=np.float64), (b,))[:, None]
+    below_mean = (now_n < mu - ks * sigma) & (now_e < win_e.mean(axis=2) - margin)
+    y[:, k:] = below_mean & (now_n < q20)
     return y
 
 
@@ -265,8 +280,17 @@ def task_a_samples(blocks: FieldBlocks, first_week: int = 2) -> AgriSamples:
     return AgriSamples(x.astype(np.float32), TASK_A_FEATURES, y.astype(np.float32), block, week)
 
 
-def task_b_samples(blocks: FieldBlocks) -> AgriSamples:
-    """Task B (crop stress): rows (block, week ≥ 8), 52 columns from weeks t−2..t only."""
+def task_b_samples(
+    blocks: FieldBlocks,
+    *,
+    k_sigma: np.ndarray | float = 1.0,
+    evi_margin: np.ndarray | float = 0.08,
+) -> AgriSamples:
+    """Task B (crop stress): rows (block, week ≥ 8), 52 columns from weeks t−2..t only.
+
+    ``k_sigma`` and ``evi_margin`` are the label rule's thresholds (:func:`stress_labels`;
+    the paper's 1.0 and 0.08 by default).
+    """
     w = blocks.weekly
     ndvi, evi = w["ndvi"], w["evi"]
     cols = {
@@ -288,7 +312,7 @@ def task_b_samples(blocks: FieldBlocks) -> AgriSamples:
     region = np.asarray(blocks.region)
     stride = max(8, int(region.max()) + 1) if region.size else 8  # 8: codes of 003's regions
     group = np.asarray(blocks.crop) * stride + region
-    labels = stress_labels(ndvi, evi, group)
+    labels = stress_labels(ndvi, evi, group, k_sigma=k_sigma, evi_margin=evi_margin)
     x, block, week = _assemble(blocks, cols, TASK_B_FEATURES, BASELINE_WEEKS)
     y = labels[:, BASELINE_WEEKS:].reshape(-1)
     return AgriSamples(x.astype(np.float32), TASK_B_FEATURES, y.astype(np.int64), block, week)
