@@ -158,12 +158,30 @@ class HierarchyEvents:
         version = int(self.cluster_version[cluster])
         sender = self._driver_id(cluster)
         p = self.links.driver_send(
-            cluster, sender, model, self.versions[version], version, sat, now
+            cluster,
+            sender,
+            model,
+            self.versions[version],
+            version,
+            sat,
+            now,
+            from_updates=self._averages_updates(model, version),
         )
         self._stats.hop(
             "driver_leo", sent=1, nbytes=p.nbytes, airtime_s=p.airtime_s, energy=p.energy
         )
         return p
+
+    def _averages_updates(self, model: TierModel, version: int) -> bool:
+        """Whether the driver's upload w̄_c − w^{v_c} is exactly its average of the tractors'
+        updates: a FedAvg driver (no robust combiner: a median of models is not the median
+        of updates plus the base) whose tractors all trained from w^{v_c} itself (none
+        from a personalized model or another global version)."""
+        return (
+            self.driver_combiner is None
+            and self.personal is None
+            and all(r == version + 1 for r in model.client_rounds)
+        )
 
     def _leo(self, now: float, ev: LeoArrival) -> None:
         p = ev.packet
