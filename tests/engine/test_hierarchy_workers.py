@@ -111,3 +111,15 @@ def test_config_validate_accepts_workers_on_a_hierarchy_method(tmp_path: Path) -
     raw = agri_raw(HIER)
     raw["federation"]["workers"] = 2
     validate_config(config(tmp_path, raw))  # no ConfigError
+
+
+def test_model_slots_one_for_flat_a_few_for_the_hierarchy_within_the_memory_cap(
+    tmp_path: Path,
+) -> None:
+    flat = config(tmp_path, agri_raw(None), "flat").methods[0]
+    hier = config(tmp_path, agri_raw(HIER), "hier").methods[0]
+    assert workers_mod.model_slots(flat, 1000) == 1
+    assert workers_mod.model_slots(hier, 1000) == workers_mod.HELD_SLOTS
+    huge = workers_mod.HELD_SLOT_BYTES // 4  # one slot fills the cap
+    assert workers_mod.model_slots(hier, huge) == 1
+    assert workers_mod.model_slots(hier, huge // 2) == 2
