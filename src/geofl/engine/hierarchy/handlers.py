@@ -173,12 +173,16 @@ class HierarchyEvents:
         return p
 
     def _averages_updates(self, model: TierModel, version: int) -> bool:
-        """Whether the driver's upload w̄_c − w^{v_c} is exactly its average of the tractors'
-        updates: a FedAvg driver (no robust combiner: a median of models is not the median
-        of updates plus the base) whose tractors all trained from w^{v_c} itself (none
-        from a personalized model or another global version)."""
+        """Whether the driver sends its average of the tractors' updates as u_c: it sends
+        raw float32, and w̄_c − w^{v_c} is exactly that average — a FedAvg driver (no
+        robust combiner: a median of models is not the median of updates plus the base)
+        whose tractors all trained from w^{v_c} itself (none from a personalized model or
+        another global version). A compressing driver keeps u_c = w̄_c − w^{v_c} as 003
+        writes it: its 4-bit codec's error dwarfs the subtraction's rounding, and its runs
+        stay as they were."""
         return (
-            self.driver_combiner is None
+            not self.links.compress
+            and self.driver_combiner is None
             and self.personal is None
             and all(r == version + 1 for r in model.client_rounds)
         )

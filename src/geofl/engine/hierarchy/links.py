@@ -252,7 +252,7 @@ class SpaceLinks:
 
         ``from_updates``: u_c is taken as the driver's average of its tractors' updates
         (``model.delta``), which equals w̄_c − w^{v_c} in exact arithmetic when every
-        tractor trained from w^{v_c} and the driver averages; computed so it carries no
+        tractor trained from w^{v_c} and the driver averages; sent raw, it then carries no
         rounding of subtracting two nearly equal models (what makes the degenerate
         hierarchy — one cluster, one LEO, no delay — equal flat FedAvg bit for bit)."""
         pipe = Pipeline.COMPRESSED if self.compress else Pipeline.RAW
