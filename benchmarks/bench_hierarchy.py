@@ -20,12 +20,33 @@ tier (``time_s.aggregate``); rounds per second is 1 / the median round. The 10,0
 run has fewer rounds (``--rounds-large``) because its client steps alone take seconds per
 round; rates are per round, so the ratio 10,000 / 120 compares like with like. Both sizes
 run in this one process, back to back.
+
+Three more measurements, each on its own flag (issues 32 and 36):
+
+* ``--batched``: the batched client step (``federation.batch_clients: auto``) vs the
+  sequential one at 120 and ``--large`` tractors, interleaved size by size in this process:
+  rounds per second and the client steps' µs per tractor of both paths.
+
+* ``--workers-compare``: ``federation.workers`` 2 vs 1 on the asynchronous hierarchy at 120
+  tractors with client steps worth parallelising (``--worker-hidden``, ``--worker-steps``):
+  both runs built in this process, their rounds interleaved (round r of one, then of the
+  other, so load drifts hit both alike); median round and client-step time after round 1,
+  the ratio 1 ÷ 2 workers, and whether the final model hashes agree (bit-identity).
+* ``--refactor-cost OLD_SRC``: the refactor's cost on a hierarchy round at 120 tractors —
+  the same benchmark round (the tiny model above, so the engine dominates) with the old
+  tree (``git archive c899965 src | tar -x -C /tmp/h32w_base``; pass ``/tmp/h32w_base/src``)
+  and this tree, each in a child process with that tree on ``PYTHONPATH``, children
+  alternating old/new ``--pairs`` times; the ratio new ÷ old of the median round.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,7 +62,15 @@ from geofl.engine.run import FederatedRun
 SEED = 1
 
 
-def _raw(tractors: int, rounds: int, uplink: bool) -> dict[str, Any]:
+def _raw(
+    tractors: int,
+    rounds: int,
+    uplink: bool,
+    *,
+    hidden: int = 1,
+    steps: int = 1,
+    workers: int = 1,
+) -> dict[str, Any]:
     method: dict[str, Any] = {
         "name": "hier",
         "partition": {"name": "group", "key": "tractor"},
@@ -65,9 +94,9 @@ def _raw(tractors: int, rounds: int, uplink: bool) -> dict[str, Any]:
             "bands": "all",
             "split": {"val": 0.05, "test": 0.05},
         },
-        "model": {"name": "mlp", "params": {"hidden": [1]}},
-        "train": {"optimizer": "sgd", "lr": 0.01, "batch_size": 8, "local_steps": 1},
-        "federation": {"num_clients": tractors, "rounds": rounds},
+        "model": {"name": "mlp", "params": {"hidden": [hidden]}},
+        "train": {"optimizer": "sgd", "lr": 0.01, "batch_size": 8, "local_steps": steps},
+        "federation": {"num_clients": tractors, "rounds": rounds, "workers": workers},
         "methods": [method],
     }
 
@@ -153,6 +182,120 @@ def compare_batched(args: argparse.Namespace) -> None:
         )
 
 
+def _worker_run(
+    workers: int, rounds: int, hidden: int, steps: int, tmp: Path
+) -> tuple[FederatedRun, Any]:
+    """A 120-tractor asynchronous hierarchy run with ``workers`` worker processes started
+    (as :meth:`FederatedRun.run` starts them); returns the run and its pool (or None)."""
+    path = tmp / f"w{workers}.yaml"
+    raw = _raw(120, rounds, False, hidden=hidden, steps=steps, workers=workers)
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path)
+    ds = load_dataset(cfg)
+    splits, parts = _plan(cfg, ds)
+    data = prepare_split(ds, cfg, SEED, splits[SEED])
+    run = FederatedRun(cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / f"w{workers}")
+    return run, run._start_workers()
+
+
+def workers_compare(rounds: int, hidden: int, steps: int) -> None:
+    """``federation.workers`` 2 vs 1 on the hierarchy, rounds interleaved (module docstring)."""
+    with tempfile.TemporaryDirectory() as d:
+        runs = {n: _worker_run(n, rounds, hidden, steps, Path(d)) for n in (1, 2)}
+        params = {n: r.init_params for n, (r, _) in runs.items()}
+        total: dict[int, list[float]] = {1: [], 2: []}
+        train: dict[int, list[float]] = {1: [], 2: []}
+        hashes: dict[int, str] = {}
+        try:
+            for r in range(1, rounds + 1):
+                for n, (run, _) in runs.items():
+                    out = run.scheduler.round(params[n], r)
+                    run.comps.store.commit()
+                    params[n] = out.params
+                    hashes[n] = out.record.model_sha256 or ""
+                    if r > 1:  # round 1 starts the worker processes
+                        total[n].append(out.record.time_s["total"])
+                        train[n].append(out.record.time_s["train"])
+        finally:
+            for _, pool in runs.values():
+                if pool is not None:
+                    pool.close()
+    med = {n: (statistics.median(total[n]), statistics.median(train[n])) for n in (1, 2)}
+    rows = [[n, 1e3 * med[n][0], 1e3 * med[n][1], hashes[n][:12]] for n in (1, 2)]
+    print_table(
+        ["workers", "round_ms", "client_steps_ms", "model_sha256"],
+        rows,
+        title=f"hierarchy, 120 tractors, MLP [{hidden}], {steps} local steps, "
+        f"median of rounds 2..{rounds}",
+    )
+    print(
+        f"speed-up 1 → 2 workers: round ×{med[1][0] / med[2][0]:.2f}, client steps "
+        f"×{med[1][1] / med[2][1]:.2f}; final models bit-identical: "
+        f"{hashes[1] == hashes[2]}"
+    )
+
+
+def _child_measure(rounds: int, tmp: Path) -> dict[str, float]:
+    """:func:`_measure` at 120 tractors plus the median process CPU time of a scheduler
+    round (``cpu_ms``: what this process computed, not the time other processes held the
+    core — the figure a loaded machine inflates least)."""
+    try:
+        from geofl.engine.hierarchy.scheduler import HierarchicalScheduler as Sched
+    except ImportError:  # the tree before issue 32's refactor: one module
+        from geofl.engine.hierarchy import HierarchicalScheduler as Sched  # type: ignore[attr-defined,no-redef]
+    cpu: list[float] = []
+    plain = Sched.round
+
+    def timed(self: Any, params: Any, r: int) -> Any:
+        t0 = time.process_time()
+        out = plain(self, params, r)
+        cpu.append(time.process_time() - t0)
+        return out
+
+    Sched.round = timed  # type: ignore[method-assign]
+    try:
+        row = _measure(120, rounds, False, tmp)
+    finally:
+        Sched.round = plain  # type: ignore[method-assign]
+    return {**row, "cpu_ms": 1e3 * statistics.median(cpu)}
+
+
+def _child_round_ms(src: str, rounds: int) -> dict[str, float]:
+    """One child process with ``src`` on ``PYTHONPATH``: :func:`_measure` at 120 tractors."""
+    env = {**os.environ, "PYTHONPATH": src}
+    cmd = [sys.executable, __file__, "--child", "--rounds", str(rounds)]
+    got = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    row: dict[str, float] = json.loads(got.stdout.strip().splitlines()[-1])
+    return row
+
+
+def refactor_cost(old_src: str, rounds: int, pairs: int) -> None:
+    """The median hierarchy round with the old tree vs this one, children alternating."""
+    new_src = str(Path(__file__).resolve().parents[1] / "src")
+    got: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    for _ in range(pairs):
+        for side, src in (("old", old_src), ("new", new_src)):
+            got[side].append(_child_round_ms(src, rounds))
+    keys = ["total_ms", "cpu_ms", "train_ms", "clock_ms", "aggregate_ms"]
+    med = {s: {k: statistics.median(r[k] for r in rows) for k in keys} for s, rows in got.items()}
+    print_table(
+        ["tree", *keys],
+        [[s, *(med[s][k] for k in keys)] for s in ("old", "new")],
+        title=f"hierarchy round at 120 tractors: median over {pairs} children × "
+        f"{rounds} rounds each (old: {old_src})",
+    )
+    ratio = med["new"]["total_ms"] / med["old"]["total_ms"]
+    cpu_ratio = med["new"]["cpu_ms"] / med["old"]["cpu_ms"]
+    per_pair = [n["total_ms"] / o["total_ms"] for o, n in zip(got["old"], got["new"], strict=True)]
+    cpu_pair = [n["cpu_ms"] / o["cpu_ms"] for o, n in zip(got["old"], got["new"], strict=True)]
+    print(
+        f"refactor cost: new ÷ old round = {ratio:.3f} ({100 * (ratio - 1):+.1f} %) wall, "
+        f"{cpu_ratio:.3f} ({100 * (cpu_ratio - 1):+.1f} %) process CPU; per pair wall "
+        f"{', '.join(f'{x:.3f}' for x in per_pair)}, CPU "
+        f"{', '.join(f'{x:.3f}' for x in cpu_pair)} (target ≤ 1.05)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=100)
@@ -160,6 +303,12 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=10_000)
     ap.add_argument("--uplink", action="store_true", help="tractors upload over the 003 uplink")
     ap.add_argument("--quick", action="store_true", help="smoke mode: 3 rounds, 240 tractors")
+    ap.add_argument("--workers-compare", action="store_true", help="2 workers vs 1 only")
+    ap.add_argument("--worker-hidden", type=int, default=256)
+    ap.add_argument("--worker-steps", type=int, default=20)
+    ap.add_argument("--refactor-cost", metavar="OLD_SRC", help="old tree vs this one only")
+    ap.add_argument("--pairs", type=int, default=3, help="old/new children (--refactor-cost)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
         "--batched", action="store_true", help="batched vs sequential client steps (issue 36)"
     )
@@ -167,10 +316,21 @@ def main() -> None:
     if args.quick:
         args.rounds, args.rounds_large, args.large = 3, 1, 240
     set_threads(1)
+    if args.child:  # one measurement for --refactor-cost, as JSON on the last line
+        with tempfile.TemporaryDirectory() as d:
+            print(json.dumps(_child_measure(args.rounds, Path(d))))
+        return
     header("bench_hierarchy", args)
     t_start = time.perf_counter()
     if args.batched:
         compare_batched(args)
+        footer(t_start)
+        return
+    if args.workers_compare or args.refactor_cost:
+        if args.workers_compare:
+            workers_compare(args.rounds, args.worker_hidden, args.worker_steps)
+        if args.refactor_cost:
+            refactor_cost(args.refactor_cost, args.rounds, args.pairs)
         footer(t_start)
         return
     with tempfile.TemporaryDirectory() as d:

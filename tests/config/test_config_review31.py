@@ -104,7 +104,6 @@ REFUSED = [
         ["methods.1.hierarchy.driver_aggregator={name: krum}"],
         "methods.1.hierarchy.driver_aggregator.name",
     ),
-    (HIER, ["federation.workers=2"], "federation.workers"),
     (HIER, ["data.cache=mmap"], "data.cache"),
     # registries' documented refusals (checked at load by both since before)
     ("demo", [FLAME], "methods.1.weighting.name"),

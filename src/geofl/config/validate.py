@@ -165,12 +165,13 @@ def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: s
     """Refuse what the 003 hierarchy cannot run (``method.hierarchy`` set), from the config
     alone: a server side with no meaning at the GEO (``_GEO_REFUSED``, or a weighting that
     needs per-client metadata), DUAL-SHIELD where its per-LEO reputations cannot exist or
-    feed ADP, Krum with fewer LEOs than it needs, or client worker processes.
+    feed ADP, or Krum with fewer LEOs than it needs. (``federation.workers`` > 1 is
+    fine: each worker job carries the model version its tractor holds.)
     ``geofl run`` (via :func:`geofl.engine.hierarchy.build.build_scheduler`) and
     ``config validate`` both call this, so they refuse alike.
 
     Args:
-        cfg: The experiment (for ``federation.workers`` and ``num_clients``).
+        cfg: The experiment (for ``num_clients``).
         method: The method to check.
         where: Its config path, ``methods.<i>``.
 
@@ -190,12 +191,6 @@ def check_hierarchy_method(cfg: ExperimentConfig, method: MethodConfig, where: s
         combiner = getattr(hier, tier)
         if combiner is not None:
             _check_tier_combiner(combiner, f"{where}.hierarchy.{tier}")
-    if (cfg.federation.workers or 1) > 1:
-        raise ConfigError(
-            "federation.workers",
-            "the hierarchy runs client steps in this process (tractors hold different "
-            "model versions): set workers to 1",
-        )
     if hier.leo.contacts == "orbit":  # sgp4 propagates the TLEs
         require_extra("space", f"{where}.hierarchy.leo.contacts", "or set it to ideal")
 

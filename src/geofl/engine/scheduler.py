@@ -145,8 +145,6 @@ class SyncScheduler:
         ``held(k)``: the model client k trains from when clients hold different versions
         (the asynchronous hierarchy); None: every client trains from ``global_params``.
         """
-        if held is not None and self.runner is not None:
-            raise ValueError("clients holding different model versions run in this process")
         if self.runner is None and self.c.batched is not None:
             yield from self._batched_steps(global_params, directives, held)
             return
@@ -158,7 +156,10 @@ class SyncScheduler:
                 except BudgetExhaustedError as err:
                     yield err
             return
-        jobs = [ClientJob(d, self.c.store.get(d.client_id)) for d in directives]
+        jobs = [
+            ClientJob(d, self.c.store.get(d.client_id), None if held is None else held(d.client_id))
+            for d in directives
+        ]
         for d, res in zip(directives, self.runner(global_params, jobs), strict=True):
             if isinstance(res, ClientResult):
                 self.c.store.stage(d.client_id, res.state)

@@ -24,10 +24,20 @@ __all__ = ["ClientJob", "ClientRunner", "LostUpload", "StepOutcome"]
 
 @dataclass(frozen=True)
 class ClientJob:
-    """One client step to run: its directives and its committed state."""
+    """One client step to run: its directives, its committed state and, when clients hold
+    different model versions, the model it starts from.
+
+    Attributes:
+        directives: The round's directives for the client.
+        state: The client's committed state.
+        held: ``[D]`` the model this client trains from — in the asynchronous 003
+            hierarchy a tractor trains from the global version it last adopted (or its
+            personalized model), not the GEO's newest; None: the round's global model.
+    """
 
     directives: ClientDirectives
     state: ClientState
+    held: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -46,8 +56,9 @@ StepOutcome = ClientResult | BudgetExhaustedError | LostUpload
 class ClientRunner(Protocol):
     """Runs a round's client steps somewhere else (worker processes, Flower sites).
 
-    Called with the round's global model (``[D]``, read-only) and its jobs; yields one
-    outcome per job, in job order — the scheduler consumes them in that order, so the
+    Called with the round's global model (``[D]``, read-only) and its jobs; a job whose
+    :attr:`ClientJob.held` is set starts from that model instead. Yields one outcome per
+    job, in job order — the scheduler consumes them in that order, so the
     round is the same whichever process ran which client.
     """
 

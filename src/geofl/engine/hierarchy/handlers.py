@@ -35,11 +35,11 @@ from geofl.engine.hierarchy.events import (
 from geofl.engine.hierarchy.links import Chi, SpaceLinks
 from geofl.engine.hierarchy.personal import Personalization
 from geofl.engine.hierarchy.stats import HierarchyStats
-from geofl.engine.hierarchy.tiers import driver_fedavg, leo_regional
+from geofl.engine.hierarchy.tiers import DriverMean, driver_fedavg, leo_regional
 from geofl.engine.hierarchy.topology import Topology
 from geofl.hierarchy.clusters import DriverMonitor
 from geofl.network.rural import sample_link_states
-from geofl.server.tier import Tier
+from geofl.server.tier import FlatTier, Tier
 
 __all__ = ["HierarchyEvents"]
 
@@ -185,12 +185,35 @@ class HierarchyEvents:
         version = int(self.cluster_version[cluster])
         sender = self._driver_id(cluster)
         p = self.links.driver_send(
-            cluster, sender, model, self.versions[version], version, sat, now
+            cluster,
+            sender,
+            model,
+            self.versions[version],
+            version,
+            sat,
+            now,
+            from_updates=self._averages_updates(model, version),
         )
         self._stats.hop(
             "driver_leo", sent=1, nbytes=p.nbytes, airtime_s=p.airtime_s, energy=p.energy
         )
         return p
+
+    def _averages_updates(self, model: TierModel, version: int) -> bool:
+        """Whether the driver sends its average of the tractors' updates as u_c: it sends
+        raw float32, and w̄_c − w^{v_c} is exactly that average — a FedAvg driver (no
+        robust combiner: a median of models is not the median of updates plus the base)
+        whose tractors all trained from w^{v_c} itself (none from a personalized model or
+        another global version). A compressing driver keeps u_c = w̄_c − w^{v_c} as 003
+        writes it: its 4-bit codec's error dwarfs the subtraction's rounding, and its runs
+        stay as they were."""
+        return (
+            not self.links.compress
+            and isinstance(self.driver_tier, FlatTier)
+            and isinstance(self.driver_tier.aggregator, DriverMean)
+            and self.personal is None
+            and all(r == version + 1 for r in model.client_rounds)
+        )
 
     def _leo(self, now: float, ev: LeoArrival) -> None:
         p = ev.packet

@@ -372,13 +372,22 @@ class SpaceLinks:
         base_version: int,
         sat: int,
         now_s: float,
+        *,
+        from_updates: bool = False,
     ) -> SpacePacket:
         """The driver's upload u_c = w̄_c − w^{v_c} (``base`` = w^{v_c}), encoded with
         error feedback (residual per cluster), tagged (t', ``now_s``) and sealed for LEO
-        ``sat``."""
+        ``sat``.
+
+        ``from_updates``: u_c is taken as the driver's average of its tractors' updates
+        (``model.delta``), which equals w̄_c − w^{v_c} in exact arithmetic when every
+        tractor trained from w^{v_c} and the driver averages; sent raw, it then carries no
+        rounding of subtracting two nearly equal models (what makes the degenerate
+        hierarchy — one cluster, one LEO, no delay — equal flat FedAvg bit for bit)."""
         pipe = Pipeline.COMPRESSED if self.compress else Pipeline.RAW
+        u = model.delta if from_updates else model.model - base
         enc, residual = encode_with_feedback(
-            model.model - base, self.residual.get(cluster), pipe, self.cfg.pipelines
+            u, self.residual.get(cluster), pipe, self.cfg.pipelines
         )
         if self.compress and residual is not None:
             self.residual[cluster] = residual

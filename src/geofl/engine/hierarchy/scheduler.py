@@ -127,8 +127,6 @@ class HierarchicalScheduler(HierarchyEvents):
         self.sync = SyncScheduler(tractor_side(comps, self.geo), seed=seed, allowed=allowed)
         self.c, self.cfg, self.topo, self.contacts = comps, cfg, topology, contacts
         self.seed = seed
-        # Client steps run in this process (tractors hold different model versions).
-        self.runner: ClientRunner | None = None
         self.previous_aggregate: torch.Tensor | None = None
         self._geo_error: str | None = None  # why this round's GEO step failed
         n_t, n_c = len(comps.clients), topology.clusters.num_clusters
@@ -177,6 +175,19 @@ class HierarchicalScheduler(HierarchyEvents):
             if topology.region is None:
                 raise ValueError("personalization needs the tractors' regions (topology.region)")
             self.personal = Personalization(cfg.personalization, topology.region)
+
+    @property
+    def runner(self) -> ClientRunner | None:
+        """Where the tractors' client steps run (``federation.workers`` worker processes,
+        :class:`~geofl.engine.workers.ClientWorkers`); None: in this process. It is the
+        synchronous scheduler's, whose :meth:`~SyncScheduler.collect` runs them: each job
+        carries the model version its tractor holds, so the run is bit-identical to one
+        worker whichever process trains which tractor."""
+        return self.sync.runner
+
+    @runner.setter
+    def runner(self, runner: ClientRunner | None) -> None:
+        self.sync.runner = runner
 
     # ---------------------------------------------------------------- one round
     def round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome:
