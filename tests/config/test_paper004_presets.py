@@ -54,7 +54,8 @@ def test_table3_has_the_paper_rows_and_compares_to_dual_shield() -> None:
         "backdoor-indicator": ("backdoor_indicator", "mean"),
         "dual-shield": ("dual_shield", "mean"),
     }
-    assert [m.attack is None for m in cfg.methods] == [True] + [False] * 6
+    # the clean row keeps the probe (fraction 0): the trigger's effect on the clean model
+    assert [m.attack.params["fraction"] for m in cfg.methods if m.attack] == [0.0] + [0.2] * 6
 
 
 def test_ablation_switches_and_table5_axes_and_table7_families() -> None:
@@ -70,10 +71,10 @@ def test_ablation_switches_and_table5_axes_and_table7_families() -> None:
     t7 = load_config("paper004-table7").methods
     families = {(m.attack.name, m.attack.params.get("boost", 1.0)) for m in t7 if m.attack}
     assert families == {
-        ("backdoor", 1.0),
+        ("backdoor", 4.0),
         ("backdoor", 8.0),
         ("edge_case", 1.0),
-        ("adaptive_cgf", 1.0),
+        ("adaptive_cgf", 4.0),
     }
     lams = [m.algorithm.params.get("lam") for m in load_config("paper004-table10").methods]
     assert lams == [None, 0.5, 1.0, 1.5, 2.0]
