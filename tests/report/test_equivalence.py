@@ -6,11 +6,16 @@ and df = 1 (Cauchy): F(t) = ½ + atan(t)/π. scipy is the cross-check, not the s
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from scipy import stats
+from tests.report.conftest import write_fake_run
 
+from geofl.report import write_summary
+from geofl.report.html import write_report
 from geofl.report.paired import (
     EQUIVALENCE_MARGIN,
     equivalence_test,
@@ -92,3 +97,21 @@ def test_paired_statistics_hold_tost_with_holm_per_metric() -> None:
     assert asr["noisy"]["holm_p"] > 0.05  # not significant, and still not "equal"
     html = paired_html(paired_statistics(values, "base"), {})
     assert "TOST ±0.05" in html and "<b>equivalent</b>" in html and "<b>inconclusive</b>" in html
+
+
+def test_summary_json_carries_the_tost_and_verdict(tmp_path: Path) -> None:
+    run = write_fake_run(tmp_path)
+    cfg = run / "config.yaml"
+    cfg.write_text(cfg.read_text() + "compare_to: fedavg\n")
+    paired = write_summary(run)["paired"]
+    assert paired["margin"] == EQUIVALENCE_MARGIN and paired["alpha"] == 0.05
+    # finals (conftest): fedavg 0.90/0.94, consistency 0.92/0.93 → d = .02, −.01, Δ .005,
+    # sd .0212132, se .015, df 1 (Cauchy: F(t) = ½ + atan(t)/π).
+    row = paired["metrics"]["accuracy"]["consistency"]
+    t_low, t_high = (0.005 + 0.05) / 0.015, (0.005 - 0.05) / 0.015
+    p = max(0.5 - math.atan(t_low) / math.pi, 0.5 + math.atan(t_high) / math.pi)
+    assert row["tost_p"] == pytest.approx(p)  # 0.1024: 2 seeds cannot show ±0.05
+    assert row["verdict"] == "inconclusive"
+    on_disk = json.loads((run / "summary.json").read_text())
+    assert on_disk["paired"]["metrics"]["accuracy"]["consistency"]["verdict"] == "inconclusive"
+    assert "TOST ±0.05" in write_report(run).read_text()
