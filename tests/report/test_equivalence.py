@@ -115,3 +115,12 @@ def test_summary_json_carries_the_tost_and_verdict(tmp_path: Path) -> None:
     on_disk = json.loads((run / "summary.json").read_text())
     assert on_disk["paired"]["metrics"]["accuracy"]["consistency"]["verdict"] == "inconclusive"
     assert "TOST ±0.05" in write_report(run).read_text()
+
+
+def test_no_tost_on_metrics_without_a_stated_margin() -> None:
+    values = {"rmse": {"base": {1: 3.0, 2: 3.1, 3: 2.9}, "x": {1: 3.0, 2: 3.1, 3: 2.9001}}}
+    row = paired_statistics(values, "base")["metrics"]["rmse"]["x"]
+    assert math.isnan(row["tost_p"]) and math.isnan(row["margin"])
+    assert row["verdict"] == "inconclusive"  # ±0.05 means nothing in RMSE units
+    html = paired_html(paired_statistics(values, "base"), {})
+    assert "no equivalence margin for this metric" in html

@@ -10,7 +10,8 @@ A; 004 Table 3 reports reference − method, the opposite sign). Then
 * raw p: two-sided paired t-test (``scipy.stats.ttest_rel``);
 * Holm p: Holm's step-down correction over the methods compared on that metric (one
   family per metric, as 004 Table 3 corrects its CDA and ASR columns separately);
-* equivalence: TOST (Schuirmann 1987) against a stated margin m — two one-sided t-tests of
+* equivalence (fraction metrics — accuracy, F1, ASR …; others have no stated margin and are
+  not tested): TOST (Schuirmann 1987) against a stated margin m — two one-sided t-tests of
   H₀: Δ ≤ −m and H₀: Δ ≥ +m, p_TOST = the larger one-sided p; the same decision as "the
   90 % CI of Δ lies inside (−m, m)". Its p-values get their own Holm family per metric.
 
@@ -33,6 +34,8 @@ from typing import Any
 
 import numpy as np
 from scipy import stats
+
+from geofl.report.stats import PERCENT_METRICS
 
 __all__ = [
     "ALPHA",
@@ -223,12 +226,22 @@ def paired_statistics(
                 s for s in seeds if s in base and math.isfinite(seeds[s]) and math.isfinite(base[s])
             ]
             a, b = [seeds[s] for s in shared], [base[s] for s in shared]
-            row: dict[str, Any] = dict(paired_test(a, b)) | equivalence_test(a, b, margin)
+            row: dict[str, Any] = dict(paired_test(a, b)) | _equivalence(metric, a, b, margin)
             row["n"], row["seeds"] = len(shared), shared
             rows[method] = row
         _correct(rows)
         out["metrics"][metric] = rows
     return out
+
+
+def _equivalence(
+    metric: str, a: Sequence[float], b: Sequence[float], margin: float
+) -> dict[str, float]:
+    """The TOST on a fraction metric; on others (loss, RMSE) a margin in their units is not
+    stated, so the test is not run (NaN) and the verdict can only be differs/inconclusive."""
+    if metric in PERCENT_METRICS:
+        return equivalence_test(a, b, margin)
+    return {"margin": math.nan, "tost_p": math.nan, "ci90_low": math.nan, "ci90_high": math.nan}
 
 
 def _correct(rows: Mapping[str, dict[str, Any]]) -> None:
@@ -263,9 +276,16 @@ def _cell(row: Mapping[str, Any]) -> str:
     return (
         f"n = {row['n']}; Δ = {f(row['mean_diff'], '+')}; d<sub>z</sub> = {dz}; 95 % CI "
         f"[{f(row['ci_low'])}, {f(row['ci_high'])}]; raw p {_p(row['p'])}; "
-        f"Holm p {_p(row['holm_p'])}; TOST ±{row.get('margin', EQUIVALENCE_MARGIN):g} Holm p "
-        f"{_p(row.get('tost_holm_p', math.nan))}: <b>{escape(str(row.get('verdict', '–')))}</b>"
+        f"Holm p {_p(row['holm_p'])}; {_tost(row)}: "
+        f"<b>{escape(str(row.get('verdict', '–')))}</b>"
     )
+
+
+def _tost(row: Mapping[str, Any]) -> str:
+    margin = row.get("margin")
+    if not isinstance(margin, int | float) or not math.isfinite(margin):
+        return "no equivalence margin for this metric"
+    return f"TOST ±{margin:g} Holm p {_p(row.get('tost_holm_p', math.nan))}"
 
 
 def paired_html(paired: Mapping[str, Any], labels: Mapping[str, str]) -> str:
