@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from geofl.attacks.inversion import (
     InversionParams,
     infer_label,
+    inversion_curve,
     invert_gradients,
     model_gradients,
     reconstruction_quality,
@@ -90,3 +92,35 @@ def test_analysis_is_registered_and_writes_json_and_figure(tmp_path: Path) -> No
     assert written == result
     assert [b["epsilon"] for b in written["budgets"]] == [None, 4.0]
     assert (tmp_path / "analysis" / "gradient_inversion.png").stat().st_size > 0
+
+
+def test_sigma_for_budget_classic_is_004_eq_11() -> None:
+    # σ = 2C/ε · √(2 ln(1.25/δ)): δ = 1e-5 → √(2 ln 125000) = 4.84448...
+    z = math.sqrt(2 * math.log(125000))
+    assert sigma_for_budget(8.0, 1e-5, 0.5, "classic") == pytest.approx(2 * 0.5 * z / 8)
+    assert sigma_for_budget(1e3, 1e-5, 1.0, "classic") == pytest.approx(2 * z / 1e3)
+
+
+def test_sigma_for_budget_reaches_large_epsilon() -> None:
+    # The curve of 004 Fig. 4 moves only where z ≲ 1/(2√D): ε ≥ 1e4 under RDP. Before the
+    # lower bracket followed ε, ε = 1e6 raised "Unable to find bracketing interval".
+    s = [sigma_for_budget(eps, 1e-5, 1.0) for eps in (1e3, 1e4, 1e5, 1e6)]
+    assert s[0] > s[1] > s[2] > s[3] > 0
+    assert sigma_for_budget(1e6, 1e-5, 1.0) > sigma_for_budget(1e6, 1e-5, 1.0, "classic")
+    # unchanged where the old bracket sufficed (ε = 8: z ≈ 0.638 under RDP)
+    assert sigma_for_budget(8.0, 1e-5, 0.5) == pytest.approx(0.638, abs=0.002)
+
+
+def test_repeats_average_into_a_curve(tmp_path: Path) -> None:
+    load_all()
+    params = {"budgets": [None, 1e5], "steps": 2, "hidden": 8, "repeats": 2, "seed": 5}
+    result = ANALYSES.build("gradient_inversion", params)(tmp_path)
+    curve = result["curve"]
+    assert [c["epsilon"] for c in curve] == [None, 1e5] and curve[0]["n"] == 2
+    one = [run_gradient_inversion(InversionParams(**{**params, "seed": s}))[1] for s in (5, 6)]
+    assert curve == inversion_curve(one, 3)
+    psnr = [one[0][1].psnr, one[1][1].psnr]
+    assert curve[1]["psnr_db_mean"] == pytest.approx(sum(psnr) / 2)
+    assert curve[1]["psnr_db_sd"] == pytest.approx(abs(psnr[0] - psnr[1]) / math.sqrt(2))
+    assert result["budgets"] == [r.as_dict() for r in one[0]]
+    assert "2 repeat(s), seeds 5–6" in result["protocol"]

@@ -14,10 +14,14 @@ inputs as stored.
 
 **Seasonal swap** (001 §6.1.2: "for multi-temporal SEN12MS samples, we randomly select one
 acquisition among available seasons ... and swap season pairs with probability 0.5") needs
-several acquisitions of the same patch. Our data holds one acquisition per patch (``season``
-is metadata, not a second image), so a swap would pair different locations; it is left
-out. The paper's own proxy for single-acquisition data, illumination/contrast jitter, is
-:func:`illumination_contrast`.
+several acquisitions of the same patch. :func:`seasonal_swap` takes them stacked on the
+band axis, S blocks of C/S bands (``[B, S·C_s, H, W]``, block 0 the acquisition the model
+treats as current): per sample it draws a pair of distinct seasons and, with probability p,
+exchanges their blocks — so block 0 holds a randomly selected season and the order of the
+acquisitions is no cue. It never pairs different locations, which is why it refuses data
+whose band count is not a multiple of S. The bundled sources hold one acquisition per patch
+(``season`` is metadata, not a second image), so for them the paper's own proxy,
+illumination/contrast jitter (:func:`illumination_contrast`), stands in.
 
 Example:
     >>> pipe = build_pipeline([("band_dropout", {"p": 0.5})])
@@ -47,6 +51,7 @@ __all__ = [
     "build_pipeline",
     "gaussian_noise",
     "illumination_contrast",
+    "seasonal_swap",
 ]
 
 #: ``x, generator → augmented copy of x``.
@@ -91,6 +96,13 @@ class IlluminationParams(_Params):
 
     brightness: float = Field(0.1, ge=0.0, lt=1.0)
     contrast: float = Field(0.1, ge=0.0, lt=1.0)
+
+
+class SeasonalSwapParams(_Params):
+    """S acquisitions stacked on the band axis; swap probability p (001 §6.1.2: 0.5)."""
+
+    seasons: int = Field(4, ge=2, description="S: acquisitions per patch, stacked on bands")
+    p: float = Field(0.5, ge=0.0, le=1.0, description="probability of a swap per sample")
 
 
 def _uniform(
@@ -169,6 +181,42 @@ def illumination_contrast(
     return (mu + c * (x - mu)) * g
 
 
+def seasonal_swap(x: torch.Tensor, gen: torch.Generator, seasons: int, p: float) -> torch.Tensor:
+    """Swap a random pair of season blocks per sample with probability p (001 §6.1.2).
+
+    Args:
+        x: ``[B, S·C_s, H, W]`` batch of S same-location acquisitions stacked on the band
+            axis (not modified).
+        gen: Source of the per-sample pair ``[B, 2]`` and swap draws ``[B]``.
+        seasons: S.
+        p: Swap probability.
+
+    Returns:
+        The copy with the two blocks exchanged where the draw fell below p.
+
+    Raises:
+        ValueError: If the band count is not a multiple of ``seasons``.
+    """
+    b, c = x.shape[:2]
+    if c % seasons:
+        raise ValueError(
+            f"seasonal_swap: {c} bands do not split into seasons={seasons} acquisitions; "
+            "set seasons to the number of stacked acquisitions"
+        )
+    first = torch.randint(0, seasons, (b,), generator=gen, device=x.device)
+    # a second season ≠ first: offset 1 … S − 1, so every distinct pair is equally likely
+    offset = torch.randint(1, seasons, (b,), generator=gen, device=x.device)
+    second = (first + offset) % seasons
+    swap = torch.rand((b,), generator=gen, device=x.device) < p
+    order = torch.arange(seasons, device=x.device).expand(b, seasons).clone()
+    rows = torch.arange(b, device=x.device)[swap]
+    order[rows, first[swap]] = second[swap]
+    order[rows, second[swap]] = first[swap]
+    blocks = x.reshape(b, seasons, c // seasons, *x.shape[2:])
+    index = order.view(b, seasons, *([1] * (blocks.dim() - 2))).expand_as(blocks)
+    return torch.gather(blocks, 1, index).reshape(x.shape)
+
+
 def _images_only(key: str) -> Callable[[Any, CheckContext], None]:
     """A load-time check refusing a tabular model (``[B, F]`` inputs have no bands)."""
 
@@ -215,6 +263,17 @@ def build_band_dropout(p: DropoutParams) -> Augmentation:
 def build_illumination_contrast(p: IlluminationParams) -> Augmentation:
     """Illumination/contrast jitter, proxy for seasonal radiometry shift (001 §6.1.2)."""
     return lambda x, gen: illumination_contrast(x, gen, p.brightness, p.contrast)
+
+
+@AUGMENTATIONS.register(
+    "seasonal_swap",
+    params=SeasonalSwapParams,
+    traits=("images",),
+    check=_images_only("seasonal_swap"),
+)
+def build_seasonal_swap(p: SeasonalSwapParams) -> Augmentation:
+    """Season-pair swap of stacked multi-temporal acquisitions (001 §6.1.2)."""
+    return lambda x, gen: seasonal_swap(x, gen, p.seasons, p.p)
 
 
 @dataclass(frozen=True)
