@@ -97,11 +97,19 @@ def main() -> None:
             ]
         )
     print_table(
-        ["drivers", "slots", "s (median)", "passes", "passes/driver", "dropped", "µs/driver·slot",
-         "plan MiB"],
+        [
+            "drivers",
+            "slots",
+            "s (median)",
+            "passes",
+            "passes/driver",
+            "dropped",
+            "µs/driver·slot",
+            "plan MiB",
+        ],
         rows,
         title=f"contact plan, 8 LEO + 1 GEO, {args.slots} slots of 30 s, mask 10°, p_fail 0.05",
-    )  # fmt: skip
+    )
     ratio = secs[args.large] / secs[args.small]
     print(
         f"\nratio {args.large} / {args.small} drivers: {ratio:.1f}× time for "

@@ -122,9 +122,17 @@ def main() -> None:
         ratio = t / med["weighted_mean"]
         verdict = "-" if target is None else ("met" if ratio <= target else "MISSED")
         rows.append(
-            [name, t * 1e3, ratio, t / med["torch gemv"], t / med["mean(0)"],
-             "-" if target is None else f"≤ {target:g}×", verdict, checks.get(name, "-")]
-        )  # fmt: skip
+            [
+                name,
+                t * 1e3,
+                ratio,
+                t / med["torch gemv"],
+                t / med["mean(0)"],
+                "-" if target is None else f"≤ {target:g}×",
+                verdict,
+                checks.get(name, "-"),
+            ]
+        )
     print_table(
         ["method", "ms", "× wmean", "× torch gemv", "× mean(0)", "target", "", "check"],
         rows,

@@ -172,11 +172,21 @@ def profile(name: str, k: int, runs: int, warmup: int) -> list[list[Any]]:
         [tag, "server reputation+aggregation", ms(avg), ms(rep), f"{rep[0] / avg[0]:.2f}×"],
         [tag, "server accounting", "n/a", ms(acc), plus(acc)],
         [tag, "client peak RSS", "-", f"{rel[2]:.2f} GB", "-"],
-        [tag, "server peak RSS", f"{avg[2]:.2f} GB", f"{max(cos[2], rep[2]):.2f} GB",
-         f"{max(cos[2], rep[2]) / avg[2]:.2f}×"],
-        [tag, "upload per client (FP32)", f"{4 * d / 1e6:.1f} MB", f"{4 * d / 1e6:.1f} MB",
-         "1.00×"],
-    ]  # fmt: skip
+        [
+            tag,
+            "server peak RSS",
+            f"{avg[2]:.2f} GB",
+            f"{max(cos[2], rep[2]):.2f} GB",
+            f"{max(cos[2], rep[2]) / avg[2]:.2f}×",
+        ],
+        [
+            tag,
+            "upload per client (FP32)",
+            f"{4 * d / 1e6:.1f} MB",
+            f"{4 * d / 1e6:.1f} MB",
+            "1.00×",
+        ],
+    ]
 
 
 def main() -> None:

@@ -336,15 +336,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         small = _measure(120, args.rounds, args.uplink, Path(d))
         large = _measure(args.large, args.rounds_large, args.uplink, Path(d))
-    keys = ["tractors", "clusters", "rounds", "build_s", "rounds_per_s", "train_ms",
-            "clock_ms", "aggregate_ms", "total_ms"]  # fmt: skip
-    print_table(keys, [[row[k] for k in keys] for row in (small, large)],
-                title="median per round (ms); build_s: clusters, sgp4, plans")  # fmt: skip
+    keys = [
+        "tractors",
+        "clusters",
+        "rounds",
+        "build_s",
+        "rounds_per_s",
+        "train_ms",
+        "clock_ms",
+        "aggregate_ms",
+        "total_ms",
+    ]
+    print_table(
+        keys,
+        [[row[k] for k in keys] for row in (small, large)],
+        title="median per round (ms); build_s: clusters, sgp4, plans",
+    )
     n = large["tractors"] / small["tractors"]
-    print(f"tractors ×{n:.0f}: rounds/s ÷{small['rounds_per_s'] / large['rounds_per_s']:.1f}; "
-          f"per round: client steps ×{large['train_ms'] / small['train_ms']:.1f}, clock "
-          f"×{large['clock_ms'] / small['clock_ms']:.1f}, GEO tier "
-          f"×{large['aggregate_ms'] / small['aggregate_ms']:.1f}")  # fmt: skip
+    print(
+        f"tractors ×{n:.0f}: rounds/s ÷{small['rounds_per_s'] / large['rounds_per_s']:.1f}; "
+        f"per round: client steps ×{large['train_ms'] / small['train_ms']:.1f}, clock "
+        f"×{large['clock_ms'] / small['clock_ms']:.1f}, GEO tier "
+        f"×{large['aggregate_ms'] / small['aggregate_ms']:.1f}"
+    )
     footer(t_start)
 
 

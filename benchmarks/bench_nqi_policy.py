@@ -78,16 +78,28 @@ def main() -> None:
             sent = [c for c in choice if c is not None]
             share = {p: 100.0 * sum(c is p for c in sent) / max(1, len(sent)) for p in PAPER}
             up = np.array([c is not None for c in choice]) & ~tr.outage
-            rows.append([
-                norm, dist, 100.0 * (1 - len(sent) / len(choice)),
-                *(share[p] for p in PAPER), 100.0 * up.mean(),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    norm,
+                    dist,
+                    100.0 * (1 - len(sent) / len(choice)),
+                    *(share[p] for p in PAPER),
+                    100.0 * up.mean(),
+                ]
+            )
     print_table(
-        ["normalisation", "draws", "skip %", "compressed %", "chunked %", "fallback %",
-         "sent on an up link %"],
+        [
+            "normalisation",
+            "draws",
+            "skip %",
+            "compressed %",
+            "chunked %",
+            "fallback %",
+            "sent on an up link %",
+        ],
         [*rows, ["003 Table 8", "", "–", *TABLE8.values(), "–"]],
         title=f"pipeline shares at w = {nq.weights}, τ = {nq.tau}, p_fail = {args.p_fail}",
-    )  # fmt: skip
+    )
     val = trace(args.tractors, args.rounds, RuralParams(p_fail=args.p_fail), "per_profile", 7)
     out = []
     for c_max, min_del in ((float("inf"), 0.0), (20_000.0, 0.0), (float("inf"), 0.5)):
@@ -97,11 +109,19 @@ def main() -> None:
         )
         dt = time.perf_counter() - t0
         b = res.best
-        out.append([
-            f"{c_max:g}", min_del, str(tuple(round(w, 2) for w in res.weights)),
-            float(res.p_fail[b]), float(res.latency_s[b]), float(res.bytes[b]),
-            float(res.delivery[b]), int(res.feasible.sum()), dt * 1e3,
-        ])  # fmt: skip
+        out.append(
+            [
+                f"{c_max:g}",
+                min_del,
+                str(tuple(round(w, 2) for w in res.weights)),
+                float(res.p_fail[b]),
+                float(res.latency_s[b]),
+                float(res.bytes[b]),
+                float(res.delivery[b]),
+                int(res.feasible.sum()),
+                dt * 1e3,
+            ]
+        )
     print_table(
         [
             "C_max B",

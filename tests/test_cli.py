@@ -112,21 +112,34 @@ def test_report_on_a_non_run_dir_exits_2(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("preset", "needles"),
     [
-        ("regression-example", ["14 features", "target quantiles", "yield_t_ha q5",
-                                "samples per quantile bin of the target"]),
-        ("multilabel-example", ["13 labels", "label counts", "Burnt areas",
-                                "positives per label"]),
+        (
+            "regression-example",
+            [
+                "14 features",
+                "target quantiles",
+                "yield_t_ha q5",
+                "samples per quantile bin of the target",
+            ],
+        ),
+        ("multilabel-example", ["13 labels", "label counts", "Burnt areas", "positives per label"]),
         ("tabular-binary-example", ["2 classes", "class counts", "stressed"]),
     ],
-)  # fmt: skip
+)
 def test_describe_tabular_and_multilabel_presets(
     preset: str, needles: list[str], tmp_path: Path
 ) -> None:
     result = runner.invoke(
         app,
-        ["data", "describe", preset, "--set", "data.params.num_samples=800",
-         "--plot", str(tmp_path)],
-    )  # fmt: skip
+        [
+            "data",
+            "describe",
+            preset,
+            "--set",
+            "data.params.num_samples=800",
+            "--plot",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())  # rich wraps long lines
     for needle in needles:

@@ -18,26 +18,48 @@ ROOT = Path(geofl.__file__).parent
 #: Top-level package or module → layer (0 = foundation).
 LAYERS: dict[str, int] = {
     # foundation
-    "__init__": 0, "errors": 0, "rng": 0, "registry": 0, "io": 0, "rundir": 0, "hashing": 0,
+    "__init__": 0,
+    "errors": 0,
+    "rng": 0,
+    "registry": 0,
+    "io": 0,
+    "rundir": 0,
+    "hashing": 0,
     "device": 0,
     # what flows: tasks, models, data, the update and round-record types, run events
-    "tasks": 1, "models": 1, "data": 1, "update": 1, "records": 1, "events": 1,
+    "tasks": 1,
+    "models": 1,
+    "data": 1,
+    "update": 1,
+    "records": 1,
+    "events": 1,
     # mechanisms: client and server functions, privacy, network, attacks
-    "client": 2, "server": 2, "privacy": 2, "network": 2, "attacks": 2, "security": 2,
+    "client": 2,
+    "server": 2,
+    "privacy": 2,
+    "network": 2,
+    "attacks": 2,
+    "security": 2,
     "hierarchy": 2,
     # algorithms: a strategy plus a client half each
     "algorithms": 3,
     # the plug-in index and the config that names plug-ins
-    "plugins": 4, "config": 4,
+    "plugins": 4,
+    "config": 4,
     # the engine and what observes it
-    "engine": 5, "report": 5, "governance": 5, "inference": 5, "tracking": 5,
+    "engine": 5,
+    "report": 5,
+    "governance": 5,
+    "inference": 5,
+    "tracking": 5,
     # deployment on a distributed runtime (Flower): runs the engine's rounds across sites
     "deploy": 6,
     # user interface: the command line and the Python API
-    "cli": 6, "api": 6,
+    "cli": 6,
+    "api": 6,
     # the package root's lazy public entry points (see _facade_nodes)
     "<facade>": 7,
-}  # fmt: skip
+}
 
 #: The package root re-exports entry points of any layer (``geofl.load_model``) lazily:
 #: imports inside its PEP 562 ``__getattr__`` (and under ``if TYPE_CHECKING:``, for type

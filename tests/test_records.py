@@ -103,8 +103,13 @@ def test_other_tasks_write_their_metric_names() -> None:
     rec = RoundRecord(1, RoundStatus.AGGREGATED, [0], [1.0], train_metrics={"rmse": 0.75}, test=m)
     data = json.loads(json.dumps(rec.to_json()))
     assert data["train_rmse"] == 0.75 and "train_accuracy" not in data
-    assert data["test"] == {"rmse": 0.5, "loss": 0.25, "per_class_rmse": [0.5], "n": 4,
-                            "notes": ["a note"]}  # fmt: skip
+    assert data["test"] == {
+        "rmse": 0.5,
+        "loss": 0.25,
+        "per_class_rmse": [0.5],
+        "n": 4,
+        "notes": ["a note"],
+    }
     back = RoundRecord.from_json(data)
     assert back == rec and back.train_accuracy is None
     assert metrics_from_json(metrics_to_json(m)) == m

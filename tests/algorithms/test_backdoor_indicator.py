@@ -167,11 +167,16 @@ def test_end_to_end_run_records_scores_and_is_deterministic(tmp_path: Path) -> N
         {
             "name": "bi",
             "partition": {"name": "iid"},
-            "algorithm": {"name": "backdoor_indicator", "num_samples": 16, "plant_epochs": 1,
-                          "start_round": 1, "threshold": 0.5},
+            "algorithm": {
+                "name": "backdoor_indicator",
+                "num_samples": 16,
+                "plant_epochs": 1,
+                "start_round": 1,
+                "threshold": 0.5,
+            },
             "attack": {"name": "backdoor", "fraction": 0.25, "target": 0},
         }
-    ]  # fmt: skip
+    ]
     path = tmp_path / "bi.yaml"
     path.write_text(yaml.safe_dump(raw))
     finals = []
@@ -215,8 +220,13 @@ def test_detection_run_plants_and_screens_with_boxes(tmp_path: Path) -> None:
     raw["federation"].update(rounds=2, num_clients=5)
     raw["eval"] = {"every": 2, "batch_size": 16}
     oda = raw["methods"][1]["attack"]
-    indicator = {"name": "backdoor_indicator", "num_samples": 6, "plant_epochs": 1,
-                 "start_round": 1, "batch_size": 6}  # fmt: skip
+    indicator = {
+        "name": "backdoor_indicator",
+        "num_samples": 6,
+        "plant_epochs": 1,
+        "start_round": 1,
+        "batch_size": 6,
+    }
     raw["methods"] = [
         {"name": "bi", "partition": {"name": "iid"}, "algorithm": indicator, "attack": oda}
     ]

@@ -102,10 +102,12 @@ def test_released_noise_is_the_tree_noise_with_closed_trees_carried(tree_rounds:
         noise = res.params.to(torch.float64) * s.s.expected_clients / s.s.server_lr
         tree, leaf = divmod(r - 1, tree_rounds)
         want = sum(
-            (prefix_noise(D, std=sigma * clip, keys=(SEED, "dp_ftrl"), tree=b, leaf=tree_rounds)
-             for b in range(tree)),
+            (
+                prefix_noise(D, std=sigma * clip, keys=(SEED, "dp_ftrl"), tree=b, leaf=tree_rounds)
+                for b in range(tree)
+            ),
             prefix_noise(D, std=sigma * clip, keys=(SEED, "dp_ftrl"), tree=tree, leaf=leaf + 1),
-        )  # fmt: skip
+        )
         assert torch.allclose(noise, want, atol=1e-5), r
         nodes = tree * node_count(tree_rounds) + node_count(leaf + 1)
         assert res.info["dp_ftrl.tree_nodes"] == nodes
@@ -120,8 +122,12 @@ def test_released_prefix_variance_over_seeds() -> None:
     sigma, clip, dim = 1.5, 0.5, 500
     draws = []
     for seed in range(60):
-        s = DpFtrlStrategy(_settings(noise_multiplier=sigma, clip=clip, tree_rounds=16),
-                           num_clients=N, dim=dim, seed=seed)  # fmt: skip
+        s = DpFtrlStrategy(
+            _settings(noise_multiplier=sigma, clip=clip, tree_rounds=16),
+            num_clients=N,
+            dim=dim,
+            seed=seed,
+        )
         draws.append(s.released_noise(7))
     var = float(torch.stack(draws).var())
     assert var == pytest.approx(3 * (sigma * clip) ** 2, rel=0.03)

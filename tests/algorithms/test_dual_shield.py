@@ -170,9 +170,15 @@ def test_cli_exits_2_on_a_bad_lambda(tiny_config_file: Path, tmp_path: Path) -> 
     out = tmp_path / "run"
     result = CliRunner().invoke(
         app,
-        ["run", str(tiny_config_file), "--out", str(out), "--set",
-         "methods.1.algorithm={name: dual_shield, lam: 0}"],
-    )  # fmt: skip
+        [
+            "run",
+            str(tiny_config_file),
+            "--out",
+            str(out),
+            "--set",
+            "methods.1.algorithm={name: dual_shield, lam: 0}",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert "methods.1.algorithm.lam: " in result.output and not out.exists()
 

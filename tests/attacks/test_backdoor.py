@@ -197,9 +197,13 @@ def test_client_step_trains_attackers_on_poisoned_data_and_boosts() -> None:
     for k in range(4):
         data = _data(k)
         res = client_step(
-            program, torch.zeros(2), data, ClientState({}, ()), ClientDirectives(1, k),
+            program,
+            torch.zeros(2),
+            data,
+            ClientState({}, ()),
+            ClientDirectives(1, k),
             ClientStreams((7, "round", 1, "client", k)),
-        )  # fmt: skip
+        )
         malicious = k in attack.clients
         assert (rec.seen[-1] is data) is not malicious
         assert res.update.delta.tolist() == ([8.0, 8.0] if malicious else [1.0, 1.0])

@@ -39,9 +39,12 @@ def test_grouped_cv_does_not_leak_client_identity() -> None:
     from sklearn.model_selection import KFold, cross_val_predict
 
     leaky = cross_val_predict(
-        RandomForestClassifier(50, random_state=0), X, y, cv=KFold(5, shuffle=True, random_state=0),
+        RandomForestClassifier(50, random_state=0),
+        X,
+        y,
+        cv=KFold(5, shuffle=True, random_state=0),
         method="predict_proba",
-    )[:, 1]  # fmt: skip
+    )[:, 1]
     assert roc_auc_score(y, leaky) > 0.95  # what the grouped protocol avoids
 
 

@@ -39,9 +39,13 @@ def test_idlg_recovers_label_and_image_without_noise() -> None:
     assert label == int(y[0])
     assert infer_label(grads[-2], None) == int(y[0])  # sigmoid features are ≥ 0
     recon = invert_gradients(
-        model, grads, (1, 3, 8, 8), label=torch.tensor([label]), steps=10,
+        model,
+        grads,
+        (1, 3, 8, 8),
+        label=torch.tensor([label]),
+        steps=10,
         generator=torch_generator(0, "test", "dummy"),
-    )  # fmt: skip
+    )
     psnr, ssim = reconstruction_quality(x[0], recon[0])
     assert psnr > 30.0
     assert ssim > 0.95
@@ -77,9 +81,14 @@ def test_dlg_batch_of_two_without_labels() -> None:
     model, x, y = _setup(batch=2)
     grads = [g.detach() for g in model_gradients(model, x, y)]
     recon = invert_gradients(
-        model, grads, (2, 3, 8, 8), label=None, steps=15, num_classes=10,
+        model,
+        grads,
+        (2, 3, 8, 8),
+        label=None,
+        steps=15,
+        num_classes=10,
         generator=torch_generator(0, "test", "dlg"),
-    )  # fmt: skip
+    )
     assert recon.shape == x.shape
     assert torch.isfinite(recon).all()
 

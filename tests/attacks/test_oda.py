@@ -227,9 +227,13 @@ def test_client_step_trains_attackers_on_triggered_images_without_target_boxes()
         data = _client(k)
         pool = (data.inputs.clone(), data.targets.clone())
         res = client_step(
-            program, torch.zeros(2), data, ClientState({}, ()), ClientDirectives(1, k),
+            program,
+            torch.zeros(2),
+            data,
+            ClientState({}, ()),
+            ClientDirectives(1, k),
             ClientStreams((7, "round", 1, "client", k)),
-        )  # fmt: skip
+        )
         malicious = k in attack.clients
         seen = rec.seen[-1]
         assert (seen is data) is not malicious

@@ -65,9 +65,14 @@ def test_multilabel_names_whole_and_heatmaps_named_and_labelled_as_the_report(
 
     monkeypatch.setattr(class_plots, "style", spy)
     out = _describe(
-        "multilabel-example", "--set", "data.params.num_samples=300",
-        "--set", "methods.1.partition.min_samples=10", "--plot", str(tmp_path),
-    )  # fmt: skip
+        "multilabel-example",
+        "--set",
+        "data.params.num_samples=300",
+        "--set",
+        "methods.1.partition.min_samples=10",
+        "--plot",
+        str(tmp_path),
+    )
     lines = out.splitlines()
     for name in (
         "Natural grassland and sparsely vegetated areas",

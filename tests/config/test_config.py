@@ -118,8 +118,12 @@ def test_paper000_presets_match_the_paper_settings() -> None:
         assert cfg.federation.participation == 1.0
         t = cfg.train
         assert (t.optimizer, t.lr, t.momentum, t.weight_decay, t.batch_size) == (
-            "sgd", 0.01, 0.9, 1e-4, 64,
-        )  # fmt: skip
+            "sgd",
+            0.01,
+            0.9,
+            1e-4,
+            64,
+        )
         for m in cfg.methods:
             if m.partition.name == "dirichlet" and m.name not in ("fedavg-dir0.5",):
                 assert m.partition.params["alpha"] == 0.1, (name, m.name)
@@ -171,17 +175,21 @@ def test_unknown_analysis_and_figure_methods_are_named(tmp_path: Path) -> None:
         ({"governance": {"methods": ["nope"]}}, r"governance\.methods"),
         ({"analyses": [{"name": "attribute_inference"}]}, r"analyses\.0: .*observe_updates"),
         (
-            {"analyses": [{"name": "attribute_inference", "window": 9}],
-             "eval": {"observe_updates": True}},
+            {
+                "analyses": [{"name": "attribute_inference", "window": 9}],
+                "eval": {"observe_updates": True},
+            },
             r"analyses\.0\.window",
         ),
         (
-            {"analyses": [{"name": "attribute_inference", "methods": ["x"]}],
-             "eval": {"observe_updates": True}},
+            {
+                "analyses": [{"name": "attribute_inference", "methods": ["x"]}],
+                "eval": {"observe_updates": True},
+            },
             r"analyses\.0\.methods",
         ),
     ],
-)  # fmt: skip
+)
 def test_governance_and_attack_settings_are_checked_at_load(
     tmp_path: Path, over: dict[str, object], field: str
 ) -> None:

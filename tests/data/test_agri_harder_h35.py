@@ -18,9 +18,13 @@ WORLD = [1] * 13  # 13 farms, one per world region
 def _build(tmp_path: Path, **kw: object) -> tuple[np.ndarray, np.ndarray]:
     """(targets, region) of a small world-geography Task B dataset."""
     params = SyntheticAgriParams(
-        task="stress", geography="world", farms_per_region=WORLD, num_tractors=26,
-        num_blocks=780, **kw,  # type: ignore[arg-type]
-    )  # fmt: skip
+        task="stress",
+        geography="world",
+        farms_per_region=WORLD,
+        num_tractors=26,
+        num_blocks=780,
+        **kw,  # type: ignore[arg-type]
+    )
     data = build_synthetic_agri(params, cache_dir=tmp_path)
     return np.asarray(data.targets), np.asarray(data.metadata["region"])
 

@@ -86,12 +86,18 @@ def test_dior_layout_with_tiles(tmp_path: Path, caplog: pytest.LogCaptureFixture
     _jpg(root / "JPEGImages-trainval" / "00001.jpg", 128, 128)
     _jpg(root / "JPEGImages-test" / "11726.jpg", 64, 64, 3)
     ann = root / "Annotations" / "Horizontal Bounding Boxes"
-    _voc(ann / "00001.xml", "00001.jpg", 128, 128, [
-        ("ship", [10, 10, 30, 20]),        # tile (0, 0)
-        ("windmill", [60, 60, 70, 70]),    # straddles all four tiles: < 50 % in each
-        ("harbor", [70, 5, 120, 40]),      # tile (64, 0)
-        ("vehicle", [100, 100, 140, 150]), # outside on two sides: clipped to 128
-    ])  # fmt: skip
+    _voc(
+        ann / "00001.xml",
+        "00001.jpg",
+        128,
+        128,
+        [
+            ("ship", [10, 10, 30, 20]),  # tile (0, 0)
+            ("windmill", [60, 60, 70, 70]),  # straddles all four tiles: < 50 % in each
+            ("harbor", [70, 5, 120, 40]),  # tile (64, 0)
+            ("vehicle", [100, 100, 140, 150]),  # outside on two sides: clipped to 128
+        ],
+    )
     _voc(ann / "11726.xml", "11726.jpg", 64, 64, [("Expressway-toll-station", [1, 2, 30, 40])])
     ds = build_dior(DiorParams(root=root, size=32, tile=64, split="trainval"), cache_dir=tmp_path)
     assert ds.inputs.shape == (4, 3, 32, 32) and ds.classes[13] == "ship"
@@ -156,9 +162,17 @@ def test_coco_json_with_category_subset(tmp_path: Path, caplog: pytest.LogCaptur
 
 def test_neon_layout_fixture(tmp_path: Path) -> None:
     _jpg(tmp_path / "SITE_001.png", 100, 100)
-    _voc(tmp_path / "SITE_001.xml", "SITE_001.tif", 100, 100, [
-        ("Tree", [10, 10, 30, 30]), ("Dead", [60, 60, 90, 80]), ("Alive", [45, 45, 55, 55]),
-    ])  # fmt: skip
+    _voc(
+        tmp_path / "SITE_001.xml",
+        "SITE_001.tif",
+        100,
+        100,
+        [
+            ("Tree", [10, 10, 30, 30]),
+            ("Dead", [60, 60, 90, 80]),
+            ("Alive", [45, 45, 55, 55]),
+        ],
+    )
     ds = build_neon_tree_crowns(NeonParams(root=tmp_path, tile=50, size=50), cache_dir=tmp_path)
     assert ds.classes == ("tree",) and len(ds) == 4
     assert [int((r[:, 4] >= 0).sum()) for r in ds.targets] == [1, 0, 0, 1]  # centre box split

@@ -72,8 +72,19 @@ def test_sen12ms_resize_and_cap(tmp_path: Path) -> None:
 def test_igbp_to_simplified_majority() -> None:
     assert len(IGBP_TO_SIMPLIFIED) == 18
     assert [IGBP_TO_SIMPLIFIED[i] for i in (1, 5, 6, 8, 10, 11, 12, 13, 14, 15, 16, 17)] == [
-        1, 1, 2, 3, 4, 5, 6, 7, 6, 8, 9, 10,
-    ]  # fmt: skip
+        1,
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        6,
+        8,
+        9,
+        10,
+    ]
     igbp = np.array([[12, 12, 14], [10, 10, 10], [0, 0, 0]])  # 3 croplands (12, 14) vs 3 grass
     assert majority_label(igbp, "x") == SEN12MS_CLASSES.index("Grassland")  # tie: lower index
     assert majority_label(np.array([[0, 17, 17, 11]]), "x") == SEN12MS_CLASSES.index("Water")
@@ -139,10 +150,17 @@ def test_43_to_19_mapping_on_constructed_examples() -> None:
     assert len(BIGEARTHNET43_CLASSES) == len(MAP_43_TO_19) == 43
     dropped = {BIGEARTHNET43_CLASSES[i] for i, j in enumerate(MAP_43_TO_19) if j is None}
     assert dropped == {
-        "Road and rail networks and associated land", "Port areas", "Airports",
-        "Mineral extraction sites", "Dump sites", "Construction sites", "Green urban areas",
-        "Sport and leisure facilities", "Bare rock", "Burnt areas",
-    }  # fmt: skip
+        "Road and rail networks and associated land",
+        "Port areas",
+        "Airports",
+        "Mineral extraction sites",
+        "Dump sites",
+        "Construction sites",
+        "Green urban areas",
+        "Sport and leisure facilities",
+        "Bare rock",
+        "Burnt areas",
+    }
     assert sorted({j for j in MAP_43_TO_19 if j is not None}) == list(range(19))
 
     def on(names: list[str], nomenclature: Any = "bigearthnet19") -> list[int]:

@@ -44,9 +44,17 @@ def _mean(means: np.ndarray, cls: str, *bands: str) -> float:
 
 def test_classes_are_eurosat_order() -> None:
     assert SYNTHETIC_CLASSES == (
-        "AnnualCrop", "Forest", "HerbaceousVegetation", "Highway", "Industrial",
-        "Pasture", "PermanentCrop", "Residential", "River", "SeaLake",
-    )  # fmt: skip
+        "AnnualCrop",
+        "Forest",
+        "HerbaceousVegetation",
+        "Highway",
+        "Industrial",
+        "Pasture",
+        "PermanentCrop",
+        "Residential",
+        "River",
+        "SeaLake",
+    )
     assert len(TEXTURES) == len(CLASS_MATERIALS) == len(SYNTHETIC_CLASSES)
 
 

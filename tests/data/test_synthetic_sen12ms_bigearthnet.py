@@ -88,8 +88,20 @@ def test_bigearthnet_dataset_has_12_bands_without_b10(tmp_path: Path) -> None:
         "synthetic_bigearthnet", {"num_samples": 30, "size": 16}, cache_dir=tmp_path
     )
     assert ds.inputs.shape == (30, 12, 16, 16) and ds.bands == BIGEARTHNET_BANDS
-    assert ds.bands == ("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09",
-                        "B11", "B12")  # fmt: skip
+    assert ds.bands == (
+        "B01",
+        "B02",
+        "B03",
+        "B04",
+        "B05",
+        "B06",
+        "B07",
+        "B08",
+        "B8A",
+        "B09",
+        "B11",
+        "B12",
+    )
     assert ds.classes == BIGEARTHNET19_CLASSES and ds.targets.shape == (30, 19)
     assert ds.target_kind == "multi_hot" and (ds.metadata["country"] == ds.metadata["region"]).all()
     paper = DATASETS.build(

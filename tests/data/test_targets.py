@@ -108,8 +108,13 @@ def test_dataset_checks_inputs_bands_and_targets() -> None:
     with pytest.raises(DataError, match=r"\[N, C, H, W\] images or \[N, F\] features"):
         ArrayDataset(torch.zeros(4, 1, 3), torch.zeros(4, dtype=torch.long), ("c",), ("a",))
     with pytest.raises(DataError, match="multi_hot targets must be"):
-        ArrayDataset(torch.zeros(2, 1, 1, 1), torch.tensor([0, 1]), ("a", "b"), ("B",),
-                     target_kind="multi_hot")  # fmt: skip
+        ArrayDataset(
+            torch.zeros(2, 1, 1, 1),
+            torch.tensor([0, 1]),
+            ("a", "b"),
+            ("B",),
+            target_kind="multi_hot",
+        )
 
 
 def test_tabular_subset_select_and_stats_keep_kind_and_targets() -> None:
@@ -140,8 +145,9 @@ def test_image_stats_match_the_per_band_formula() -> None:
 
 def test_label_histogram_per_kind() -> None:
     img = torch.zeros(5, 1, 2, 2)
-    mh = ArrayDataset(img, torch.from_numpy(MULTI_HOT), ("a", "b", "c", "d"), ("B",),
-                      target_kind="multi_hot")  # fmt: skip
+    mh = ArrayDataset(
+        img, torch.from_numpy(MULTI_HOT), ("a", "b", "c", "d"), ("B",), target_kind="multi_hot"
+    )
     assert mh.label_histogram().tolist() == [4, 2, 2, 1]
     assert mh.label_codes().tolist() == [1, 2, 1, 3, 4]
     assert _tabular(kind="binary").label_histogram().tolist() == [3, 3]

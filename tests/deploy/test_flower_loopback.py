@@ -114,13 +114,19 @@ def test_two_supernodes_match_the_simulator(tmp_path: Path) -> None:
         output_local = lb.run(_run_config(local, tmp_path / "dep-sites"), timeout=600)
         listed = subprocess.run(
             [lb.flwr, "supernode", "list", "loop", "--format", "json"],
-            capture_output=True, timeout=60, env=lb.env, cwd=lb.workdir,
-        )  # fmt: skip
+            capture_output=True,
+            timeout=60,
+            env=lb.env,
+            cwd=lb.workdir,
+        )
     assert "https://127.0.0.1" in (work / "superlink.log").read_text()
     _assert_same_run(sim, tmp_path / "dep", output)
     _assert_same_run(sim_local, tmp_path / "dep-sites", output_local)
-    rec = json.loads((seed_dir(tmp_path / "dep-sites", "dpsgd", SEED) / "rounds.jsonl")
-                     .read_text().splitlines()[-1])  # fmt: skip
+    rec = json.loads(
+        (seed_dir(tmp_path / "dep-sites", "dpsgd", SEED) / "rounds.jsonl")
+        .read_text()
+        .splitlines()[-1]
+    )
     assert rec["test"]["n"] > 0 and rec["participants"] == [0, 1]  # evaluated at the sites
     text = listed.stdout.decode()
     nodes = json.loads(text[text.index("{") :])["nodes"]
@@ -217,8 +223,11 @@ def test_supernode_killed_after_round_1_round_2_completes_with_the_survivor(tmp_
         args = [lb.flwr, "run", str(lb.app), "loop", "--run-config", lb.write_run_config(rc)]
         proc = subprocess.Popen(
             [*args, "--stream"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=lb.env, cwd=lb.workdir,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=lb.env,
+            cwd=lb.workdir,
+        )
         deadline = time.monotonic() + 400
         while not (rounds.exists() and rounds.read_text().count("\n") >= 1):
             assert time.monotonic() < deadline, "round 1 never finished"

@@ -36,8 +36,9 @@ def _fit_res(weights: np.ndarray, n: int) -> object:
     )
 
 
-@pytest.mark.parametrize(("kind", "cls"), [("adagrad", "FedAdagrad"), ("adam", "FedAdam"),
-                                           ("yogi", "FedYogi")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "cls"), [("adagrad", "FedAdagrad"), ("adam", "FedAdam"), ("yogi", "FedYogi")]
+)
 def test_adaptive_server_steps_match_flower(kind: str, cls: str) -> None:
     rng = np.random.default_rng(7)
     d, k = 129, 5

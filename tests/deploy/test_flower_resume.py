@@ -54,9 +54,12 @@ def _crash_after_round_1(lb: Loopback, rc: dict[str, object], run_dir: Path) -> 
     args = [lb.flwr, "run", str(lb.app), "loop", "--run-config", lb.write_run_config(rc)]
     with open(lb.workdir / "flwr-run-1.log", "wb") as log:
         proc = subprocess.Popen(
-            [*args, "--stream"], stdout=log, stderr=subprocess.STDOUT, env=lb.env,
+            [*args, "--stream"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=lb.env,
             cwd=lb.workdir,
-        )  # fmt: skip
+        )
         try:
             deadline = time.monotonic() + 400
             while not (run_dir / "checkpoint.pt").exists():

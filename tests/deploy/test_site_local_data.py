@@ -82,8 +82,12 @@ def test_in_process_federation_equals_the_simulator(tmp_path: Path) -> None:
     npz = write_npz(tmp_path / "south.npz", n=40, seed=5)
     from geofl.data.synthetic.landcover import SYNTHETIC_CLASSES
 
-    south = {"name": "south", "dataset": "sentinel2_npz", "clients": 2,
-             "params": {"path": str(npz), "classes": list(SYNTHETIC_CLASSES)}}  # fmt: skip
+    south = {
+        "name": "south",
+        "dataset": "sentinel2_npz",
+        "clients": 2,
+        "params": {"path": str(npz), "classes": list(SYNTHETIC_CLASSES)},
+    }
     raw = sites_raw(synthetic_site("north", 1), south)
     raw["federation"]["rounds"] = 2
     config = _write(tmp_path / "exp.yaml", raw)
@@ -93,15 +97,22 @@ def test_in_process_federation_equals_the_simulator(tmp_path: Path) -> None:
     sites = [LocalSite(setup, n, "", tmp_path / f"{n}-state") for n in ("north", "south")]
     assert [s.clients for s in sites] == [[0], [1, 2]]
     infos = {i: ConfigRecord(s.describe()) for i, s in enumerate(sites)}  # as on the wire
-    assert set(infos[0]) == {"clients", "site_name", "schema", "stats_count", "stats_sum",
-                             "stats_sumsq"}  # fmt: skip
+    assert set(infos[0]) == {
+        "clients",
+        "site_name",
+        "schema",
+        "stats_count",
+        "stats_sum",
+        "stats_sumsq",
+    }
     fed = site_federation(setup.cfg, infos)
     assert len(fed.data.train) == 0 and fed.norm is not None
     fp = json.dumps(fingerprint(setup.cfg, setup.method, setup.seed))
     net = InProcess(sites, fed.norm, fp)
     out = tmp_path / "dep"
-    run = FederatedRun(setup.cfg, setup.method, 3, fed.data, fed.partition, out, (), net,
-                       net.evaluate)  # fmt: skip
+    run = FederatedRun(
+        setup.cfg, setup.method, 3, fed.data, fed.partition, out, (), net, net.evaluate
+    )
     run.run()
     a, b = _rounds(sim / "rounds.jsonl"), _rounds(out / "rounds.jsonl")
     assert [r["model_sha256"] for r in a] == [r["model_sha256"] for r in b]
@@ -153,10 +164,14 @@ def test_server_refuses_sites_that_disagree(tmp_path: Path) -> None:
     from geofl.data.synthetic.landcover import SYNTHETIC_CLASSES
 
     npz = write_npz(tmp_path / "rgb.npz", bands=3)
-    south = {"name": "south", "dataset": "sentinel2_npz",
-             "params": {"path": str(npz), "classes": list(SYNTHETIC_CLASSES)}}  # fmt: skip
-    setup = load_setup(_write(tmp_path / "exp.yaml", sites_raw(synthetic_site("north", 1), south)),
-                       None, None)  # fmt: skip
+    south = {
+        "name": "south",
+        "dataset": "sentinel2_npz",
+        "params": {"path": str(npz), "classes": list(SYNTHETIC_CLASSES)},
+    }
+    setup = load_setup(
+        _write(tmp_path / "exp.yaml", sites_raw(synthetic_site("north", 1), south)), None, None
+    )
     sites = [LocalSite(setup, n, "", None) for n in ("north", "south")]  # each alone is fine
     infos = {i: ConfigRecord(s.describe()) for i, s in enumerate(sites)}
     with pytest.raises(

@@ -88,9 +88,13 @@ def test_site_step_equals_the_simulator_and_state_follows_acks(
     reply = site.train(decode_request(encode_request(params, d, fp, 0)), state)
     got = decode_reply(reply)
     want = client_step(
-        comps.program, params, comps.clients[1], comps.store.get(1), d,
+        comps.program,
+        params,
+        comps.clients[1],
+        comps.store.get(1),
+        d,
         ClientStreams((setup.seed, "round", 1, "client", 1)),
-    )  # fmt: skip
+    )
     assert not isinstance(got, BudgetExhaustedError)
     assert torch.equal(got.update.delta, want.update.delta)
     for name, t in want.update.tensors.items():

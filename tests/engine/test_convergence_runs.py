@@ -47,8 +47,10 @@ def test_lr_schedule_reaches_the_clients_and_the_record(tmp_path: Path) -> None:
     plain = _run(tmp_path, "plain", adam)
     const = _run(tmp_path, "const", [*adam, "train.lr_schedule={name: constant}"])
     step = _run(tmp_path, "step", [*adam, "train.lr_schedule={name: step, every: 1}"])
-    hashes = {k: [r["model_sha256"] for r in _rounds(d)] for k, d in
-              (("plain", plain), ("const", const), ("step", step))}  # fmt: skip
+    hashes = {
+        k: [r["model_sha256"] for r in _rounds(d)]
+        for k, d in (("plain", plain), ("const", const), ("step", step))
+    }
     assert hashes["const"] == hashes["plain"]
     assert hashes["step"][0] == hashes["plain"][0] and hashes["step"][1] != hashes["plain"][1]
     assert all("lr" not in r for r in _rounds(plain))

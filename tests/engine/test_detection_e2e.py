@@ -11,15 +11,23 @@ from typer.testing import CliRunner
 from geofl.cli import app
 
 SMALL = [
-    "--set", "data.params.num_samples=40",
-    "--set", "data.params.size=64",
-    "--set", "federation.num_clients=2",
-    "--set", "federation.rounds=2",
-    "--set", "train.local_steps=2",
-    "--set", "train.batch_size=4",
-    "--set", "eval.every=1",
-    "--set", "methods.0.partition.min_samples=4",
-]  # fmt: skip
+    "--set",
+    "data.params.num_samples=40",
+    "--set",
+    "data.params.size=64",
+    "--set",
+    "federation.num_clients=2",
+    "--set",
+    "federation.rounds=2",
+    "--set",
+    "train.local_steps=2",
+    "--set",
+    "train.batch_size=4",
+    "--set",
+    "eval.every=1",
+    "--set",
+    "methods.0.partition.min_samples=4",
+]
 
 
 def _run(out: Path) -> dict[str, object]:

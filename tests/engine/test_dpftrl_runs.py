@@ -46,9 +46,9 @@ def _write(tmp_path: Path, raw: dict[str, Any]) -> Path:
 def test_cli_run_reports_epsilon_per_round_and_in_final(tmp_path: Path) -> None:
     out = tmp_path / "run"
     result = CliRunner().invoke(
-        app, ["run", str(_write(tmp_path, _raw())), "--out", str(out), "--no-progress",
-              "--no-report"],
-    )  # fmt: skip
+        app,
+        ["run", str(_write(tmp_path, _raw())), "--out", str(out), "--no-progress", "--no-report"],
+    )
     assert result.exit_code == 0, result.output
     sdir = seed_dir(out, "dpftrl", SEED)
     records = read_jsonl(sdir / "rounds.jsonl")
@@ -64,8 +64,9 @@ def test_cli_run_reports_epsilon_per_round_and_in_final(tmp_path: Path) -> None:
     assert server["epsilon"] == eps[-1] and server["tree_rounds"] == 1
     assert server["expected_clients"] == 4.0 and server["sq_sensitivity_max"] == 4
     assert "privacy" not in final  # no noisy client release steps: that ledger stays empty
-    assert all(r["client_log"][k]["dp_ftrl_clip"]["bound"] == 1.0
-               for r in records for k in r["client_log"])  # fmt: skip
+    assert all(
+        r["client_log"][k]["dp_ftrl_clip"]["bound"] == 1.0 for r in records for k in r["client_log"]
+    )
 
 
 class _CrashAfter:

@@ -89,8 +89,11 @@ def test_table_12_std_is_population_std() -> None:
 
 
 def test_undefined_group_metric_is_left_out_of_the_spread() -> None:
-    per = [("0", SplitMetrics({"roc_auc": 0.9})), ("1", SplitMetrics({"roc_auc": float("nan")})),
-           ("2", SplitMetrics({"roc_auc": 0.7}))]  # fmt: skip
+    per = [
+        ("0", SplitMetrics({"roc_auc": 0.9})),
+        ("1", SplitMetrics({"roc_auc": float("nan")})),
+        ("2", SplitMetrics({"roc_auc": 0.7})),
+    ]
     out = group_values(per, "region", "roc_auc")
     assert out["roc_auc_region_std"] == pytest.approx(0.1) and out["roc_auc_region_min"] == 0.7
 

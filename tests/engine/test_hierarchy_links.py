@@ -25,11 +25,21 @@ UPLINK = {"network": {"p_fail": 0.0}, "checkpoint": {"tau_cos": 0.0}}
 
 def _model(values: torch.Tensor, rounds: int = 3) -> TierModel:
     return TierModel(
-        model=values, delta=torch.zeros(0), produced_round=rounds,
-        num_samples=10, clients=(0, 1), farms=frozenset({0}), bins=(0, 0), attempts=2,
-        nqi_lost=0, clusters=(0,), created_s=5.0, tractor_weights=(0.5, 0.5),
-        client_rounds=(rounds, rounds), client_created=(5.0, 5.0),
-    )  # fmt: skip
+        model=values,
+        delta=torch.zeros(0),
+        produced_round=rounds,
+        num_samples=10,
+        clients=(0, 1),
+        farms=frozenset({0}),
+        bins=(0, 0),
+        attempts=2,
+        nqi_lost=0,
+        clusters=(0,),
+        created_s=5.0,
+        tractor_weights=(0.5, 0.5),
+        client_rounds=(rounds, rounds),
+        client_created=(5.0, 5.0),
+    )
 
 
 def _links(**cfg: object) -> SpaceLinks:
@@ -185,8 +195,9 @@ def test_replayed_space_hop_envelopes_are_refused_and_change_nothing(tmp_path: P
     out = []
     for name, adversary in (("clean", {}), ("replay", {"replay_prob": 1.0})):
         hier = {"mode": "sync", "links": {"security": adversary}}
-        run = make_run(config(tmp_path, agri_raw(hier, rounds=2, uplink=UPLINK), name),
-                       tmp_path / name)  # fmt: skip
+        run = make_run(
+            config(tmp_path, agri_raw(hier, rounds=2, uplink=UPLINK), name), tmp_path / name
+        )
         params, refused = run.init_params, {}
         for r in (1, 2):
             res = run.scheduler.round(params, r)

@@ -179,8 +179,10 @@ def test_table10_metric_is_each_regional_models_test_auc_carried_by_its_updates(
     """Every update carries its regional model's test AUC; re-evaluating that model by hand
     gives the same value, and the round's Table 10 rows are the count-weighted means."""
     rounds = _rounds(tmp_path, {"mode": "sync"}, "t10", rounds=2)
-    run = make_run(config(tmp_path, agri_raw({"mode": "sync"}, rounds=2, uplink=UPLINK), "t10b"),
-                   tmp_path / "t10b")  # fmt: skip
+    run = make_run(
+        config(tmp_path, agri_raw({"mode": "sync"}, rounds=2, uplink=UPLINK), "t10b"),
+        tmp_path / "t10b",
+    )
     sched = run.scheduler
     assert isinstance(sched, HierarchicalScheduler) and sched.probe is not None
     for _, rec in rounds:

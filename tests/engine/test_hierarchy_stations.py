@@ -45,9 +45,10 @@ def _scheduler(tmp: Path, contacts: Any, fail_round: int | None) -> tuple[Any, A
     run = make_run(config(tmp, agri_raw(HIER, rounds=ROUNDS)), tmp / "run")
     topo = Topology(
         Clusters((C0, C1), (0, 6), np.array([0] * 6 + [1] * 6)),
-        rho=np.arange(12.0)[::-1], farm=np.array([0, 1] * 3 + [2] * 6),
+        rho=np.arange(12.0)[::-1],
+        farm=np.array([0, 1] * 3 + [2] * 6),
         context_bin=np.array([0, 1] * 3 + [5] * 6),
-    )  # fmt: skip
+    )
     sch = HierarchicalScheduler(run.comps, cfg, topo, contacts, seed=SEED)
     check = sch.monitor.health_check
 
@@ -80,9 +81,13 @@ def _direct(lat_lon: tuple[float, float], station: int) -> Any:
     cfg = HierarchyConfig.model_validate(HIER)
     n_slots = int((ROUNDS + 1) * cfg.round_s / cfg.leo.slot_s)
     return contact_plan(
-        _tles(cfg.leo), np.array([lat_lon]), start=cfg.leo.epoch, n_slots=n_slots,
-        seed=SEED, station_ids=[station],
-    )  # fmt: skip
+        _tles(cfg.leo),
+        np.array([lat_lon]),
+        start=cfg.leo.epoch,
+        n_slots=n_slots,
+        seed=SEED,
+        station_ids=[station],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,16 +106,28 @@ def test_the_re_elected_driver_transmits_in_its_own_passes(failed: Any) -> None:
     a, b = _direct(A, 0), _direct(B, 1)
     assert [a.next_contact(0, s) for s in (30, 90)] == [(94, 3), (94, 3)]
     assert [b.next_contact(0, s) for s in (60, 90, 150)] == [(65, 5), (160, 4), (160, 4)]
-    ups = [(e[0], e[2], e[4]) for blk in blocks for e in blk["events"]
-           if e[1] == "uplink" and e[3] == 0]  # fmt: skip
+    ups = [
+        (e[0], e[2], e[4])
+        for blk in blocks
+        for e in blk["events"]
+        if e[1] == "uplink" and e[3] == 0
+    ]
     assert ups == [(1950.0, 5, 1), (4800.0, 4, 1), (4800.0, 4, 1)]
     # the handed-over upload, sealed by tractor 0 for LEO 3, was re-sealed by tractor 1 for
     # LEO 5 and opened there (an uplink event is recorded only for an accepted envelope)
     assert all(not blk["envelope_rejections"] for blk in blocks)
     assert blocks[1]["driver_changes"] == [
-        {"round": 2, "at_s": 1800.0, "cluster": 0, "old": 0, "new": 1, "cause": "failover",
-         "uplinks_moved": 1, "downlinks_moved": 1}
-    ]  # fmt: skip
+        {
+            "round": 2,
+            "at_s": 1800.0,
+            "cluster": 0,
+            "old": 0,
+            "new": 1,
+            "cause": "failover",
+            "uplinks_moved": 1,
+            "downlinks_moved": 1,
+        }
+    ]
     assert [blk["driver_changes"] for blk in (blocks[0], *blocks[2:])] == [[], [], []]
     assert plans.computed == (0, 1, 6)  # tractor 1's plan was computed at its election
     assert plans.plan(1).passes == b.passes  # the cached plan is the direct one

@@ -69,9 +69,11 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Hierarc
     run = make_run(cfg, tmp / "run")
     clusters = Clusters((C0, C1), (0, 6), np.array([0] * 6 + [1] * 6))
     topo = Topology(
-        clusters, rho=np.arange(12.0), farm=np.array([0, 1] * 3 + [2] * 6),
+        clusters,
+        rho=np.arange(12.0),
+        farm=np.array([0, 1] * 3 + [2] * 6),
         context_bin=np.array([0, 1] * 3 + [5] * 6),
-    )  # fmt: skip
+    )
     contacts = TableContacts(10.0, {0: (1, 12, 21), 1: (13, 35)}, (3, 12, 14, 21, 25, 36))
     sch = HierarchicalScheduler(
         run.comps, HierarchyConfig.model_validate(HIER), topo, contacts, seed=2

@@ -10,8 +10,15 @@ from typer.testing import CliRunner
 
 from geofl.cli import app
 
-_SHORT = ["--set", "federation.rounds=2", "--set", "data.params.num_samples=600",
-          "--set", "data.params.size=16", "--no-progress"]  # fmt: skip
+_SHORT = [
+    "--set",
+    "federation.rounds=2",
+    "--set",
+    "data.params.num_samples=600",
+    "--set",
+    "data.params.size=16",
+    "--no-progress",
+]
 
 
 def _run(preset: str, out: Path, *extra: str) -> dict[str, object]:
@@ -25,9 +32,15 @@ def _run(preset: str, out: Path, *extra: str) -> dict[str, object]:
 def test_noise_preset_end_to_end_with_attack(tmp_path: Path) -> None:
     out = tmp_path / "noise"
     summary = _run(
-        "paper000-noise", out, "--seeds", "1,42",
-        "--set", "analyses.0.window=1", "--set", "analyses.0.n_estimators=20",
-    )  # fmt: skip
+        "paper000-noise",
+        out,
+        "--seeds",
+        "1,42",
+        "--set",
+        "analyses.0.window=1",
+        "--set",
+        "analyses.0.n_estimators=20",
+    )
     assert set(summary["methods"]) == {"fedavg", "uniform-noise", "risk-aware-noise"}  # type: ignore[call-overload]
     attack = json.loads((out / "analysis" / "attribute_inference.json").read_text())
     for m in ("fedavg", "uniform-noise", "risk-aware-noise"):
@@ -53,9 +66,14 @@ def test_table1_preset_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "t1"
     summary = _run("paper000-table1", out, "--seeds", "1", "--set", "federation.rounds=1")
     assert list(summary["methods"]) == [  # type: ignore[call-overload]
-        "centralized", "fedavg-iid", "fedavg-dir0.5", "fedavg-dir0.1",
-        "uniform-noise", "risk-aware-noise", "integrated",
-    ]  # fmt: skip
+        "centralized",
+        "fedavg-iid",
+        "fedavg-dir0.5",
+        "fedavg-dir0.1",
+        "uniform-noise",
+        "risk-aware-noise",
+        "integrated",
+    ]
 
 
 @pytest.mark.slow
@@ -63,10 +81,21 @@ def test_governance_scenario_b_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "gov-b"
     result = CliRunner().invoke(
         app,
-        ["run", "paper000-governance-b", "--out", str(out), "--no-progress", "--no-report",
-         "--set", "federation.rounds=6", "--set", "data.params.num_samples=600",
-         "--set", "data.params.size=16"],
-    )  # fmt: skip
+        [
+            "run",
+            "paper000-governance-b",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--no-report",
+            "--set",
+            "federation.rounds=6",
+            "--set",
+            "data.params.num_samples=600",
+            "--set",
+            "data.params.size=16",
+        ],
+    )
     assert result.exit_code == 0, result.output
     sd = out / "methods/integrated/seed-1"
     log = [json.loads(line) for line in (sd / "governance.jsonl").read_text().splitlines()]

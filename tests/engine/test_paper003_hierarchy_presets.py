@@ -60,9 +60,15 @@ def test_table5_rows_and_the_sweep_and_ablations() -> None:
 def test_hierarchical_preset_runs_shrunk_with_table10_and_region_metrics(tmp_path: Path) -> None:
     out = tmp_path / "h"
     args = ["run", "paper003-hierarchical", "--out", str(out), "--no-progress"]
-    for kv in ("data.params.num_blocks=150", "data.params.num_tractors=40",
-               "data.params.weeks=12", "federation.num_clients=40", "federation.rounds=3",
-               "train.local_epochs=1", "eval.every=1"):  # fmt: skip
+    for kv in (
+        "data.params.num_blocks=150",
+        "data.params.num_tractors=40",
+        "data.params.weeks=12",
+        "federation.num_clients=40",
+        "federation.rounds=3",
+        "train.local_epochs=1",
+        "eval.every=1",
+    ):
         args += ["--set", kv]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -33,9 +33,14 @@ def test_presets_follow_the_paper(name: str, task: str, hidden: list[int]) -> No
 def test_task_b_preset_runs_shrunk_with_region_metrics(tmp_path: Path) -> None:
     out = tmp_path / "b"
     args = ["run", "paper003-task-b", "--out", str(out), "--no-progress"]
-    for kv in ("data.params.num_blocks=150", "data.params.num_tractors=40",
-               "data.params.weeks=12", "federation.num_clients=40", "federation.rounds=2",
-               "train.local_epochs=1"):  # fmt: skip
+    for kv in (
+        "data.params.num_blocks=150",
+        "data.params.num_tractors=40",
+        "data.params.weeks=12",
+        "federation.num_clients=40",
+        "federation.rounds=2",
+        "train.local_epochs=1",
+    ):
         args += ["--set", kv]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -14,8 +14,9 @@ from geofl.config.load import load_config
 from geofl.network.pipelines import Pipeline
 
 
-@pytest.mark.parametrize(("name", "task"), [("paper003-table5-a", "nutrient"),
-                                            ("paper003-table5-b", "stress")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "task"), [("paper003-table5-a", "nutrient"), ("paper003-table5-b", "stress")]
+)
 def test_table5_presets_follow_the_paper(name: str, task: str) -> None:
     cfg = load_config(name)
     base = load_config(name.replace("table5", "task"))  # same data, model, training
@@ -49,8 +50,7 @@ def test_communication_and_ablation_presets() -> None:
     comm = load_config("paper003-communication")
     assert comm.federation.num_clients == 120
     names = [m.name for m in comm.methods]
-    assert names == ["fedavg", "fedprox", "scaffold", "fednova", "fedpaq", "aircomp",
-                     "ours-ground"]  # fmt: skip
+    assert names == ["fedavg", "fedprox", "scaffold", "fednova", "fedpaq", "aircomp", "ours-ground"]
     assert all(m.uplink is not None for m in comm.methods)
     abl = {m.name: m.uplink for m in load_config("paper003-table14").methods}
     assert set(abl) == {"ours-ground", "no-nqi", "no-checkpointer", "no-compression"}
@@ -73,9 +73,13 @@ def _figures(out: Path, method: str) -> tuple[float, float, list[dict[str, objec
 def test_communication_preset_runs_shrunk(tmp_path: Path) -> None:
     out = tmp_path / "c"
     args = ["run", "paper003-communication", "--out", str(out), "--no-progress"]
-    for kv in ("data.params.num_blocks=150", "data.params.num_tractors=40",
-               "data.params.weeks=12", "federation.num_clients=40",
-               "federation.rounds=2"):  # fmt: skip
+    for kv in (
+        "data.params.num_blocks=150",
+        "data.params.num_tractors=40",
+        "data.params.weeks=12",
+        "federation.num_clients=40",
+        "federation.rounds=2",
+    ):
         args += ["--set", kv]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -19,9 +19,18 @@ def test_demo_preset_end_to_end_with_report_and_pinned_numbers(tmp_path: Path) -
     out = tmp_path / "demo"
     result = CliRunner().invoke(
         app,
-        ["run", "demo", "--out", str(out), "--no-progress",
-         "--set", "federation.rounds=3", "--set", "data.params.num_samples=1200"],
-    )  # fmt: skip
+        [
+            "run",
+            "demo",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--set",
+            "federation.rounds=3",
+            "--set",
+            "data.params.num_samples=1200",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     accs = {m: s["final_test_accuracy"]["mean"] for m, s in summary["methods"].items()}
@@ -84,10 +93,23 @@ def test_heterogeneity_preset_runs_on_real_ucmerced(tmp_path: Path) -> None:
     out = tmp_path / "ucm"
     result = CliRunner().invoke(
         app,
-        ["run", "fedavg-heterogeneity", "--out", str(out), "--no-progress", "--no-report",
-         "--seeds", "1", "--set", "federation.rounds=1", "--set", "data.dataset=ucmerced",
-         "--set", f"data.params={{root: '{root}', size: 32}}"],
-    )  # fmt: skip
+        [
+            "run",
+            "fedavg-heterogeneity",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--no-report",
+            "--seeds",
+            "1",
+            "--set",
+            "federation.rounds=1",
+            "--set",
+            "data.dataset=ucmerced",
+            "--set",
+            f"data.params={{root: '{root}', size: 32}}",
+        ],
+    )
     assert result.exit_code == 0, result.output
     part = json.loads((out / "methods/fedavg-dir0.1/seed-1/partition.json").read_text())
     assert len(part["classes"]) == 21 and len(part["histograms"]) == 10

@@ -62,8 +62,21 @@ def _load(tmp_path: Path, raw: dict[str, Any]) -> ExperimentConfig:
 def write_npz(path: Path, n: int = 30, bands: int = 13, classes: int = 10, seed: int = 0) -> Path:
     """A ``sentinel2_npz`` file: uint16 ``[n, bands, 16, 16]`` images, labels cycling."""
     rng = np.random.default_rng(seed)
-    names = ["B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10",
-             "B11", "B12"][:bands]  # fmt: skip
+    names = [
+        "B01",
+        "B02",
+        "B03",
+        "B04",
+        "B05",
+        "B06",
+        "B07",
+        "B08",
+        "B8A",
+        "B09",
+        "B10",
+        "B11",
+        "B12",
+    ][:bands]
     np.savez(
         path,
         images=rng.integers(0, 10000, size=(n, bands, 16, 16), dtype=np.uint16),
@@ -164,15 +177,22 @@ def test_bad_site_data_ends_in_one_line_naming_the_site_and_field(tmp_path: Path
     assert msg.startswith("data.sites.1.params: site south:") and "no.npz" in msg, msg
     assert "\n" not in msg
     eurosat = list(SYNTHETIC_CLASSES)
-    rgb = {**missing, "params": {"path": str(write_npz(tmp_path / "rgb.npz", bands=3)),
-                                 "classes": eurosat}}  # fmt: skip
+    rgb = {
+        **missing,
+        "params": {"path": str(write_npz(tmp_path / "rgb.npz", bands=3)), "classes": eurosat},
+    }
     with pytest.raises(
         ConfigError,
         match=r"^data.sites: sites disagree on bands \(north: .*\(13\); south: .*\(3\)\)",
     ):
         SitesPlan(_load(tmp_path, sites_raw(a, rgb)))
-    two = {**missing, "params": {"path": str(write_npz(tmp_path / "two.npz", classes=2)),
-                                 "classes": ["no", "yes"]}}  # fmt: skip
+    two = {
+        **missing,
+        "params": {
+            "path": str(write_npz(tmp_path / "two.npz", classes=2)),
+            "classes": ["no", "yes"],
+        },
+    }
     with pytest.raises(ConfigError, match=r"^data.sites: sites disagree on classes"):
         SitesPlan(_load(tmp_path, sites_raw(a, two)))
     with pytest.raises(

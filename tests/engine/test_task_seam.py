@@ -225,8 +225,9 @@ def test_the_multilabel_task_runs_end_to_end_through_the_engine(tmp_path: Path) 
         best = json.loads((seed_dir / "final.json").read_text())["best_val"]
         assert best["val_map"] == max(r["val"]["map"] for r in rounds)
     # clients share positives-per-label histograms: [C] counts the weighting used
-    weights = json.loads((run_dir / "methods/consistency/seed-3/rounds.jsonl").read_text()
-                         .splitlines()[-1])["weights"]  # fmt: skip
+    weights = json.loads(
+        (run_dir / "methods/consistency/seed-3/rounds.jsonl").read_text().splitlines()[-1]
+    )["weights"]
     assert len(weights) == 3 and math.isclose(sum(weights), 1.0)
     summary = json.loads((run_dir / "summary.json").read_text())["methods"]["fedavg"]
     assert summary["final_test_map"]["n"] == 1 and 0.0 < summary["final_test_map"]["mean"] <= 1

@@ -53,8 +53,9 @@ def test_fedpaq_sends_stochastic_dense_codes_unbiased_across_rounds() -> None:
 
 def test_without_compression_the_gate_stays_and_payloads_are_raw() -> None:
     up = _uplink(compress=False)
-    up.begin_round(1, LinkStates(np.array([MID, GOOD, [-112.0, 0.2, 500.0], GOOD]),
-                                 np.zeros(4, bool)))  # fmt: skip
+    up.begin_round(
+        1, LinkStates(np.array([MID, GOOD, [-112.0, 0.2, 500.0], GOOD]), np.zeros(4, bool))
+    )
     sent = up.transmit(_x(1), 0)
     assert sent.pipeline is Pipeline.RAW and sent.bytes_by_hop["tractor_server"] == 8 + 4 * 3000
     assert up.summary([sent])["pipeline_bytes"] == {"raw": 8 + 4 * 3000}

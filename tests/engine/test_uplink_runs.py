@@ -137,9 +137,12 @@ def test_delivered_update_is_the_decoded_one() -> None:
     from geofl.engine.uplink.ground import TransmitStatus, Uplink
 
     cfg = UplinkConfig.model_validate(
-        {"nqi": {"tau": -1.0, "t_chunked": -1.0, "t_fallback": -1.0},  # always fallback
-         "network": {"p_fail": 0.0, "deadline_s": 1e6}, "checkpoint": {"tau_cos": 0.0}}
-    )  # fmt: skip
+        {
+            "nqi": {"tau": -1.0, "t_chunked": -1.0, "t_fallback": -1.0},  # always fallback
+            "network": {"p_fail": 0.0, "deadline_s": 1e6},
+            "checkpoint": {"tau_cos": 0.0},
+        }
+    )
     up = Uplink(cfg, num_clients=2, seed=0)
     up.begin_round(1)
     x = torch.linspace(-1, 1, 5000)

@@ -60,9 +60,12 @@ def test_first_draw_matches_eq23_chisquare() -> None:
 
 def test_record_probabilities_and_members() -> None:
     rec = elect_committee(
-        reputation=REP, params=CommitteeParams(size=2, alpha=2.0), seed=3, election_id=0,
+        reputation=REP,
+        params=CommitteeParams(size=2, alpha=2.0),
+        seed=3,
+        election_id=0,
         round_id=1,
-    )  # fmt: skip
+    )
     assert len(set(rec.members)) == 2 and set(rec.members) <= {1, 2, 3, 4}
     assert [c.node for c in rec.candidates] == [1, 2, 3, 4, 5]
     assert rec.candidates[4].eligible is False and rec.candidates[4].probability == 0.0
@@ -116,17 +119,23 @@ def test_shortfall_fill_and_raise(caplog: pytest.LogCaptureFixture) -> None:
     rep = {1: 0.9, 2: 0.4, 3: 0.45, 4: 0.1}
     with caplog.at_level(logging.WARNING, logger="geofl.governance.committee"):
         rec = elect_committee(
-            reputation=rep, params=CommitteeParams(size=3, tau=0.5), seed=1, election_id=0,
+            reputation=rep,
+            params=CommitteeParams(size=3, tau=0.5),
+            seed=1,
+            election_id=0,
             round_id=1,
-        )  # fmt: skip
+        )
     # only node 1 reaches τ; fills are the best below τ: 3 (.45), then 2 (.4)
     assert rec.members == (1, 3, 2) and rec.filled == (3, 2)
     assert "filling" in caplog.text
     with pytest.raises(GovernanceError, match="tau"):
         elect_committee(
-            reputation=rep, params=CommitteeParams(size=3, tau=0.5, shortfall="raise"),
-            seed=1, election_id=0, round_id=1,
-        )  # fmt: skip
+            reputation=rep,
+            params=CommitteeParams(size=3, tau=0.5, shortfall="raise"),
+            seed=1,
+            election_id=0,
+            round_id=1,
+        )
     with pytest.raises(GovernanceError, match="size"):
         elect_committee(
             reputation=rep, params=CommitteeParams(size=5), seed=1, election_id=0, round_id=1
@@ -135,15 +144,23 @@ def test_shortfall_fill_and_raise(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_validators_restrict_the_pool() -> None:
     rec = elect_committee(
-        reputation=REP, params=CommitteeParams(size=2), seed=1, election_id=0, round_id=1,
+        reputation=REP,
+        params=CommitteeParams(size=2),
+        seed=1,
+        election_id=0,
+        round_id=1,
         validators=[3, 4, 5],
-    )  # fmt: skip
+    )
     assert set(rec.members) == {3, 4}
     with pytest.raises(GovernanceError, match="reputation"):
         elect_committee(
-            reputation=REP, params=CommitteeParams(size=2), seed=1, election_id=0, round_id=1,
+            reputation=REP,
+            params=CommitteeParams(size=2),
+            seed=1,
+            election_id=0,
+            round_id=1,
             validators=[3, 4, 99],
-        )  # fmt: skip
+        )
 
 
 def test_reelection_schedule() -> None:
@@ -155,9 +172,14 @@ def test_reelection_schedule() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"alpha": 0.0}, "alpha"), ({"alpha": -1.0}, "alpha"), ({"size": 0}, "size"),
-     ({"every": 0}, "every"), ({"shortfall": "drop"}, "shortfall")],
-)  # fmt: skip
+    [
+        ({"alpha": 0.0}, "alpha"),
+        ({"alpha": -1.0}, "alpha"),
+        ({"size": 0}, "size"),
+        ({"every": 0}, "every"),
+        ({"shortfall": "drop"}, "shortfall"),
+    ],
+)
 def test_bad_params_name_the_field(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(ValidationError, match=field):
         CommitteeParams.model_validate(kwargs)
@@ -192,8 +214,12 @@ def test_protection_recorded_verified_and_absent_from_plain_records() -> None:
     assert rec.to_dict()["protection_weight"] == 2.0
     assert verify_election(rec, seed=7)
     plain = elect_committee(
-        reputation=REP, params=CommitteeParams(size=2), seed=7, election_id=3, round_id=3,
+        reputation=REP,
+        params=CommitteeParams(size=2),
+        seed=7,
+        election_id=3,
+        round_id=3,
         protection=prot,
-    )  # fmt: skip
+    )
     d = plain.to_dict()
     assert "protection_weight" not in d and "protection" not in d["candidates"][0]

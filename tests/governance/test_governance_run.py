@@ -234,11 +234,18 @@ def test_process_tolerates_missing_accuracy_and_empty_validator_pool() -> None:
     proc.start("rule_t")
 
     def rec(r: int, parts: list[int], val: float) -> RoundRecord:
-        return RoundRecord.from_json({
-            "round": r, "participants": parts, "rejected": [],
-            "weights": [1 / len(parts)] * len(parts), "update_norms": [10.0] * len(parts),
-            "val": {"accuracy": val}, "model_sha256": f"{r:064x}", "update_set_sha256": "0" * 64,
-        })  # fmt: skip
+        return RoundRecord.from_json(
+            {
+                "round": r,
+                "participants": parts,
+                "rejected": [],
+                "weights": [1 / len(parts)] * len(parts),
+                "update_norms": [10.0] * len(parts),
+                "val": {"accuracy": val},
+                "model_sha256": f"{r:064x}",
+                "update_set_sha256": "0" * 64,
+            }
+        )
 
     e1 = proc.round(rec(1, [0, 1, 2], float("nan")))  # no validation split: NaN accuracy
     assert len(e1["committee"]["members"]) == 2

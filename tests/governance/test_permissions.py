@@ -78,9 +78,13 @@ def test_scenario_b_closed_loop() -> None:
     assert levels == {7: W}
     assert 7 not in approvers[5]  # client 7 (Rep < τ) did not approve its own change
     assert proposals[0].to_dict() == {
-        "node": 7, "old": 0, "new": 1, "reason": "consecutive_failures", "round_id": 5,
+        "node": 7,
+        "old": 0,
+        "new": 1,
+        "reason": "consecutive_failures",
+        "round_id": 5,
         "detail": "2 consecutive failures",
-    }  # fmt: skip
+    }
 
 
 def test_first_failure_alone_triggers_nothing() -> None:
@@ -164,11 +168,13 @@ def test_enforcement() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"failure_streak": 0}, "failure_streak"),
-     ({"suspend_below": 0.5, "watchlist_below": 0.3}, "suspend_below"),
-     ({"restore_above": 0.1}, "restore_above"),
-     ({"review": 5}, "review")],
-)  # fmt: skip
+    [
+        ({"failure_streak": 0}, "failure_streak"),
+        ({"suspend_below": 0.5, "watchlist_below": 0.3}, "suspend_below"),
+        ({"restore_above": 0.1}, "restore_above"),
+        ({"review": 5}, "review"),
+    ],
+)
 def test_bad_rules_name_the_field(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(ValidationError, match=field):
         PermissionRules.model_validate(kwargs)

@@ -155,9 +155,11 @@ def test_behavior_variance_skips_unexpected_rounds() -> None:
 
 def test_quality_uses_the_term_present() -> None:
     q = update_quality(
-        delta_acc=[0.05, np.nan, np.nan], consistency=[np.nan, 0.8, np.nan],
-        lambda_acc=0.5, lambda_consistency=0.5,
-    )  # fmt: skip
+        delta_acc=[0.05, np.nan, np.nan],
+        consistency=[np.nan, 0.8, np.nan],
+        lambda_acc=0.5,
+        lambda_consistency=0.5,
+    )
     assert q[:2] == pytest.approx([1.0, 0.8])
     assert math.isnan(q[2])
     assert contribution_reputation(quality=[[np.nan, np.nan]], default=0.3) == pytest.approx([0.3])
@@ -170,12 +172,14 @@ def test_missing_quality_counts_failed_rounds() -> None:
 
 
 def test_total_reputation_validates_weights() -> None:
-    got = total_reputation(contribution=[1.0], participation=[0.5], consistency=[0.0],
-                           weights=(0.2, 0.4, 0.4))  # fmt: skip
+    got = total_reputation(
+        contribution=[1.0], participation=[0.5], consistency=[0.0], weights=(0.2, 0.4, 0.4)
+    )
     assert got == pytest.approx([0.4])  # .2 + .2 + 0
     with pytest.raises(GovernanceError, match="weights"):
-        total_reputation(contribution=[1.0], participation=[1.0], consistency=[1.0],
-                         weights=(0.5, 0.5, 0.5))  # fmt: skip
+        total_reputation(
+            contribution=[1.0], participation=[1.0], consistency=[1.0], weights=(0.5, 0.5, 0.5)
+        )
 
 
 @pytest.mark.parametrize(
@@ -214,11 +218,12 @@ def test_scenario_b_shape_of_fig13() -> None:
         tr.update(
             t,
             {
-                c: FAIL if c == 7 and t in (4, 5)
+                c: FAIL
+                if c == 7 and t in (4, 5)
                 else Ob(True, 0.01, 0.9, 5.0 + 0.1 * ((t + c) % 3), 0.05)
                 for c in clients
             },
-        )  # fmt: skip
+        )
     s = tr.series(7)
     part, cons, rep = s["participation"], s["consistency"], s["reputation"]
     assert part[3] < part[2] and part[4] < part[3]  # drops in rounds 4–5

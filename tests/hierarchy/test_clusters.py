@@ -90,10 +90,15 @@ def _line_fleet(lon: list[float], model: list[int], rho_rank: list[float] | None
     cap = np.zeros((t, 4))
     cap[:, 0] = rho_rank if rho_rank is not None else np.arange(t)
     return Fleet(
-        farm=np.arange(t), region=np.zeros(t, np.int64), lat=np.zeros(t), lon=np.array(lon),
-        model_type=np.array(model), capability=cap, context_bin=np.zeros(t, np.int64),
+        farm=np.arange(t),
+        region=np.zeros(t, np.int64),
+        lat=np.zeros(t),
+        lon=np.array(lon),
+        model_type=np.array(model),
+        capability=cap,
+        context_bin=np.zeros(t, np.int64),
         link_profile=np.ones(t, np.int64),
-    )  # fmt: skip
+    )
 
 
 def test_alg2_by_hand_first_cluster_chaining_and_model_types() -> None:
@@ -156,10 +161,15 @@ def test_fast_neighbour_search_matches_the_literal_algorithm(
     lon = np.concatenate([rng.uniform(-180, 180, t - 30), 179.8 + rng.normal(0, 0.3, 30)])
     lon = (lon + 180) % 360 - 180  # a cluster across the date line
     f = Fleet(
-        farm=np.arange(t), region=np.zeros(t, np.int64), lat=lat, lon=lon,
-        model_type=rng.integers(0, 2, t), capability=rng.random((t, 4)),
-        context_bin=np.zeros(t, np.int64), link_profile=np.ones(t, np.int64),
-    )  # fmt: skip
+        farm=np.arange(t),
+        region=np.zeros(t, np.int64),
+        lat=lat,
+        lon=lon,
+        model_type=rng.integers(0, 2, t),
+        capability=rng.random((t, 4)),
+        context_bin=np.zeros(t, np.int64),
+        link_profile=np.ones(t, np.int64),
+    )
     for r in (0.0, 50.0, 500.0, 3000.0, 30000.0):
         assert form_clusters(f, radius_km=r).cluster_of.tolist() == _literal_alg2(f, r), r
 

@@ -39,9 +39,16 @@ def test_synthetic_fleet_is_the_agri_datasets_tractors(fleet: Fleet, tmp_path: P
     data = build_synthetic_agri(SyntheticAgriParams(task="stress"), cache_dir=tmp_path)
     m = data.metadata
     again = fleet_from_context(
-        m["tractor"], m["farm"], m["region"], m["crop"], m["soil"], m["climate"],
-        m["link_profile"], seed=0, task="stress",
-    )  # fmt: skip
+        m["tractor"],
+        m["farm"],
+        m["region"],
+        m["crop"],
+        m["soil"],
+        m["climate"],
+        m["link_profile"],
+        seed=0,
+        task="stress",
+    )
     for name in ("farm", "region", "lat", "lon", "model_type", "capability", "link_profile"):
         assert np.array_equal(getattr(again, name), getattr(fleet, name)), name
 
@@ -76,8 +83,10 @@ def test_reports_are_seeded_and_latency_follows_the_link_profile(fleet: Fleet) -
 def test_context_bins_by_hand() -> None:
     # (crop · 3 textures + texture) · 3 climates + climate
     assert context_bins(np.array([0, 1, 4]), np.array([0, 2, 2]), np.array([0, 0, 2])).tolist() == [
-        0, 15, 44,
-    ]  # fmt: skip
+        0,
+        15,
+        44,
+    ]
     with pytest.raises(HierarchyError, match=r"context\.crop"):
         context_bins(np.array([5]), np.array([0]), np.array([0]))
 
@@ -85,19 +94,29 @@ def test_context_bins_by_hand() -> None:
 def test_tractor_bin_is_its_most_frequent_rows_bin() -> None:
     one = np.zeros(5, dtype=np.int64)
     f = fleet_from_context(
-        np.array([0, 0, 0, 1, 1]), one, one, np.array([1, 1, 0, 2, 0]), one, one, one,
-    )  # fmt: skip
+        np.array([0, 0, 0, 1, 1]),
+        one,
+        one,
+        np.array([1, 1, 0, 2, 0]),
+        one,
+        one,
+        one,
+    )
     # tractor 0: bins 9, 9, 0 → 9; tractor 1: 18 vs 0 once each → tie → lower bin 0
     assert f.context_bin.tolist() == [9, 0]
 
 
 def _fleet(**over: np.ndarray) -> Fleet:
     cols: dict[str, np.ndarray] = {
-        "farm": np.zeros(2, np.int64), "region": np.zeros(2, np.int64),
-        "lat": np.array([10.0, 20.0]), "lon": np.array([0.0, 1.0]),
-        "model_type": np.zeros(2, np.int64), "capability": np.ones((2, 4)),
-        "context_bin": np.zeros(2, np.int64), "link_profile": np.ones(2, np.int64),
-    }  # fmt: skip
+        "farm": np.zeros(2, np.int64),
+        "region": np.zeros(2, np.int64),
+        "lat": np.array([10.0, 20.0]),
+        "lon": np.array([0.0, 1.0]),
+        "model_type": np.zeros(2, np.int64),
+        "capability": np.ones((2, 4)),
+        "context_bin": np.zeros(2, np.int64),
+        "link_profile": np.ones(2, np.int64),
+    }
     cols.update(over)
     return Fleet(**cols)
 

@@ -36,8 +36,9 @@ def test_staleness_table_empty_and_unmeasured() -> None:
 
 
 def test_the_round_block_carries_the_table() -> None:
-    st = HierarchyStats(staleness=[0, 4], geo_weight=[0.75, 0.25], update_metric=[0.9, 0.6],
-                        metric="roc_auc")  # fmt: skip
+    st = HierarchyStats(
+        staleness=[0, 4], geo_weight=[0.75, 0.25], update_metric=[0.9, 0.6], metric="roc_auc"
+    )
     block = st.to_json()
     assert block["metric"] == "roc_auc" and block["update_metric"] == [0.9, 0.6]
     t = {row["bucket"]: row for row in block["staleness_table"]}

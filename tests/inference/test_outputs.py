@@ -44,10 +44,13 @@ def test_multilabel_threshold_from_task_params() -> None:
 
 def test_regression_undoes_the_recorded_standardisation() -> None:
     spec = _spec(
-        {"name": "regression", "params": {"targets": ["height", "age"]},
-         "state": {"target_mean": [10.0, 1.0], "target_std": [2.0, 0.5]}},
+        {
+            "name": "regression",
+            "params": {"targets": ["height", "age"]},
+            "state": {"target_mean": [10.0, 1.0], "target_std": [2.0, 0.5]},
+        },
         classes=(),
-    )  # fmt: skip
+    )
     cols = prediction_columns(torch.tensor([[1.0, -2.0]]), spec)
     assert cols.names == ["value:height", "value:age"] and cols.prediction == ["12;0"]
     torch.testing.assert_close(cols.values, torch.tensor([[12.0, 0.0]]))

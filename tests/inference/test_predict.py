@@ -67,9 +67,18 @@ def test_predict_multiband_tiffs_and_folders(ms_run: TrainedRun, tmp_path: Path)
 
     result = runner.invoke(
         app,
-        ["predict", str(ms_run.run_dir), str(imgs), str(text), str(five), "--out", str(out),
-         "--batch-size", "3"],
-    )  # fmt: skip
+        [
+            "predict",
+            str(ms_run.run_dir),
+            str(imgs),
+            str(text),
+            str(five),
+            "--out",
+            str(out),
+            "--batch-size",
+            "3",
+        ],
+    )
     assert result.exit_code == 0, result.output
     warnings = _warnings(result.output)
     assert len(warnings) == 2, result.output

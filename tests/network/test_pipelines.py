@@ -25,11 +25,17 @@ P = PipelineParams()
 @pytest.mark.parametrize(
     ("nqi", "expected"),
     [
-        (0.0, None), (0.3499, None), (0.35, Pipeline.COMPRESSED), (0.5499, Pipeline.COMPRESSED),
-        (0.55, Pipeline.CHUNKED), (0.7499, Pipeline.CHUNKED), (0.75, Pipeline.FALLBACK),
-        (1.0, Pipeline.FALLBACK), (float("nan"), None),
+        (0.0, None),
+        (0.3499, None),
+        (0.35, Pipeline.COMPRESSED),
+        (0.5499, Pipeline.COMPRESSED),
+        (0.55, Pipeline.CHUNKED),
+        (0.7499, Pipeline.CHUNKED),
+        (0.75, Pipeline.FALLBACK),
+        (1.0, Pipeline.FALLBACK),
+        (float("nan"), None),
     ],
-)  # fmt: skip
+)
 def test_choice_at_threshold_boundaries(nqi: float, expected: Pipeline | None) -> None:
     assert choose_pipeline(nqi) is expected
 

@@ -192,9 +192,16 @@ def test_cli_exits_2_on_a_bad_window(tiny_config_file: Path, tmp_path: Path) -> 
     out = tmp_path / "run"
     result = CliRunner().invoke(
         app,
-        ["run", str(tiny_config_file), "--out", str(out), "--set",
-         "methods.1.algorithm={name: dual_shield}", "--set",
-         "methods.1.release=[{name: adaptive_dp, window: 0}]"],
-    )  # fmt: skip
+        [
+            "run",
+            str(tiny_config_file),
+            "--out",
+            str(out),
+            "--set",
+            "methods.1.algorithm={name: dual_shield}",
+            "--set",
+            "methods.1.release=[{name: adaptive_dp, window: 0}]",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert "window" in result.output and not out.exists()

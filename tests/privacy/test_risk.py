@@ -58,9 +58,13 @@ def test_assess_risk_natural_balanced_client_is_low() -> None:
 
 def test_resolution_and_unknown_classes_and_custom_weights() -> None:
     p = RiskParams(
-        w_semantic=1.0, w_concentration=0.0, w_size=0.0, w_resolution=0.0,
-        sensitivity={"industrial": 0.9}, default_sensitivity=0.2,
-    )  # fmt: skip
+        w_semantic=1.0,
+        w_concentration=0.0,
+        w_size=0.0,
+        w_resolution=0.0,
+        sensitivity={"industrial": 0.9},
+        default_sensitivity=0.2,
+    )
     # Only sem counts: 0.5·0.9 + 0.5·0.2 (Forest not in the table → default) = 0.55.
     assert assess_risk(np.array([1, 1, 0, 0]), CLASSES, gsd_m=None, params=p).score == (
         pytest.approx(0.55)

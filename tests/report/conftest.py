@@ -22,9 +22,17 @@ import numpy as np
 import pytest
 
 CLASSES = [
-    "AnnualCrop", "Forest", "HerbaceousVegetation", "Highway", "Industrial",
-    "Pasture", "PermanentCrop", "Residential", "River", "SeaLake",
-]  # fmt: skip
+    "AnnualCrop",
+    "Forest",
+    "HerbaceousVegetation",
+    "Highway",
+    "Industrial",
+    "Pasture",
+    "PermanentCrop",
+    "Residential",
+    "River",
+    "SeaLake",
+]
 
 #: name -> (partitioner, params, clients, {seed: final test accuracy})
 METHODS: dict[str, tuple[str, dict[str, Any], int, dict[int, float]]] = {
@@ -54,10 +62,13 @@ PAPER_TABLE1 = {
 }
 LABELS = {"centralized": "Centralized", "fedavg": "FedAvg", "consistency": "Integrated Method"}
 FIGURES = [
-    {"title": "Fig. 12: noise vs integrated", "methods": ["fedavg", "consistency"],
-     "kind": "accuracy"},
+    {
+        "title": "Fig. 12: noise vs integrated",
+        "methods": ["fedavg", "consistency"],
+        "kind": "accuracy",
+    },
     {"title": "Fig. 11: rolling std", "methods": ["fedavg", "consistency"], "kind": "rolling_std"},
-]  # fmt: skip
+]
 #: ``analysis/attribute_inference.json`` in the analysis's format (one null AUC).
 ATTACK: dict[str, Any] = {
     "protocol": "samples = client × 5-round windows; leave-one-seed-out CV",
@@ -65,24 +76,40 @@ ATTACK: dict[str, Any] = {
         "fedavg": {
             "seeds": ["seed-0", "seed-1"],
             "n_clients": 20,
-            "high_risk": {"auc": 0.8123, "fold_auc": [0.79, 0.83], "n_samples": 60,
-                          "positive_fraction": 0.25},
-            "low_entropy": {"auc": 0.6789, "fold_auc": [0.7, None], "n_samples": 60,
-                            "positive_fraction": 0.5},
+            "high_risk": {
+                "auc": 0.8123,
+                "fold_auc": [0.79, 0.83],
+                "n_samples": 60,
+                "positive_fraction": 0.25,
+            },
+            "low_entropy": {
+                "auc": 0.6789,
+                "fold_auc": [0.7, None],
+                "n_samples": 60,
+                "positive_fraction": 0.5,
+            },
             "best_val_test_accuracy": 0.6123,
         },
         "consistency": {
             "seeds": ["seed-0", "seed-1"],
             "n_clients": 20,
-            "high_risk": {"auc": 0.5432, "fold_auc": [0.5, 0.58], "n_samples": 60,
-                          "positive_fraction": 0.25},
-            "low_entropy": {"auc": None, "fold_auc": [None, None], "n_samples": 60,
-                            "positive_fraction": 0.0},
+            "high_risk": {
+                "auc": 0.5432,
+                "fold_auc": [0.5, 0.58],
+                "n_samples": 60,
+                "positive_fraction": 0.25,
+            },
+            "low_entropy": {
+                "auc": None,
+                "fold_auc": [None, None],
+                "n_samples": 60,
+                "positive_fraction": 0.0,
+            },
             "best_val_test_accuracy": None,
         },
     },
     "paper": {"fedavg": {"high_risk": 0.8251, "low_entropy": 0.7521, "best_test_accuracy": 0.6059}},
-}  # fmt: skip
+}
 RISK_LEVELS = ("high", "mid", "low")
 
 MakeRunDir = Callable[..., Path]

@@ -26,9 +26,14 @@ from geofl.report import write_report
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: Headless, offline, no sandbox (CI runs as root), nothing fetched in the background.
 LAUNCH_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium not installed (apt-get install chromium)"
@@ -76,10 +81,15 @@ def test_paper_report_renders_in_chromium(browser: Any, tmp_path: Path) -> None:
     from .conftest import ATTACK, FIGURES, LABELS, PAPER_TABLE1, write_fake_run
 
     run_dir = write_fake_run(
-        tmp_path, paper=PAPER_TABLE1, labels=LABELS, figures=FIGURES, attack=ATTACK,
+        tmp_path,
+        paper=PAPER_TABLE1,
+        labels=LABELS,
+        figures=FIGURES,
+        attack=ATTACK,
         privacy={"consistency": {0: 5.5e7, 1: 4.0e7}, "fedavg": {0: 3.2, 1: 2.5}},
-        weighting={"consistency": {"name": "consistency", "beta": 5.0}}, rolling_window=5,
-    )  # fmt: skip
+        weighting={"consistency": {"name": "consistency", "beta": 5.0}},
+        rolling_window=5,
+    )
     ids = _check_page(browser, write_report(run_dir), "paper-000")
     assert {"privacy", "paper-figures-re-drawn-from-our-runs", "aggregation-weights"} <= ids
 

@@ -15,25 +15,33 @@ from geofl.report.hierarchy_plots import plot_timeline
 
 
 def _rec(r: int, block: dict[str, object] | None, cohort: int = 4) -> RoundRecord:
-    return RoundRecord(r, RoundStatus.AGGREGATED, [], [], cohort=list(range(cohort)),
-                       hierarchy=block)  # fmt: skip
+    return RoundRecord(
+        r, RoundStatus.AGGREGATED, [], [], cohort=list(range(cohort)), hierarchy=block
+    )
 
 
 def test_hierarchy_figures_by_hand() -> None:
     a = {
-        "staleness": [0, 0, 1], "geo_weight": [0.25, 0.25, 0.5], "update_metric": [0.9, 0.9, 0.8],
-        "sent": {"tractor_driver": 4, "driver_leo": 2}, "delivered": {"tractor_driver": 3,
-        "driver_leo": 1}, "bytes_by_hop": {"tractor_driver": 4000, "driver_leo": 800},
-        "latency_s": {"pass_wait": 10.0}, "latency_n": {"pass_wait": 1},
+        "staleness": [0, 0, 1],
+        "geo_weight": [0.25, 0.25, 0.5],
+        "update_metric": [0.9, 0.9, 0.8],
+        "sent": {"tractor_driver": 4, "driver_leo": 2},
+        "delivered": {"tractor_driver": 3, "driver_leo": 1},
+        "bytes_by_hop": {"tractor_driver": 4000, "driver_leo": 800},
+        "latency_s": {"pass_wait": 10.0},
+        "latency_n": {"pass_wait": 1},
         "energy_by_hop": {"tractor_driver": 0.6, "driver_leo": 0.0064},
         "envelope_rejections": {"driver_leo": {"auth_failed": 1}},
-    }  # fmt: skip
+    }
     b = {
-        "staleness": [3, 5], "geo_weight": [0.5, 0.5],
-        "sent": {"tractor_driver": 4, "driver_leo": 2}, "delivered": {"tractor_driver": 1,
-        "driver_leo": 2}, "bytes_by_hop": {"tractor_driver": 4000},
-        "latency_s": {"pass_wait": 40.0}, "latency_n": {"pass_wait": 2},
-    }  # fmt: skip
+        "staleness": [3, 5],
+        "geo_weight": [0.5, 0.5],
+        "sent": {"tractor_driver": 4, "driver_leo": 2},
+        "delivered": {"tractor_driver": 1, "driver_leo": 2},
+        "bytes_by_hop": {"tractor_driver": 4000},
+        "latency_s": {"pass_wait": 40.0},
+        "latency_n": {"pass_wait": 2},
+    }
     f = hierarchy_figures([_rec(1, a), _rec(2, None), _rec(3, b)])
     assert f is not None
     assert f["staleness"] == pytest.approx(9 / 5)
@@ -74,16 +82,24 @@ def test_hierarchy_block_round_trips_through_the_record_json() -> None:
 
 
 def test_timeline_figure_is_drawn_from_the_events(tmp_path: Path) -> None:
-    events = [[700.0, "uplink", 2, 0], [900.0, "relay", 2, -1], [3600.0, "geo", -1, -1],
-              [4000.0, "downlink", -1, 0], [40_000.0, "uplink", 5, 1]]  # fmt: skip
+    events = [
+        [700.0, "uplink", 2, 0],
+        [900.0, "relay", 2, -1],
+        [3600.0, "geo", -1, -1],
+        [4000.0, "downlink", -1, 0],
+        [40_000.0, "uplink", 5, 1],
+    ]
     path = plot_timeline([tuple(e) for e in events], tmp_path / "t.png", title="t", hours=2.0)  # type: ignore[misc]
     assert path.stat().st_size > 0
     rec = _rec(1, {"events": events})
-    run = SimpleNamespace(methods={"h": {1: SimpleNamespace(rounds=[rec])}},
-                          display_names=lambda: {"h": "Hier"})  # fmt: skip
+    run = SimpleNamespace(
+        methods={"h": {1: SimpleNamespace(rounds=[rec])}}, display_names=lambda: {"h": "Hier"}
+    )
     blocks = timeline_figures(run, tmp_path)  # type: ignore[arg-type]
     assert len(blocks) == 1 and "hierarchy_timeline_h.png" in blocks[0]
     assert (tmp_path / "hierarchy_timeline_h.png").is_file()
-    quiet = SimpleNamespace(methods={"h": {1: SimpleNamespace(rounds=[_rec(1, {"events": []})])}},
-                            display_names=lambda: {})  # fmt: skip
+    quiet = SimpleNamespace(
+        methods={"h": {1: SimpleNamespace(rounds=[_rec(1, {"events": []})])}},
+        display_names=lambda: {},
+    )
     assert timeline_figures(quiet, tmp_path) == []  # type: ignore[arg-type]

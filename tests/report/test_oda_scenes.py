@@ -26,9 +26,14 @@ def test_defended_outcomes_follow_fig5_colour_key() -> None:
 def test_draw_writes_a_png_and_refuses_no_scene(tmp_path: Path) -> None:
     img = np.zeros((32, 32, 3))
     scene = OdaScene(
-        0, img, img, np.array([[2.0, 2, 10, 10]]), np.zeros((0, 4)), np.array([True]),
+        0,
+        img,
+        img,
+        np.array([[2.0, 2, 10, 10]]),
+        np.zeros((0, 4)),
+        np.array([True]),
         np.array([False]),
-    )  # fmt: skip
+    )
     out = draw_oda_scenes([scene], tmp_path / "f.png", ("A", "D"), "airplane")
     assert out.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="at least one scene"):

@@ -80,8 +80,15 @@ def test_report_content(rendered: tuple[Path, str]) -> None:
 def test_no_paper_sections_without_their_data(rendered: tuple[Path, str]) -> None:
     index, page = rendered
     # no Table 1 columns, figures, privacy, attack result or consistency weighting
-    for absent in ('class="table1"', ">Privacy</h2>", "ε =", "attack_auc.png",
-                   "Paper figures", "Aggregation weights", "weights-"):  # fmt: skip
+    for absent in (
+        'class="table1"',
+        ">Privacy</h2>",
+        "ε =",
+        "attack_auc.png",
+        "Paper figures",
+        "Aggregation weights",
+        "weights-",
+    ):
         assert absent not in page
     summary = json.loads((index.parent.parent / "summary.json").read_text())
     assert all(ms["epsilon_max"] is None for ms in summary["methods"].values())

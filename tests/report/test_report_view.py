@@ -71,8 +71,15 @@ def test_single_seed_says_n_1_once(make_run_dir: MakeRunDir) -> None:
     run_dir = make_run_dir(seeds=(0,), paper={}, labels=LABELS)
     text = _text(write_report(run_dir).read_text(encoding="utf-8"))
     assert text.count("n = 1") == 1
-    for absent in ("±", "mean over seeds", "Thin translucent", "std band", "over finished seeds",
-                   "finished seeds", "(n=1)"):  # fmt: skip
+    for absent in (
+        "±",
+        "mean over seeds",
+        "Thin translucent",
+        "std band",
+        "over finished seeds",
+        "finished seeds",
+        "(n=1)",
+    ):
         assert absent not in text, absent
     assert "90.00" in text  # fedavg seed 0: final test accuracy 0.90, shown alone
     assert re.search(r"at round \d+ ", text)

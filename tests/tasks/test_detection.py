@@ -131,8 +131,11 @@ def test_whole_sample_targets_and_labels_by_hand() -> None:
 
     def det(scores: list[float], labels: list[int]) -> dict[str, torch.Tensor]:
         n = len(scores)
-        return {"boxes": torch.zeros(n, 4), "scores": torch.tensor(scores).reshape(n),
-                "labels": torch.tensor(labels, dtype=torch.int64).reshape(n)}  # fmt: skip
+        return {
+            "boxes": torch.zeros(n, 4),
+            "scores": torch.tensor(scores).reshape(n),
+            "labels": torch.tensor(labels, dtype=torch.int64).reshape(n),
+        }
 
     dets = [det([0.3, 0.9], [2, 1]), det([], []), det([0.5, 0.5], [0, 2])]
     assert task.whole_sample_labels(dets).tolist() == [1, 3, 0]

@@ -77,9 +77,20 @@ def tracked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     mp.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
     try:
-        result = CliRunner().invoke(app, ["run", str(_config(tmp)), "--out", str(out),
-                                          "--no-progress", "--track", "mlflow",
-                                          "--track", "tensorboard"])  # fmt: skip
+        result = CliRunner().invoke(
+            app,
+            [
+                "run",
+                str(_config(tmp)),
+                "--out",
+                str(out),
+                "--no-progress",
+                "--track",
+                "mlflow",
+                "--track",
+                "tensorboard",
+            ],
+        )
     finally:
         mp.undo()
     assert result.exit_code == 0, result.output
@@ -189,8 +200,10 @@ def test_missing_library_is_a_one_line_error(
     assert "pip install 'geofl[tracking]'" in result.output
     assert not (tmp_path / "o").exists()
     with pytest.raises(ConfigError, match=f"tracking.{missing}: needs {missing}"):
-        require("torch.utils.tensorboard" if missing == "tensorboard" else missing,
-                f"tracking.{missing}")  # fmt: skip
+        require(
+            "torch.utils.tensorboard" if missing == "tensorboard" else missing,
+            f"tracking.{missing}",
+        )
 
 
 def test_unknown_tracker_flag(tmp_path: Path) -> None:
@@ -218,17 +231,29 @@ def test_flatten_and_method_params() -> None:
 def test_round_metrics_keep_finite_scalars() -> None:
     record = RoundRecord.from_json(
         {
-            "round": 2, "status": "aggregated", "participants": [0, 1], "weights": [0.5, 0.5],
-            "rejected": [{"client": 2, "reason": "norm"}], "train_loss": float("nan"),
-            "train_accuracy": 0.5, "bytes_up": 100, "bytes_down": 200,
+            "round": 2,
+            "status": "aggregated",
+            "participants": [0, 1],
+            "weights": [0.5, 0.5],
+            "rejected": [{"client": 2, "reason": "norm"}],
+            "train_loss": float("nan"),
+            "train_accuracy": 0.5,
+            "bytes_up": 100,
+            "bytes_down": 200,
             "time_s": {"total": 1.5},
             "test": {"accuracy": 0.75, "loss": 0.5, "per_class_accuracy": [1.0, 0.5], "n": 8},
         }
-    )  # fmt: skip
+    )
     assert round_metrics(record) == {
-        "test_accuracy": 0.75, "test_loss": 0.5, "train_accuracy": 0.5, "bytes_up": 100.0,
-        "bytes_down": 200.0, "participants": 2.0, "rejected": 1.0, "time_s": 1.5,
-    }  # fmt: skip
+        "test_accuracy": 0.75,
+        "test_loss": 0.5,
+        "train_accuracy": 0.5,
+        "bytes_up": 100.0,
+        "bytes_down": 200.0,
+        "participants": 2.0,
+        "rejected": 1.0,
+        "time_s": 1.5,
+    }
     assert scalar_tag("test_accuracy") == "test/accuracy" and scalar_tag("wall") == "wall"
 
 

@@ -68,9 +68,17 @@ class BackdoorIndicatorParams(BaseModel):
 
     def settings(self) -> IndicatorSettings:
         return IndicatorSettings(
-            self.num_samples, self.ood, self.plant_epochs, self.plant_lr, self.momentum,
-            self.weight_decay, self.mu, self.batch_size, self.threshold, self.score,
-        )  # fmt: skip
+            self.num_samples,
+            self.ood,
+            self.plant_epochs,
+            self.plant_lr,
+            self.momentum,
+            self.weight_decay,
+            self.mu,
+            self.batch_size,
+            self.threshold,
+            self.score,
+        )
 
 
 class BackdoorIndicatorStrategy(ComposedStrategy):

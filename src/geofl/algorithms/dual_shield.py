@@ -92,9 +92,14 @@ class DualShieldParams(BaseModel):
 
     def cgf(self) -> CgfSettings:
         return CgfSettings(
-            self.lam, self.slope, self.k_min, self.reference, self.trim_fraction,
-            self.history_decay, self.eps_mad,
-        )  # fmt: skip
+            self.lam,
+            self.slope,
+            self.k_min,
+            self.reference,
+            self.trim_fraction,
+            self.history_decay,
+            self.eps_mad,
+        )
 
     def hra(self) -> HraSettings:
         return HraSettings(self.beta, self.r_min, self.r_init, self.absent, self.absent_decay)

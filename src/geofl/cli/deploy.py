@@ -131,8 +131,9 @@ def loopback_cmd(
         elif sites > k:
             raise fail(f"--sites: {sites} sites for {k} clients; at most one site per client")
         else:
-            nodes = [{"clients": ",".join(str(c) for c in range(i, k, sites))}
-                     for i in range(sites)]  # fmt: skip
+            nodes = [
+                {"clients": ",".join(str(c) for c in range(i, k, sites))} for i in range(sites)
+            ]
         rc: dict[str, object] = {
             "config": str(config.resolve()),
             "out": str(out.resolve()),

@@ -80,8 +80,15 @@ def show(
                     by_round.setdefault(f.round, []).append(str(f))
             labels = {rule.index: rule.label for rule in chain.rules}
             table = Table(title=f"{run.name}: governance records (from the chain)")
-            for col in ("Round", "Rule", "Aggregation commitment", "Committee record",
-                        "Members", "Permission changes", "Audit query"):  # fmt: skip
+            for col in (
+                "Round",
+                "Rule",
+                "Aggregation commitment",
+                "Committee record",
+                "Members",
+                "Permission changes",
+                "Audit query",
+            ):
                 table.add_column(col)
             for r in sorted(set(chain.rounds()) | set(by_round)):
                 if round_ is not None and r != round_:
@@ -174,8 +181,13 @@ def committee(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = None
     try:
         for run, ledger in _ledgers(run_dir, method, seed):
             table = Table(title=f"{run.name}: committee elections")
-            for col in ("Election", "Round", "Members (chain)", "Candidates: Rep / P",
-                        "Seed commitment"):  # fmt: skip
+            for col in (
+                "Election",
+                "Round",
+                "Members (chain)",
+                "Candidates: Rep / P",
+                "Seed commitment",
+            ):
                 table.add_column(col)
             for e in governance_log(run):
                 com = e.get("committee")
@@ -210,8 +222,16 @@ def permissions(run_dir: RunDirArg, method: MethodOpt = None, seed: SeedOpt = No
                 approvals.setdefault(ev.proposal_id, []).append(ev.member)
             changed = {ev.proposal_id for ev in ledger.events(PermissionChanged)}
             table = Table(title=f"{run.name}: permission governance")
-            for col in ("Client", "Trigger", "Round", "Old status", "New status",
-                        "Approver", "Applied", "Record ID"):  # fmt: skip
+            for col in (
+                "Client",
+                "Trigger",
+                "Round",
+                "Old status",
+                "New status",
+                "Approver",
+                "Applied",
+                "Record ID",
+            ):
                 table.add_column(col)
             for prop in ledger.events(PermissionProposed):
                 approvers = ", ".join(approvals.get(prop.proposal_id, []))
@@ -252,8 +272,15 @@ def reputation(
         if not rows:
             raise GeoflError(f"--node: client {node} is not governed in {run.name}")
         table = Table(title=f"{run.name}: reputation of client {node}")
-        for col in ("Round", "Contribution", "Participation", "Consistency", "Reputation",
-                    "Miss streak", "Level"):  # fmt: skip
+        for col in (
+            "Round",
+            "Contribution",
+            "Participation",
+            "Consistency",
+            "Reputation",
+            "Miss streak",
+            "Level",
+        ):
             table.add_column(col)
         for r in rows:
             table.add_row(

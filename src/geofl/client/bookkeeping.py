@@ -255,9 +255,18 @@ class BookKeepingEngine:
 
             def product(c: torch.Tensor) -> torch.Tensor:  # the weight-gradient convolution
                 grads: tuple[torch.Tensor, ...] = torch.ops.aten.convolution_backward(
-                    g * c[:, None, None, None], a, mod.weight, None, mod.stride, mod.padding,
-                    mod.dilation, False, [0, 0], 1, [False, True, False],
-                )  # fmt: skip
+                    g * c[:, None, None, None],
+                    a,
+                    mod.weight,
+                    None,
+                    mod.stride,
+                    mod.padding,
+                    mod.dilation,
+                    False,
+                    [0, 0],
+                    1,
+                    [False, True, False],
+                )
                 return grads[1]
 
             lg.sq.append(conv_ghost_norms(a, g3, mod))

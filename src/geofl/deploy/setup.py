@@ -194,8 +194,9 @@ def fingerprint(cfg: ExperimentConfig, method: MethodConfig, seed: int) -> dict[
     dump = cfg.model_dump(mode="json")
     dump["data"] = {k: v for k, v in dump["data"].items() if k not in ("cache", "cache_dir")}
     if dump["data"].get("sites") is not None:  # each site's definition (paths) is its own
-        dump["data"]["sites"] = [{"name": s["name"], "clients": s["clients"]}
-                                 for s in dump["data"]["sites"]]  # fmt: skip
+        dump["data"]["sites"] = [
+            {"name": s["name"], "clients": s["clients"]} for s in dump["data"]["sites"]
+        ]
     dump["federation"] = {k: v for k, v in dump["federation"].items() if k != "workers"}
     dump["method"] = method.model_dump(mode="json")
     randomness = dump["privacy"].pop("randomness", None)  # its own entry, named on mismatch

@@ -110,9 +110,14 @@ class Site:
         for k in sorted(self.clients):
             a, m = plan.get(k, (0, 0))
             self.disk.restore(
-                k, admitted=a, checkpoint=checkpoint, ledger=m, flower_run=flower_run,
-                current=checkpoint + 1, replayable=self.replayable,
-            )  # fmt: skip
+                k,
+                admitted=a,
+                checkpoint=checkpoint,
+                ledger=m,
+                flower_run=flower_run,
+                current=checkpoint + 1,
+                replayable=self.replayable,
+            )
 
     def train(self, req: TrainRequest, state: RecordDict, flower_run: int = 0) -> RecordDict:
         """Run the requested client step on this site's data; the reply's content."""
@@ -123,10 +128,14 @@ class Site:
             raise DeployError(f"client {k} is not hosted here (hosts {sorted(self.clients)})")
         if not self._known(state, k):  # a new Flower run (resumed) or a restarted node
             restored = self.disk.restore(
-                k, admitted=req.admitted_round, checkpoint=req.resume_round,
-                ledger=req.ledger_events, flower_run=flower_run, current=d.round,
+                k,
+                admitted=req.admitted_round,
+                checkpoint=req.resume_round,
+                ledger=req.ledger_events,
+                flower_run=flower_run,
+                current=d.round,
                 replayable=self.replayable,
-            )  # fmt: skip
+            )
             self._commit(state, k, restored)
         self._acknowledge(state, k, req.admitted_round)
         streams = ClientStreams((self.seed, "round", d.round, "client", k))

@@ -305,15 +305,20 @@ def site_federation(
     norm: Norm = None
     if cfg.data.normalize == "standardize":
         stats = [
-            BandStats(int(r["stats_count"]), np.asarray(r["stats_sum"], dtype=np.float64),
-                      np.asarray(r["stats_sumsq"], dtype=np.float64))
+            BandStats(
+                int(r["stats_count"]),
+                np.asarray(r["stats_sum"], dtype=np.float64),
+                np.asarray(r["stats_sumsq"], dtype=np.float64),
+            )
             for r in rows
-        ]  # fmt: skip
+        ]
         norm = combine_band_stats(stats, empty.inputs.ndim)
     k = cfg.federation.num_clients
     mean, std = (None, None) if norm is None else norm
-    part = Partition(tuple(np.zeros(0, dtype=np.int64) for _ in range(k)),
-                     np.zeros((k, max(len(schemas[0].classes), 1)), dtype=np.int64))  # fmt: skip
+    part = Partition(
+        tuple(np.zeros(0, dtype=np.int64) for _ in range(k)),
+        np.zeros((k, max(len(schemas[0].classes), 1)), dtype=np.int64),
+    )
     nodes = tuple(by_name[n][0] for n in names)
     return SiteFederation(nodes, PreparedData(empty, empty, empty, mean, std), part, norm)
 
@@ -337,16 +342,23 @@ class FlowerSiteEvaluator:
     """
 
     def __init__(
-        self, grid: Grid, names: Sequence[str], nodes: Sequence[int], fp: str, norm: Norm,
+        self,
+        grid: Grid,
+        names: Sequence[str],
+        nodes: Sequence[int],
+        fp: str,
+        norm: Norm,
         timeout: float,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.grid, self.names, self.nodes = grid, list(names), list(nodes)
         self.fp, self.norm, self.timeout = fp, norm, timeout
 
     def __call__(self, params: torch.Tensor) -> list[tuple[SiteEvalStats, SiteEvalStats]]:
         content = encode_eval_request(params, self.fp, self.norm)
-        msgs = [Message(content, dst_node_id=n, message_type=EVALUATE, group_id="eval")
-                for n in self.nodes]  # fmt: skip
+        msgs = [
+            Message(content, dst_node_id=n, message_type=EVALUATE, group_id="eval")
+            for n in self.nodes
+        ]
         ids, got = exchange(self.grid, msgs, self.timeout)
         out = []
         for name, mid in zip(self.names, ids, strict=True):

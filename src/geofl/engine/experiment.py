@@ -210,8 +210,9 @@ def run_experiment(
     resolved = cfg.model_dump(mode="json")
     check_out_dir(out_dir, cfg, resume)
     if cfg.data.sites is not None:
-        return _run_sites(cfg, out_dir, resolved, resume, subscribers, stop, rebuild_log,
-                          provenance)  # fmt: skip
+        return _run_sites(
+            cfg, out_dir, resolved, resume, subscribers, stop, rebuild_log, provenance
+        )
     full = _build_dataset(cfg)
     ds, dataset_bands = full.select_bands(cfg.data.bands), full.bands
     del full
@@ -227,9 +228,18 @@ def run_experiment(
             _preflight(out_dir, subscribers)
             for seed in cfg.seeds:
                 _run_seed(
-                    cfg, out_dir, seed, ds, dataset_bands, splits[seed], partitions[seed],
-                    subscribers, resume=resume, stop=stop, rebuild_log=rebuild_log,
-                )  # fmt: skip
+                    cfg,
+                    out_dir,
+                    seed,
+                    ds,
+                    dataset_bands,
+                    splits[seed],
+                    partitions[seed],
+                    subscribers,
+                    resume=resume,
+                    stop=stop,
+                    rebuild_log=rebuild_log,
+                )
         for analysis in cfg.analyses:
             plugins.ANALYSES.build(analysis.name, analysis.params)(out_dir)
     _finish(out_dir, subscribers)

@@ -314,6 +314,9 @@ def _join(parts: Sequence[ArrayDataset]) -> ArrayDataset:
     meta = {k: np.concatenate([np.asarray(p.metadata[k]) for p in parts]) for k in sorted(keys)}
     inputs = torch.cat([p.inputs for p in parts])  # type: ignore[misc]
     return replace(
-        parts[0], inputs=inputs, targets=torch.cat([p.targets for p in parts]), metadata=meta,
+        parts[0],
+        inputs=inputs,
+        targets=torch.cat([p.targets for p in parts]),
+        metadata=meta,
         name="sites",
-    )  # fmt: skip
+    )

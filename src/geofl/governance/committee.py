@@ -310,8 +310,15 @@ def elect_committee(
     if n_draw < params.size:
         where = f"election {election_id} (round {round_id})"
         filled = _fill_shortfall(nodes, rep, eligible, params, where)
-    members = _draw_members(nodes, rep[idx_c], prot[idx_c], idx_c, n_draw, params,
-                            numpy_generator(seed, "committee", election_id))  # fmt: skip
+    members = _draw_members(
+        nodes,
+        rep[idx_c],
+        prot[idx_c],
+        idx_c,
+        n_draw,
+        params,
+        numpy_generator(seed, "committee", election_id),
+    )
     return CommitteeRecord(
         election_id=election_id,
         round_id=round_id,

@@ -55,9 +55,11 @@ T = TypeVar("T")
 
 
 def haversine_km(
-    lat1: np.ndarray | float, lon1: np.ndarray | float, lat2: np.ndarray | float,
+    lat1: np.ndarray | float,
+    lon1: np.ndarray | float,
+    lat2: np.ndarray | float,
     lon2: np.ndarray | float,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """Great-circle distance (km) between points given in degrees; broadcasts.
 
     d = 2R·asin(√(sin²(Δφ/2) + cos φ₁ cos φ₂ sin²(Δλ/2))), R = :data:`EARTH_RADIUS_KM`.
@@ -286,9 +288,14 @@ class DriverMonitor(Generic[T]):
     """
 
     def __init__(
-        self, clusters: Clusters, rho: np.ndarray, *, seed: int, p_fail: float = 0.0,
+        self,
+        clusters: Clusters,
+        rho: np.ndarray,
+        *,
+        seed: int,
+        p_fail: float = 0.0,
         down_rounds: int = 1,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if not 0.0 <= p_fail <= 1.0:
             raise HierarchyError(f"p_driver_fail: need a probability in [0, 1], got {p_fail!r}")
         if isinstance(down_rounds, bool) or not isinstance(down_rounds, int) or down_rounds < 1:

@@ -146,8 +146,11 @@ def check_locations(lat: np.ndarray, lon: np.ndarray, *, field: str) -> None:
 def context_bins(crop: np.ndarray, texture: np.ndarray, climate: np.ndarray) -> np.ndarray:
     """``[N]`` int64 bin of (crop × soil texture × climate zone), 003 §2.2.4's H_l bins."""
     crop, texture, climate = (np.asarray(a, dtype=np.int64) for a in (crop, texture, climate))
-    for name, v, size in (("crop", crop, len(CROPS)), ("texture", texture, len(TEXTURES)),
-                          ("climate", climate, len(CLIMATES))):  # fmt: skip
+    for name, v, size in (
+        ("crop", crop, len(CROPS)),
+        ("texture", texture, len(TEXTURES)),
+        ("climate", climate, len(CLIMATES)),
+    ):
         if v.size and (v.min() < 0 or v.max() >= size):
             raise HierarchyError(f"context.{name}: index outside 0..{size - 1}")
     return np.asarray((crop * len(TEXTURES) + texture) * len(CLIMATES) + climate)
@@ -281,9 +284,11 @@ def _locations(
     n_farms = int(farm_t.max()) + 1
     farm_region = np.zeros(n_farms, dtype=np.int64)
     farm_region[farm_t] = region_t
-    f_lat, f_lon = _move(centres[farm_region, 0], centres[farm_region, 1],
-                         _offsets_km(numpy_generator(seed, _NAME, "farm_location"), n_farms,
-                                     farm_spread_km))  # fmt: skip
+    f_lat, f_lon = _move(
+        centres[farm_region, 0],
+        centres[farm_region, 1],
+        _offsets_km(numpy_generator(seed, _NAME, "farm_location"), n_farms, farm_spread_km),
+    )
     rng_t = numpy_generator(seed, _NAME, "tractor_location")
     return _move(f_lat[farm_t], f_lon[farm_t], _offsets_km(rng_t, len(farm_t), tractor_spread_km))
 
@@ -329,12 +334,23 @@ def synthetic_fleet(
         regions = geography_regions(geography, len(farms_per_region))
         region_centres = [(r.lat, r.lon) for r in regions]
     blocks = generate_blocks(
-        seed, num_blocks=num_blocks, num_tractors=num_tractors,
-        farms_per_region=tuple(farms_per_region), geography=geography,
-    )  # fmt: skip
+        seed,
+        num_blocks=num_blocks,
+        num_tractors=num_tractors,
+        farms_per_region=tuple(farms_per_region),
+        geography=geography,
+    )
     return fleet_from_context(
-        blocks.tractor, blocks.farm, blocks.region, blocks.crop, blocks.texture,
-        blocks.climate, blocks.link_profile, seed=seed, task=task,
-        region_centres=region_centres, farm_spread_km=farm_spread_km,
+        blocks.tractor,
+        blocks.farm,
+        blocks.region,
+        blocks.crop,
+        blocks.texture,
+        blocks.climate,
+        blocks.link_profile,
+        seed=seed,
+        task=task,
+        region_centres=region_centres,
+        farm_spread_km=farm_spread_km,
         tractor_spread_km=tractor_spread_km,
-    )  # fmt: skip
+    )

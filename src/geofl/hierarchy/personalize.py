@@ -27,9 +27,13 @@ _SIMPLEX_SLACK = 1e-12
 
 
 def personalize(
-    global_model: torch.Tensor, adapter: torch.Tensor, local: torch.Tensor, *, alpha: float,
+    global_model: torch.Tensor,
+    adapter: torch.Tensor,
+    local: torch.Tensor,
+    *,
+    alpha: float,
     beta: float,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """003 §2.2.6: α ŵ + β A_r + (1 − α − β) w_i, in float64, cast to ``local``'s dtype.
 
     Args:

@@ -74,10 +74,12 @@ def staleness_table(
             value = float(vals.mean()) if vals.size else None
         out.append(
             StalenessBucket(
-                low, high, n,
+                low,
+                high,
+                n,
                 fraction=n / s.size if s.size else None,
                 contribution=float(w[inside].sum()) / total_w if total_w > 0 else None,
                 metric=value,
             )
-        )  # fmt: skip
+        )
     return out

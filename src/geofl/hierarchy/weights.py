@@ -28,8 +28,10 @@ _Vector = Sequence[float] | Sequence[int] | np.ndarray | torch.Tensor
 
 
 def _vector(values: _Vector, name: str) -> torch.Tensor:
-    v = torch.as_tensor(np.asarray(values, dtype=np.float64) if not isinstance(values, torch.Tensor)
-                        else values, dtype=torch.float64)  # fmt: skip
+    v = torch.as_tensor(
+        np.asarray(values, dtype=np.float64) if not isinstance(values, torch.Tensor) else values,
+        dtype=torch.float64,
+    )
     if v.ndim != 1 or not bool(torch.isfinite(v).all()):
         raise HierarchyError(f"{name}: expected a finite 1-D vector, got shape {tuple(v.shape)}")
     return v

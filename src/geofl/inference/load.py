@@ -176,8 +176,14 @@ def _load_flat(path: Path, which: str) -> tuple[torch.Tensor, int]:
         raise RunDirError(f"{path} does not exist ({which} model); {hint}")
     try:  # checkpoint.pt holds the strategy's and clients' state: not weights-only
         obj = torch.load(path, weights_only=which == "best", map_location="cpu")
-    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
-            zipfile.BadZipFile) as err:  # fmt: skip
+    except (
+        OSError,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+    ) as err:
         raise RunDirError(f"{path} is damaged ({type(err).__name__}); rerun that seed") from None
     params = obj.get("params") if isinstance(obj, dict) else None
     if not isinstance(params, torch.Tensor) or params.ndim != 1 or "round" not in obj:

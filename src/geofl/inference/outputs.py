@@ -72,8 +72,10 @@ def _multilabel(out: torch.Tensor, spec: ModelSpec) -> PredictionColumns:
     names = _names(spec, out.shape[1], "label")
     threshold = float(spec.task.params.get("threshold", 0.5))
     scores = torch.sigmoid(out.to(torch.float32))
-    chosen = [";".join(n for n, s in zip(names, row, strict=True) if s >= threshold)
-              for row in scores.tolist()]  # fmt: skip
+    chosen = [
+        ";".join(n for n, s in zip(names, row, strict=True) if s >= threshold)
+        for row in scores.tolist()
+    ]
     return PredictionColumns(chosen, [f"score:{n}" for n in names], scores)
 
 

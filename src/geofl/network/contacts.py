@@ -376,6 +376,10 @@ def contact_plan(
         tles, start=start, n_slots=n_slots, slot_s=slot_s, relay_margin_km=relay_margin_km
     )
     return station_plan(
-        eph, coords, station_ids=station_ids, elevation_mask_deg=elevation_mask_deg,
-        p_leo_fail=p_leo_fail, seed=seed,
-    )  # fmt: skip
+        eph,
+        coords,
+        station_ids=station_ids,
+        elevation_mask_deg=elevation_mask_deg,
+        p_leo_fail=p_leo_fail,
+        seed=seed,
+    )

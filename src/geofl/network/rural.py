@@ -140,8 +140,9 @@ def sample_link_states(
     return LinkStates(values, outage)
 
 
-def transfer_time_s(nbytes: float | np.ndarray, bandwidth_mbps: float | np.ndarray,
-                    latency_ms: float | np.ndarray) -> np.ndarray:  # fmt: skip
+def transfer_time_s(
+    nbytes: float | np.ndarray, bandwidth_mbps: float | np.ndarray, latency_ms: float | np.ndarray
+) -> np.ndarray:
     """Seconds to deliver ``nbytes``: ``L / 1000 + 8 · nbytes / (B · 10⁶)``."""
     return np.asarray(latency_ms) / 1e3 + 8.0 * np.asarray(nbytes) / (
         np.asarray(bandwidth_mbps) * 1e6

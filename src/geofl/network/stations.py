@@ -51,9 +51,14 @@ class StationContacts:
     """
 
     def __init__(
-        self, eph: Ephemeris, locations: np.ndarray, *, elevation_mask_deg: float = 10.0,
-        p_leo_fail: float = 0.05, seed: int = 0,
-    ) -> None:  # fmt: skip
+        self,
+        eph: Ephemeris,
+        locations: np.ndarray,
+        *,
+        elevation_mask_deg: float = 10.0,
+        p_leo_fail: float = 0.05,
+        seed: int = 0,
+    ) -> None:
         self.eph = eph
         self.locations = check_stations(locations)
         self.mask, self.p_fail, self.seed = elevation_mask_deg, p_leo_fail, seed
@@ -87,9 +92,13 @@ class StationContacts:
                     f"station {station}: outside the {len(self.locations)} known locations"
                 )
             got = station_plan(
-                self.eph, self.locations[station : station + 1], station_ids=(station,),
-                elevation_mask_deg=self.mask, p_leo_fail=self.p_fail, seed=self.seed,
-            )  # fmt: skip
+                self.eph,
+                self.locations[station : station + 1],
+                station_ids=(station,),
+                elevation_mask_deg=self.mask,
+                p_leo_fail=self.p_fail,
+                seed=self.seed,
+            )
             self._plans[station] = got
         return got
 

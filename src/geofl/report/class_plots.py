@@ -64,8 +64,15 @@ def plot_partition_heatmap(
     if k <= 20 and c <= 21:
         top = float(counts.max()) or 1.0
         for (i, j), v in np.ndenumerate(counts):
-            ax.text(j, i, f"{int(v)}", ha="center", va="center", fontsize=7,
-                    color="black" if v > 0.6 * top else "white")  # fmt: skip
+            ax.text(
+                j,
+                i,
+                f"{int(v)}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="black" if v > 0.6 * top else "white",
+            )
     ax.set_xticks(range(c), classes, rotation=40, ha="right", rotation_mode="anchor")
     step = max(1, math.ceil(k / 25))
     ticks = list(range(0, k, step))
@@ -118,9 +125,17 @@ def _mark_empty_bars(ax: Axes, xs: np.ndarray, values: np.ndarray, c: str) -> No
             text, tint, weight = "0", c, "bold"
         else:
             continue
-        ax.annotate(text, (float(x), 0.0), xytext=(0, 1.5), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=7, color=tint,
-                    fontweight=weight)  # fmt: skip
+        ax.annotate(
+            text,
+            (float(x), 0.0),
+            xytext=(0, 1.5),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color=tint,
+            fontweight=weight,
+        )
 
 
 def plot_per_class_accuracy(
@@ -146,8 +161,12 @@ def plot_per_class_accuracy(
     fig = new_figure((max(SIZE[0], 0.55 * c + 2.5), SIZE[1] + 0.6))
     ax = fig.add_subplot()
     over = "" if single else " (mean over seeds)"
-    style(ax, f"Per-class test {metric} at the final round{over}",
-           "", f"final test {metric}{metric_unit(metric)}")  # fmt: skip
+    style(
+        ax,
+        f"Per-class test {metric} at the final round{over}",
+        "",
+        f"final test {metric}{metric_unit(metric)}",
+    )
     if not means:
         no_data(ax, "finished runs")
         return save(fig, path)

@@ -58,15 +58,17 @@ def _rows(run: RunData, p: dict[str, Any]) -> list[tuple[str, str]]:
     command = p.get("command") if p else None
     rows = [
         ("command", f"<code>{escape(command_text(command))}</code>" if p else NOT_RECORDED),
-        ("overrides (--set)",
-         "<br>".join(f"<code>{escape(str(o))}</code>" for o in overrides) or "none"),
+        (
+            "overrides (--set)",
+            "<br>".join(f"<code>{escape(str(o))}</code>" for o in overrides) or "none",
+        ),
         ("seeds", escape(", ".join(str(s) for s in run.seeds)) or EMPTY),
         ("geofl", escape(str(p.get("geofl_version") or info.get("geofl_version") or "?"))),
         ("commit", _git(p.get("git")) if p else NOT_RECORDED),
         ("libraries", versions or NOT_RECORDED),
         ("machine", _machine(p) if p else NOT_RECORDED),
         ("started", escape(str(info.get("created") or NOT_RECORDED))),
-    ]  # fmt: skip
+    ]
     for i, r in enumerate(info.get("resumed") or []):
         if isinstance(r, dict):
             rows.append(

@@ -64,8 +64,9 @@ def hierarchy_figures(rounds: list[RoundRecord]) -> dict[str, float] | None:
         ),
     }
     for k in BUCKETS:
-        inside = [w for s, w in zip(stale, weight, strict=True)
-                  if s == k or (k == BUCKETS[-1] and s > k)]  # fmt: skip
+        inside = [
+            w for s, w in zip(stale, weight, strict=True) if s == k or (k == BUCKETS[-1] and s > k)
+        ]
         out[f"weight_{k}"] = sum(inside) / total_w if total_w else math.nan
     sent: Counter[str] = Counter()
     delivered: Counter[str] = Counter()
@@ -177,22 +178,31 @@ _INTRO = (
 def _method_row(name: str, stat: dict[str, Stat]) -> str:
     """One method's ``<tr>``: mean ± sd over its seeds of every column of :func:`_table_head`."""
     cells = [f"<td>{escape(name)}</td>"]
-    cells += [f'<td class="num">{format_pm(stat[k], scale=1.0)}</td>'
-              for k in ("staleness", "staleness_weighted")]  # fmt: skip
-    cells += [f'<td class="num">{format_pm(stat[f"weight_{k}"], digits=1)}</td>'
-              for k in BUCKETS]  # fmt: skip
+    cells += [
+        f'<td class="num">{format_pm(stat[k], scale=1.0)}</td>'
+        for k in ("staleness", "staleness_weighted")
+    ]
+    cells += [f'<td class="num">{format_pm(stat[f"weight_{k}"], digits=1)}</td>' for k in BUCKETS]
     for label in T10:
-        cells += [f'<td class="num">{format_pm(stat[f"t10_{k}_{label}"], digits=1)}</td>'
-                  for k in ("fraction", "contribution")]  # fmt: skip
+        cells += [
+            f'<td class="num">{format_pm(stat[f"t10_{k}_{label}"], digits=1)}</td>'
+            for k in ("fraction", "contribution")
+        ]
         cells.append(f'<td class="num">{format_pm(stat[f"t10_metric_{label}"], scale=1.0)}</td>')
-    cells += [f'<td class="num">{format_pm(stat[f"delivery_{h}"], digits=1)}</td>'
-              for h in DELIVERY]  # fmt: skip
-    cells += [f'<td class="num">{format_pm(stat[f"latency_{h}"], scale=1.0, digits=1)}</td>'
-              for h in LATENCY]  # fmt: skip
-    cells += [f'<td class="num">{format_pm(stat[f"bytes_{h}"], scale=1e-3, digits=1)}</td>'
-              for h in BYTES]  # fmt: skip
-    cells += [f'<td class="num">{format_pm(stat[k], scale=1.0, digits=4)}</td>'
-              for k in (*(f"energy_{h}" for h in ENERGY), "energy_uplink")]  # fmt: skip
+    cells += [
+        f'<td class="num">{format_pm(stat[f"delivery_{h}"], digits=1)}</td>' for h in DELIVERY
+    ]
+    cells += [
+        f'<td class="num">{format_pm(stat[f"latency_{h}"], scale=1.0, digits=1)}</td>'
+        for h in LATENCY
+    ]
+    cells += [
+        f'<td class="num">{format_pm(stat[f"bytes_{h}"], scale=1e-3, digits=1)}</td>' for h in BYTES
+    ]
+    cells += [
+        f'<td class="num">{format_pm(stat[k], scale=1.0, digits=4)}</td>'
+        for k in (*(f"energy_{h}" for h in ENERGY), "energy_uplink")
+    ]
     cells.append(f'<td class="num">{format_pm(stat["refused"], scale=1.0, digits=0)}</td>')
     return "<tr>" + "".join(cells) + "</tr>"
 
@@ -200,13 +210,19 @@ def _method_row(name: str, stat: dict[str, Stat]) -> str:
 def _table_head() -> list[str]:
     """The hierarchy table's column headings."""
     return [
-        "method", "staleness (rounds)", "GEO-weighted staleness",
+        "method",
+        "staleness (rounds)",
+        "GEO-weighted staleness",
         *(f"GEO weight at staleness {k}{'+' if k == BUCKETS[-1] else ''} %" for k in BUCKETS),
-        *(h for label in T10 for h in (
-            f"updates % at {label}", f"GEO weight % at {label}", f"test AUC at {label}")),
+        *(
+            h
+            for label in T10
+            for h in (f"updates % at {label}", f"GEO weight % at {label}", f"test AUC at {label}")
+        ),
         *(f"delivered % {_arrow(h)}" for h in DELIVERY),
         *(f"latency (s) {h.replace('_', ' ')}" for h in LATENCY),
         *(f"kB / tractor·round {_arrow(h)}" for h in BYTES),
         *(f"energy (J / tractor·round) {_arrow(h)}" for h in ENERGY),
-        "energy (J / tractor·round) uplink total", "space-hop envelopes refused",
-    ]  # fmt: skip
+        "energy (J / tractor·round) uplink total",
+        "space-hop envelopes refused",
+    ]

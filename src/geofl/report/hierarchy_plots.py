@@ -43,8 +43,9 @@ def plot_timeline(
     ):
         at = [(e[0] / 3600.0, e[2] + lift) for e in evs if e[1] == kind]
         if at:
-            ax.scatter([x for x, _ in at], [y for _, y in at], s=size, marker=marker, c=c,
-                       label=label)  # fmt: skip
+            ax.scatter(
+                [x for x, _ in at], [y for _, y in at], s=size, marker=marker, c=c, label=label
+            )
     geo, down = xs("geo"), xs("downlink")
     for x in geo:
         ax.axvline(x, color="#d62728", lw=0.6, alpha=0.4)
@@ -53,8 +54,14 @@ def plot_timeline(
             geo, [geo_row] * len(geo), s=60, marker="*", c="#d62728", label="GEO aggregation"
         )
     if down:
-        ax.scatter(down, [driver_row] * len(down), s=10, marker="v", c="#2ca02c",
-                   label="GEO model → driver")  # fmt: skip
+        ax.scatter(
+            down,
+            [driver_row] * len(down),
+            s=10,
+            marker="v",
+            c="#2ca02c",
+            label="GEO model → driver",
+        )
     ax.set_yticks([driver_row, *range(n_leo), geo_row])
     ax.set_yticklabels(["drivers", *(f"LEO {i}" for i in range(n_leo)), "GEO"])
     style(ax, title, "simulated time (h)", "")

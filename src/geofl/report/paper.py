@@ -124,8 +124,14 @@ def _figure_specs(run: RunData) -> list[tuple[str, list[str], str]]:
     return out
 
 
-def _draw(run: RunData, subset: dict[str, dict[int, SeedRun]], file: Path, title: str,
-          kind: str, order: dict[str, int]) -> str | None:  # fmt: skip
+def _draw(
+    run: RunData,
+    subset: dict[str, dict[int, SeedRun]],
+    file: Path,
+    title: str,
+    kind: str,
+    order: dict[str, int],
+) -> str | None:
     """Draw one paper figure; what it shows (HTML), or None when it has nothing to show."""
     window, single = run.rolling_window, single_seed(subset)
     lines = "" if single else "; thin translucent lines are seeds, bold lines the mean over seeds"

@@ -107,10 +107,18 @@ def _mean_by_round(
         return np.asarray(rounds), np.nanmean(grid, axis=0), np.nanstd(grid, axis=0)
 
 
-def _draw_seeds_and_mean(ax: Axes, runs: Runs, split: str, key: str, scale: float,
-                         window: int | None = None, band: bool = False,
-                         ls: str = "-", suffix: str = "",
-                         colours: Mapping[str, int] | None = None) -> bool:  # fmt: skip
+def _draw_seeds_and_mean(
+    ax: Axes,
+    runs: Runs,
+    split: str,
+    key: str,
+    scale: float,
+    window: int | None = None,
+    band: bool = False,
+    ls: str = "-",
+    suffix: str = "",
+    colours: Mapping[str, int] | None = None,
+) -> bool:
     """Thin line per seed and bold mean per method; False when nothing was drawn.
 
     Rounds where the metric is undefined (e.g. not evaluated, ``eval.every > 1``) are
@@ -169,8 +177,12 @@ def plot_accuracy_trajectories(
     else:
         no_data(ax, "evaluated rounds")
     how = "" if single_seed(runs) else " (thin: seeds, bold: mean over seeds)"
-    style(ax, title or f"Test {metric} per round{how}",
-           "communication round", f"test {metric}{metric_unit(metric)}")  # fmt: skip
+    style(
+        ax,
+        title or f"Test {metric} per round{how}",
+        "communication round",
+        f"test {metric}{metric_unit(metric)}",
+    )
     return save(fig, path)
 
 
@@ -205,8 +217,12 @@ def plot_rolling_std(
     else:
         no_data(ax, f"runs with ≥ {window} evaluated rounds")
     unit = "percentage points" if metric_scale(metric) == 100.0 else metric
-    style(ax, title or f"Training stability: rolling std of test {metric} (window {window})",
-           "communication round", f"rolling std ({unit})")  # fmt: skip
+    style(
+        ax,
+        title or f"Training stability: rolling std of test {metric} (window {window})",
+        "communication round",
+        f"rolling std ({unit})",
+    )
     return save(fig, path)
 
 
@@ -244,8 +260,9 @@ def plot_convergence(runs: Runs, path: Path, *, metric: str = "accuracy") -> Pat
     ax_acc, ax_loss = fig.subplots(1, 2)
     scale = metric_scale(metric)
     if _draw_seeds_and_mean(ax_acc, runs, "val", metric, scale, band=True):
-        _draw_seeds_and_mean(ax_acc, runs, f"train_{metric}", "", scale, band=True, ls="--",
-                             suffix=" train")  # fmt: skip
+        _draw_seeds_and_mean(
+            ax_acc, runs, f"train_{metric}", "", scale, band=True, ls="--", suffix=" train"
+        )
     else:
         no_data(ax_acc, "evaluated rounds")
     if _draw_seeds_and_mean(ax_loss, runs, "train_loss", "", 1.0, band=True):
@@ -254,7 +271,11 @@ def plot_convergence(runs: Runs, path: Path, *, metric: str = "accuracy") -> Pat
         no_data(ax_loss, "evaluated rounds")
     loss = "train loss (cross-entropy)" if metric == "accuracy" else "train loss"
     over = "" if single_seed(runs) else " (mean ± std over seeds)"
-    style(ax_acc, f"{metric.capitalize()}: validation (solid), training (dashed)",
-           "communication round", f"{metric}{metric_unit(metric)}")  # fmt: skip
+    style(
+        ax_acc,
+        f"{metric.capitalize()}: validation (solid), training (dashed)",
+        "communication round",
+        f"{metric}{metric_unit(metric)}",
+    )
     style(ax_loss, f"Training loss{over}", "communication round", loss)
     return save(fig, path)

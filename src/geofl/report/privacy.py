@@ -248,11 +248,13 @@ def attack_section(run: RunData, out: Path) -> str:
     entries = {m: results[m] if isinstance(results[m], dict) else {} for m in methods}
     papers = {m: p if isinstance(p := paper_all.get(m), dict) else {} for m in methods}
     plot_attack_auc(
-        {label[m]: {a: num(_result(entries[m], a).get("auc")) for a, _, _ in ATTRIBUTES}
-         for m in methods},
+        {
+            label[m]: {a: num(_result(entries[m], a).get("auc")) for a, _, _ in ATTRIBUTES}
+            for m in methods
+        },
         chart,
         paper={label[m]: {a: num(papers[m].get(a)) for a, _, _ in ATTRIBUTES} for m in methods},
-    )  # fmt: skip
+    )
     table = _attack_table(methods, label, entries, papers)
     caption = (
         "ROC-AUC of an honest-but-curious server inferring whether a client is "

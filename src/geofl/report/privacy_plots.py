@@ -88,15 +88,27 @@ def plot_attack_auc(
             if src == "ours":
                 ax.bar(x, v, width=width, color=colours[attr])
             else:
-                ax.bar(x, v, width=width, facecolor="white", edgecolor=colours[attr],
-                       hatch="///", lw=1.0)  # fmt: skip
+                ax.bar(
+                    x,
+                    v,
+                    width=width,
+                    facecolor="white",
+                    edgecolor=colours[attr],
+                    hatch="///",
+                    lw=1.0,
+                )
             ax.text(x, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
     ax.axhline(0.5, color="#444444", ls="--", lw=1.0)
     ax.set_ylim(0.0, 1.25)  # room for the value labels under the legend
     ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     tilt = 20 if len(methods) > 4 else 0
-    ax.set_xticks(range(len(methods)), [plain(m) for m in methods], rotation=tilt,
-                  ha="right" if tilt else "center", rotation_mode="anchor")  # fmt: skip
+    ax.set_xticks(
+        range(len(methods)),
+        [plain(m) for m in methods],
+        rotation=tilt,
+        ha="right" if tilt else "center",
+        rotation_mode="anchor",
+    )
     ax.set_xlim(-0.5, len(methods) - 0.5)
     ax.grid(False, axis="x")
     handles = _attack_handles(with_paper)
@@ -110,8 +122,9 @@ def _attack_handles(with_paper: bool) -> list[Patch | Line2D]:
     for _, name, c in ATTRIBUTES:
         handles.append(Patch(facecolor=c, label=f"{name} (ours)"))
         if with_paper:
-            handles.append(Patch(facecolor="white", edgecolor=c, hatch="///",
-                                 label=f"{name} (paper)"))  # fmt: skip
+            handles.append(
+                Patch(facecolor="white", edgecolor=c, hatch="///", label=f"{name} (paper)")
+            )
     handles.append(Line2D([], [], color="#444444", ls="--", lw=1.0, label="chance (0.5)"))
     return handles
 
@@ -177,9 +190,7 @@ def plot_aggregation_weights(
         num_clients: K (default: the largest client id seen + 1).
         title: Figure title.
     """
-    seen = [
-        k for run in seeds.values() for r in run.rounds for k in r.participants
-    ]  # fmt: skip
+    seen = [k for run in seeds.values() for r in run.rounds for k in r.participants]
     k = max(num_clients or 0, max(seen, default=-1) + 1)
     panels = [(s, *weight_matrix(run, k)) for s, run in seeds.items()]
     panels = [p for p in panels if p[1].size] or panels[:1]
@@ -200,10 +211,14 @@ def plot_aggregation_weights(
             no_data(ax, "aggregated rounds")
             continue
         image = ax.imshow(
-            np.ma.masked_invalid(grid), aspect="auto", interpolation="nearest", cmap=cmap,
-            vmin=0.0, vmax=top or 1.0,
+            np.ma.masked_invalid(grid),
+            aspect="auto",
+            interpolation="nearest",
+            cmap=cmap,
+            vmin=0.0,
+            vmax=top or 1.0,
             extent=(rounds[0] - 0.5, rounds[-1] + 0.5, k - 0.5, -0.5),
-        )  # fmt: skip
+        )
         _client_ticks(ax, k, risk_levels(seeds[seed]))
     if image is not None:
         cbar = fig.colorbar(image, ax=list(axes), shrink=0.9)

@@ -31,9 +31,17 @@ __all__ = [
 SIZE = (7.0, 4.0)
 _DPI = 120
 _PALETTE = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-    "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22",
-]  # fmt: skip
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#7f7f7f",
+    "#bcbd22",
+]
 
 #: Legend frame: opaque, so that a legend over data stays readable.
 _FRAME = {"frameon": True, "framealpha": 0.95, "facecolor": "white", "edgecolor": "#cccccc"}
@@ -84,7 +92,14 @@ def save(fig: Figure, path: Path) -> Path:
 
 def no_data(ax: Axes, what: str) -> None:
     """Replace the axes content by a grey "no ``what`` yet" note."""
-    ax.text(0.5, 0.5, f"no {what} yet", ha="center", va="center", transform=ax.transAxes,
-            color="#666666")  # fmt: skip
+    ax.text(
+        0.5,
+        0.5,
+        f"no {what} yet",
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        color="#666666",
+    )
     ax.set_xticks([])
     ax.set_yticks([])

@@ -90,11 +90,15 @@ def uplink_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
     for method, stat in stats.items():
         cells = [f"<td>{escape(names.get(method, method))}</td>"]
         cells += [f'<td class="num">{format_pm(stat[h], scale=1e-3, digits=1)}</td>' for h in HOPS]
-        cells += [f'<td class="num">{format_pm(stat[k], digits=1)}</td>'
-                  for k in ("delivery", *PIPELINES, "forwarded")]  # fmt: skip
+        cells += [
+            f'<td class="num">{format_pm(stat[k], digits=1)}</td>'
+            for k in ("delivery", *PIPELINES, "forwarded")
+        ]
         cells.append(f'<td class="num">{format_pm(stat["energy"], scale=1.0, digits=3)}</td>')
-        cells += [f'<td class="num">{format_pm(stat[k], scale=1.0, digits=2)}</td>'
-                  for k in ("latency", "latency_local")]  # fmt: skip
+        cells += [
+            f'<td class="num">{format_pm(stat[k], scale=1.0, digits=2)}</td>'
+            for k in ("latency", "latency_local")
+        ]
         cells.append(f'<td class="num">{format_pm(stat["rejections"], scale=1.0, digits=0)}</td>')
         cells += [f'<td class="num">{v}</td>' for v in _relative(stat, stats.get(REFERENCE))]
         rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -102,12 +106,18 @@ def uplink_html(run: RunData, methods: dict[str, MethodSummary]) -> str:
         return ""
     ref = names.get(REFERENCE, REFERENCE)
     head = [
-        "method", *(f"kB / tractor·round<br>{h.replace('_', ' → ')}" for h in HOPS),
-        "delivered %", *(f"{p} %" for p in PIPELINES), "forwarded %",
-        "energy proxy (J / tractor·round)", "latency (s)", "of which local hop (s)",
+        "method",
+        *(f"kB / tractor·round<br>{h.replace('_', ' → ')}" for h in HOPS),
+        "delivered %",
+        *(f"{p} %" for p in PIPELINES),
+        "forwarded %",
+        "energy proxy (J / tractor·round)",
+        "latency (s)",
+        "of which local hop (s)",
         "envelopes rejected",
-        f"bytes reduction vs {escape(ref)} % (Table 6)", f"energy / {escape(ref)} (Table 7)",
-    ]  # fmt: skip
+        f"bytes reduction vs {escape(ref)} % (Table 6)",
+        f"energy / {escape(ref)} (Table 7)",
+    ]
     header = "".join(f"<th>{h}</th>" for h in head)
     intro = (
         "003 ground-layer uplink: encoded and sealed bytes per sampled tractor and round by "

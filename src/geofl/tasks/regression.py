@@ -261,9 +261,14 @@ class RegressionAccumulator:
             y_t = y_t.to(torch.float64)
         sums, low, high = np.zeros_like(self._sums), self._low.copy(), self._high.copy()
         regression_terms(
-            out_t.contiguous().numpy(), y_t.contiguous().numpy(), self._mu, self._inv_sigma,
-            sums, low, high,
-        )  # fmt: skip
+            out_t.contiguous().numpy(),
+            y_t.contiguous().numpy(),
+            self._mu,
+            self._inv_sigma,
+            sums,
+            low,
+            high,
+        )
         self._sums, self._low, self._high = self._sums + sums, low, high
         # Σ over samples of the per-sample standardised MSE (mean over the T outputs)
         self._loss += float(sums[2].sum()) / task.num_outputs

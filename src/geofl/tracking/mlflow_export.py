@@ -106,8 +106,13 @@ class MlflowExport:
             self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 
-    def _log(self, run_id: str, metrics: Mapping[str, float] = {}, step: int = 0,
-             params: Mapping[str, str] = {}) -> None:  # fmt: skip
+    def _log(
+        self,
+        run_id: str,
+        metrics: Mapping[str, float] = {},
+        step: int = 0,
+        params: Mapping[str, str] = {},
+    ) -> None:
         from mlflow.entities import Metric, Param
 
         now = int(time.time() * 1000)
@@ -178,9 +183,12 @@ class MlflowExport:
         run = self.client().create_run(
             self.client().get_run(parent).info.experiment_id,
             run_name=f"{info.method} seed {info.seed}",
-            tags={"mlflow.parentRunId": parent, "geofl.method": info.method,
-                  "geofl.seed": str(info.seed)},
-        )  # fmt: skip
+            tags={
+                "mlflow.parentRunId": parent,
+                "geofl.method": info.method,
+                "geofl.seed": str(info.seed),
+            },
+        )
         self._run = str(run.info.run_id)
         update_state(self.run_dir, "mlflow", {"runs": {**runs, key: self._run}})
         self._log(self._run, params=method_params(self.resolved, info.method, info.seed))

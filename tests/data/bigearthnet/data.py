@@ -29,20 +29,50 @@ SIDE = {"B01": 20, "B09": 20, "B05": 60, "B06": 60, "B07": 60, "B8A": 60, "B11":
 PREFIX = "BigEarthNet-v1.0"
 #: (patch, labels, EPSG, centre easting, centre northing, acquisition date, MGRS tile).
 PATCHES: tuple[tuple[str, tuple[str, ...], int, float, float, str, str], ...] = (
-    ("S2A_MSIL1C_20170613T101031_0_45",
-     ("Continuous urban fabric", "Discontinuous urban fabric", "Airports",
-      "Non-irrigated arable land", "Sea and ocean", "Coastal lagoons"),
-     32629, 560000.0, 4400000.0, "2017-06-13 10:10:31", "29SND"),  # Portugal, summer
-    ("S2B_MSIL1C_20180204T094029_12_3",
-     ("Coniferous forest", "Mixed forest", "Peatbogs", "Water bodies"),
-     32635, 400000.0, 6900000.0, "2018-02-04 09:40:29", "35VMJ"),  # Finland, winter
-    ("S2A_MSIL1C_20171002T104021_7_7",
-     ("Burnt areas", "Bare rock"),
-     32629, 560000.0, 4400000.0, "2017-10-02 10:40:21", "29SND"),  # Portugal, fall
-    ("S2A_MSIL1C_20170717T100031_1_1",
-     ("Pastures",),
-     32633, 500000.0, 5300000.0, "2017-07-17 10:00:31", "33TWN"),  # Austria, cloudy: listed
-)  # fmt: skip
+    (
+        "S2A_MSIL1C_20170613T101031_0_45",
+        (
+            "Continuous urban fabric",
+            "Discontinuous urban fabric",
+            "Airports",
+            "Non-irrigated arable land",
+            "Sea and ocean",
+            "Coastal lagoons",
+        ),
+        32629,
+        560000.0,
+        4400000.0,
+        "2017-06-13 10:10:31",
+        "29SND",
+    ),  # Portugal, summer
+    (
+        "S2B_MSIL1C_20180204T094029_12_3",
+        ("Coniferous forest", "Mixed forest", "Peatbogs", "Water bodies"),
+        32635,
+        400000.0,
+        6900000.0,
+        "2018-02-04 09:40:29",
+        "35VMJ",
+    ),  # Finland, winter
+    (
+        "S2A_MSIL1C_20171002T104021_7_7",
+        ("Burnt areas", "Bare rock"),
+        32629,
+        560000.0,
+        4400000.0,
+        "2017-10-02 10:40:21",
+        "29SND",
+    ),  # Portugal, fall
+    (
+        "S2A_MSIL1C_20170717T100031_1_1",
+        ("Pastures",),
+        32633,
+        500000.0,
+        5300000.0,
+        "2017-07-17 10:00:31",
+        "33TWN",
+    ),  # Austria, cloudy: listed
+)
 #: Expected 19-class multi-hot rows of the first three patches (the fourth is excluded).
 LABELS_19: tuple[tuple[int, ...], ...] = (
     (0, 2, 18),  # urban fabric (x2), arable, marine (sea + lagoon); airports dropped
@@ -67,22 +97,27 @@ def band_arrays(seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
     """Patch name → band name → ``[side, side]`` uint16 as written."""
     rng = np.random.default_rng(seed)
     return {
-        p[0]: {b: rng.integers(0, 8000, size=(SIDE.get(b, 120),) * 2, dtype=np.uint16)
-               for b in BANDS}
+        p[0]: {
+            b: rng.integers(0, 8000, size=(SIDE.get(b, 120),) * 2, dtype=np.uint16) for b in BANDS
+        }
         for p in PATCHES
-    }  # fmt: skip
+    }
 
 
 def _json(patch: tuple[Any, ...]) -> bytes:
     name, labels, epsg, east, north, date, tile = patch
     meta = {
         "labels": list(labels),
-        "coordinates": {"ulx": east - 600, "uly": north + 600, "lrx": east + 600,
-                        "lry": north - 600},
+        "coordinates": {
+            "ulx": east - 600,
+            "uly": north + 600,
+            "lrx": east + 600,
+            "lry": north - 600,
+        },
         "projection": f'PROJCS["WGS 84 / UTM",AUTHORITY["EPSG","{epsg}"]]',
         "tile_source": f"{name[:26]}_N0205_R022_T{tile}_{name[11:26]}",
         "acquisition_date": date,
-    }  # fmt: skip
+    }
     return json.dumps(meta).encode()
 
 

@@ -37,9 +37,12 @@ LABELS: tuple[int, ...] = (5, 9, 0, 7, 6)
 #: Season code (0 winter, 1 spring) and region of each patch.
 SEASONS: tuple[int, ...] = (1, 1, 1, 0, 0)
 REGIONS: tuple[str, ...] = (
-    "ROIs1158_spring_s2_1", "ROIs1158_spring_s2_1", "ROIs1158_spring_s2_2",
-    "ROIs2017_winter_s2_7", "ROIs2017_winter_s2_7",
-)  # fmt: skip
+    "ROIs1158_spring_s2_1",
+    "ROIs1158_spring_s2_1",
+    "ROIs1158_spring_s2_2",
+    "ROIs2017_winter_s2_7",
+    "ROIs2017_winter_s2_7",
+)
 
 
 def _paths(roi: str, scene: int, patch: int, suffixed: bool) -> tuple[str, str]:

@@ -36,12 +36,19 @@ CROPS: tuple[str, ...] = ("corn", "soybean", "small_grain", "cotton", "sorghum")
 
 #: CropScape / Cropland Data Layer codes (USDA NASS legend) of each crop class.
 CDL_CROP_CODES: Mapping[int, int] = {
-    1: 0, 12: 0, 13: 0,  # corn, sweet corn, pop/ornamental corn
+    1: 0,
+    12: 0,
+    13: 0,  # corn, sweet corn, pop/ornamental corn
     5: 1,  # soybeans
-    21: 2, 22: 2, 23: 2, 24: 2, 27: 2, 28: 2,  # barley, durum/spring/winter wheat, rye, oats
+    21: 2,
+    22: 2,
+    23: 2,
+    24: 2,
+    27: 2,
+    28: 2,  # barley, durum/spring/winter wheat, rye, oats
     2: 3,  # cotton
     4: 4,  # sorghum
-}  # fmt: skip
+}
 
 #: CDL codes of land that is not a crop (background, hay/pasture, fallow, forest, water,
 #: developed, wetlands): ignored when a block's majority crop is taken.
@@ -154,39 +161,104 @@ def _one_hot(prefix: str, names: tuple[str, ...]) -> tuple[str, ...]:
 #: Task A (nutrient regression) columns: 48 (003 Table 1).
 TASK_A_FEATURES: tuple[str, ...] = (
     # soil survey, SSURGO 0–30 cm (NRCS Soil Data Mart, 003 Table 2)
-    "soil_ph", "soil_om_pct", "soil_cec", "sand_pct", "silt_pct", "clay_pct", "awc",
+    "soil_ph",
+    "soil_om_pct",
+    "soil_cec",
+    "sand_pct",
+    "silt_pct",
+    "clay_pct",
+    "awc",
     "bulk_density",
     # nutrient probes / soil tests
-    "soil_p_ppm", "soil_k_ppm", "no3_preseason_ppm",
+    "soil_p_ppm",
+    "soil_k_ppm",
+    "no3_preseason_ppm",
     # weekly sensors and weather
-    "no3_n_ppm", "soil_moisture", "air_temp_mean_c", "rain_7d_mm", "rain_28d_mm", "gdd_cum",
+    "no3_n_ppm",
+    "soil_moisture",
+    "air_temp_mean_c",
+    "rain_7d_mm",
+    "rain_28d_mm",
+    "gdd_cum",
     # vegetation indices (cloud-masked weekly means) and their season-to-date statistics
-    "ndvi_t", "ndvi_t1", "ndvi_t2", "evi_t", "evi_t1", "evi_t2", "ndvi_max_to_date",
-    "ndvi_mean_4w", "evi_mean_4w", "ndvi_slope_3w",
+    "ndvi_t",
+    "ndvi_t1",
+    "ndvi_t2",
+    "evi_t",
+    "evi_t1",
+    "evi_t2",
+    "ndvi_max_to_date",
+    "ndvi_mean_4w",
+    "evi_mean_4w",
+    "ndvi_slope_3w",
     # reflectance at week t
-    "red_t", "nir_t", "red_edge_t", "swir1_t",
+    "red_t",
+    "nir_t",
+    "red_edge_t",
+    "swir1_t",
     # management log and context
-    "yield_goal_t_ha", "n_applied_kg_ha", "prev_legume", "irrigated", "week", "elevation_m",
-    *_one_hot("texture", TEXTURES), *_one_hot("crop", CROPS), *_one_hot("climate", CLIMATES),
-)  # fmt: skip
+    "yield_goal_t_ha",
+    "n_applied_kg_ha",
+    "prev_legume",
+    "irrigated",
+    "week",
+    "elevation_m",
+    *_one_hot("texture", TEXTURES),
+    *_one_hot("crop", CROPS),
+    *_one_hot("climate", CLIMATES),
+)
 
 #: Task B (crop stress) columns: 52 (003 Table 1), all from weeks t−2..t (003 §3.1.1).
 TASK_B_FEATURES: tuple[str, ...] = (
     # lagged indices, deltas and 3-week rolling statistics
-    "ndvi_t", "ndvi_t1", "ndvi_t2", "evi_t", "evi_t1", "evi_t2",
-    "ndvi_d1", "ndvi_d2", "evi_d1", "evi_d2",
-    "ndvi_mean_3w", "ndvi_std_3w", "ndvi_min_3w", "evi_mean_3w",
+    "ndvi_t",
+    "ndvi_t1",
+    "ndvi_t2",
+    "evi_t",
+    "evi_t1",
+    "evi_t2",
+    "ndvi_d1",
+    "ndvi_d2",
+    "evi_d1",
+    "evi_d2",
+    "ndvi_mean_3w",
+    "ndvi_std_3w",
+    "ndvi_min_3w",
+    "evi_mean_3w",
     # reflectance at week t and the clear-sky share of each week's acquisitions
-    "blue_t", "green_t", "red_t", "red_edge_t", "nir_t", "swir1_t",
-    "clear_t", "clear_t1", "clear_t2",
+    "blue_t",
+    "green_t",
+    "red_t",
+    "red_edge_t",
+    "nir_t",
+    "swir1_t",
+    "clear_t",
+    "clear_t1",
+    "clear_t2",
     # weather and field sensors over t−2..t
-    "air_temp_max_c", "air_temp_mean_c", "rain_7d_mm", "rain_21d_mm", "soil_moisture",
-    "soil_moisture_mean_3w", "vpd_kpa", "leaf_wetness_h", "gdd_3w",
+    "air_temp_max_c",
+    "air_temp_mean_c",
+    "rain_7d_mm",
+    "rain_21d_mm",
+    "soil_moisture",
+    "soil_moisture_mean_3w",
+    "vpd_kpa",
+    "leaf_wetness_h",
+    "gdd_3w",
     # soil survey and context
-    "soil_ph", "soil_om_pct", "soil_cec", "sand_pct", "clay_pct", "awc",
-    "week", "irrigated", "elevation_m",
-    *_one_hot("texture", TEXTURES), *_one_hot("crop", CROPS), *_one_hot("climate", CLIMATES),
-)  # fmt: skip
+    "soil_ph",
+    "soil_om_pct",
+    "soil_cec",
+    "sand_pct",
+    "clay_pct",
+    "awc",
+    "week",
+    "irrigated",
+    "elevation_m",
+    *_one_hot("texture", TEXTURES),
+    *_one_hot("crop", CROPS),
+    *_one_hot("climate", CLIMATES),
+)
 
 
 def texture_group(sand_pct: np.ndarray, clay_pct: np.ndarray) -> np.ndarray:

@@ -39,10 +39,24 @@ from geofl.errors import DataError
 __all__ = ["AgriFilesParams", "build_agri_files", "read_field_blocks"]
 
 _BLOCK_COLUMNS = (
-    "block_id", "farm", "tractor", "region", "climate", "xmin", "ymin", "xmax", "ymax", "mukey",
-    "soil_p_ppm", "soil_k_ppm", "yield_goal_t_ha", "yield_t_ha", "prev_legume", "irrigated",
+    "block_id",
+    "farm",
+    "tractor",
+    "region",
+    "climate",
+    "xmin",
+    "ymin",
+    "xmax",
+    "ymax",
+    "mukey",
+    "soil_p_ppm",
+    "soil_k_ppm",
+    "yield_goal_t_ha",
+    "yield_t_ha",
+    "prev_legume",
+    "irrigated",
     "elevation_m",
-)  # fmt: skip
+)
 
 
 class AgriFilesParams(BaseModel):
@@ -114,8 +128,15 @@ def read_field_blocks(p: AgriFilesParams) -> FieldBlocks:
     weekly = {c: comp[..., i] for i, c in enumerate(IMAGERY_COLUMNS)}
     weekly.update({c: np.stack([s.sensors[c] for s in series]) for c in SENSOR_COLUMNS})
     weekly["clear"] = clear
-    static_cols = ("soil_p_ppm", "soil_k_ppm", "yield_goal_t_ha", "yield_t_ha", "prev_legume",
-                   "irrigated", "elevation_m")  # fmt: skip
+    static_cols = (
+        "soil_p_ppm",
+        "soil_k_ppm",
+        "yield_goal_t_ha",
+        "yield_t_ha",
+        "prev_legume",
+        "irrigated",
+        "elevation_m",
+    )
     return FieldBlocks(
         block_id=ids.astype(str),
         farm=_codes(table.text("farm")),

@@ -244,8 +244,10 @@ def _assemble(
     week = np.broadcast_to(np.arange(w, dtype=np.float64), (b, w))
     cols = {**cols, "week": week}
     sel = (slice(None), slice(first_week, None))
-    stack = [np.broadcast_to(np.asarray(cols[n], dtype=np.float64).reshape(b, -1), (b, w))[sel]
-             for n in names]  # fmt: skip
+    stack = [
+        np.broadcast_to(np.asarray(cols[n], dtype=np.float64).reshape(b, -1), (b, w))[sel]
+        for n in names
+    ]
     x = np.stack(stack, axis=2).reshape(-1, len(names))
     block_idx = np.repeat(np.arange(b), w - first_week)
     week_idx = np.tile(np.arange(first_week, w), b)
@@ -267,14 +269,22 @@ def task_a_samples(blocks: FieldBlocks, first_week: int = 2) -> AgriSamples:
         "rain_7d_mm": w["rain_mm"],
         "rain_28d_mm": _rolling(w["rain_mm"], 4, "sum"),
         "gdd_cum": np.cumsum(_gdd(blocks), axis=1),
-        "ndvi_t": ndvi, "ndvi_t1": _lag(ndvi, 1), "ndvi_t2": _lag(ndvi, 2),
-        "evi_t": evi, "evi_t1": _lag(evi, 1), "evi_t2": _lag(evi, 2),
+        "ndvi_t": ndvi,
+        "ndvi_t1": _lag(ndvi, 1),
+        "ndvi_t2": _lag(ndvi, 2),
+        "evi_t": evi,
+        "evi_t1": _lag(evi, 1),
+        "evi_t2": _lag(evi, 2),
         "ndvi_max_to_date": np.maximum.accumulate(ndvi, axis=1),
-        "ndvi_mean_4w": _rolling(ndvi, 4, "mean"), "evi_mean_4w": _rolling(evi, 4, "mean"),
+        "ndvi_mean_4w": _rolling(ndvi, 4, "mean"),
+        "evi_mean_4w": _rolling(evi, 4, "mean"),
         "ndvi_slope_3w": (ndvi - _lag(ndvi, 2)) / 2.0,
-        "red_t": w["red"], "nir_t": w["nir"], "red_edge_t": w["red_edge"], "swir1_t": w["swir1"],
+        "red_t": w["red"],
+        "nir_t": w["nir"],
+        "red_edge_t": w["red_edge"],
+        "swir1_t": w["swir1"],
         "n_applied_kg_ha": np.cumsum(w["n_applied_kg_ha"], axis=1),
-    }  # fmt: skip
+    }
     x, block, week = _assemble(blocks, cols, TASK_A_FEATURES, first_week)
     y = np.repeat(nutrient_target(blocks), blocks.weeks - first_week)
     return AgriSamples(x.astype(np.float32), TASK_A_FEATURES, y.astype(np.float32), block, week)
@@ -295,20 +305,31 @@ def task_b_samples(
     ndvi, evi = w["ndvi"], w["evi"]
     cols = {
         **_static_cols(blocks),
-        "ndvi_t": ndvi, "ndvi_t1": _lag(ndvi, 1), "ndvi_t2": _lag(ndvi, 2),
-        "evi_t": evi, "evi_t1": _lag(evi, 1), "evi_t2": _lag(evi, 2),
-        "ndvi_d1": ndvi - _lag(ndvi, 1), "ndvi_d2": _lag(ndvi, 1) - _lag(ndvi, 2),
-        "evi_d1": evi - _lag(evi, 1), "evi_d2": _lag(evi, 1) - _lag(evi, 2),
-        "ndvi_mean_3w": _rolling(ndvi, 3, "mean"), "ndvi_std_3w": _rolling(ndvi, 3, "std"),
-        "ndvi_min_3w": _rolling(ndvi, 3, "min"), "evi_mean_3w": _rolling(evi, 3, "mean"),
+        "ndvi_t": ndvi,
+        "ndvi_t1": _lag(ndvi, 1),
+        "ndvi_t2": _lag(ndvi, 2),
+        "evi_t": evi,
+        "evi_t1": _lag(evi, 1),
+        "evi_t2": _lag(evi, 2),
+        "ndvi_d1": ndvi - _lag(ndvi, 1),
+        "ndvi_d2": _lag(ndvi, 1) - _lag(ndvi, 2),
+        "evi_d1": evi - _lag(evi, 1),
+        "evi_d2": _lag(evi, 1) - _lag(evi, 2),
+        "ndvi_mean_3w": _rolling(ndvi, 3, "mean"),
+        "ndvi_std_3w": _rolling(ndvi, 3, "std"),
+        "ndvi_min_3w": _rolling(ndvi, 3, "min"),
+        "evi_mean_3w": _rolling(evi, 3, "mean"),
         **{f"{k}_t": w[k] for k in ("blue", "green", "red", "red_edge", "nir", "swir1")},
-        "clear_t": w["clear"], "clear_t1": _lag(w["clear"], 1), "clear_t2": _lag(w["clear"], 2),
+        "clear_t": w["clear"],
+        "clear_t1": _lag(w["clear"], 1),
+        "clear_t2": _lag(w["clear"], 2),
         **{k: w[k] for k in ("air_temp_max_c", "air_temp_mean_c", "soil_moisture", "vpd_kpa")},
         "leaf_wetness_h": w["leaf_wetness_h"],
-        "rain_7d_mm": w["rain_mm"], "rain_21d_mm": _rolling(w["rain_mm"], 3, "sum"),
+        "rain_7d_mm": w["rain_mm"],
+        "rain_21d_mm": _rolling(w["rain_mm"], 3, "sum"),
         "soil_moisture_mean_3w": _rolling(w["soil_moisture"], 3, "mean"),
         "gdd_3w": _rolling(_gdd(blocks), 3, "sum"),
-    }  # fmt: skip
+    }
     region = np.asarray(blocks.region)
     stride = max(8, int(region.max()) + 1) if region.size else 8  # 8: codes of 003's regions
     group = np.asarray(blocks.crop) * stride + region

@@ -70,9 +70,15 @@ def read_soil_table(path: Path, depth_cm: float = 30.0) -> dict[str, dict[str, f
 
 
 def _aggregate(
-    rows: np.ndarray, cokey: np.ndarray, pct: np.ndarray, overlap: np.ndarray,
-    values: np.ndarray, path: Path, mukey: str, column: str,
-) -> float:  # fmt: skip
+    rows: np.ndarray,
+    cokey: np.ndarray,
+    pct: np.ndarray,
+    overlap: np.ndarray,
+    values: np.ndarray,
+    path: Path,
+    mukey: str,
+    column: str,
+) -> float:
     """Component-weighted mean of the depth-weighted component means of one map unit."""
     total, weight = 0.0, 0.0
     for c in np.unique(cokey[rows]):

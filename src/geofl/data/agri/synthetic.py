@@ -63,9 +63,12 @@ _SUITABILITY = np.array(
 )
 #: Per zone: sand %, clay %, OM %, pH, season temperature °C, weekly rain mm.
 _ZONE = np.array(
-    [[30.0, 26.0, 3.5, 6.2, 19.0, 28.0], [40.0, 22.0, 2.5, 6.8, 21.0, 20.0],
-     [56.0, 15.0, 1.2, 7.8, 23.0, 11.0]]
-)  # fmt: skip
+    [
+        [30.0, 26.0, 3.5, 6.2, 19.0, 28.0],
+        [40.0, 22.0, 2.5, 6.8, 21.0, 20.0],
+        [56.0, 15.0, 1.2, 7.8, 23.0, 11.0],
+    ]
+)
 _GREEN_UP = np.array([6.0, 8.0, 2.0, 8.0, 7.0])
 _SENESCE = np.array([19.0, 20.0, 12.0, 22.0, 19.0])
 _POTENTIAL_T_HA = np.array([11.5, 3.6, 5.0, 1.4, 6.5])
@@ -192,9 +195,12 @@ def _weather(seed: int, fleet: _Fleet, weeks: int) -> tuple[np.ndarray, np.ndarr
 
 
 def _sensors(
-    rng: np.random.Generator, temp: np.ndarray, rain: np.ndarray, soil: dict[str, np.ndarray],
+    rng: np.random.Generator,
+    temp: np.ndarray,
+    rain: np.ndarray,
+    soil: dict[str, np.ndarray],
     irrigated: np.ndarray,
-) -> dict[str, np.ndarray]:  # fmt: skip
+) -> dict[str, np.ndarray]:
     """Weekly block sensors from the farm weather (``[B, W]`` each)."""
     b, w = temp.shape
     tmean = temp + rng.normal(0, 0.5, (b, w))
@@ -223,9 +229,12 @@ def _sensors(
 
 
 def _canopy(
-    rng: np.random.Generator, crop: np.ndarray, vigour: np.ndarray, s: dict[str, np.ndarray],
+    rng: np.random.Generator,
+    crop: np.ndarray,
+    vigour: np.ndarray,
+    s: dict[str, np.ndarray],
     stress_scale: float,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """``[B, W]`` canopy cover after stress dips, and the season's relative canopy loss."""
     b, w = s["soil_moisture"].shape
     t = np.arange(w, dtype=np.float64)[None, :]
@@ -248,9 +257,13 @@ def _canopy(
 
 
 def _imagery(
-    rng: np.random.Generator, fc: np.ndarray, om: np.ndarray, cloud_rate: float, acq: int,
+    rng: np.random.Generator,
+    fc: np.ndarray,
+    om: np.ndarray,
+    cloud_rate: float,
+    acq: int,
     view_noise: float,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """Per acquisition ``[B, W, A, 8]`` (NDVI, EVI, six bands) and cloud fraction."""
     b, w = fc.shape
     soil = _SOIL * (1.0 - 0.04 * np.minimum(om, 6.0))[:, None]  # darker with organic matter
@@ -267,9 +280,13 @@ def _imagery(
 
 
 def _nitrate(
-    rng: np.random.Generator, crop: np.ndarray, y: np.ndarray, soil: dict[str, np.ndarray],
-    s: dict[str, np.ndarray], legume: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    rng: np.random.Generator,
+    crop: np.ndarray,
+    y: np.ndarray,
+    soil: dict[str, np.ndarray],
+    s: dict[str, np.ndarray],
+    legume: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """``[B, W]`` measured 0–30 cm nitrate (ppm) and the fertiliser log (kg N/ha a week)."""
     b, w = s["rain_mm"].shape
     kg_per_ppm = soil["bulk_density"] * 3.0
@@ -294,9 +311,13 @@ def _nitrate(
 
 
 def _vigour(
-    rng: np.random.Generator, zone: np.ndarray, soil: dict[str, np.ndarray], moist: np.ndarray,
-    irrigated: np.ndarray, effect: np.ndarray,
-) -> np.ndarray:  # fmt: skip
+    rng: np.random.Generator,
+    zone: np.ndarray,
+    soil: dict[str, np.ndarray],
+    moist: np.ndarray,
+    irrigated: np.ndarray,
+    effect: np.ndarray,
+) -> np.ndarray:
     """``[B]`` canopy vigour in [0.3, 1] from water, organic matter, pH and management."""
     water = np.where(irrigated > 0, 1.0, np.clip((moist - 0.06) / 0.2, 0, 1))
     om = np.clip(soil["soil_om_pct"] / 4.0, 0, 1)

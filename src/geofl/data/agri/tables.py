@@ -28,24 +28,49 @@ __all__ = [
 
 #: Soil survey properties per block (SSURGO, 0–30 cm, component-weighted).
 SOIL_COLUMNS: tuple[str, ...] = (
-    "soil_ph", "soil_om_pct", "soil_cec", "sand_pct", "silt_pct", "clay_pct", "awc",
+    "soil_ph",
+    "soil_om_pct",
+    "soil_cec",
+    "sand_pct",
+    "silt_pct",
+    "clay_pct",
+    "awc",
     "bulk_density",
-)  # fmt: skip
+)
 #: Per-block soil tests, management and the realised yield (Task A's label source only).
 STATIC_COLUMNS: tuple[str, ...] = (
-    "soil_p_ppm", "soil_k_ppm", "yield_goal_t_ha", "yield_t_ha", "prev_legume", "irrigated",
+    "soil_p_ppm",
+    "soil_k_ppm",
+    "yield_goal_t_ha",
+    "yield_t_ha",
+    "prev_legume",
+    "irrigated",
     "elevation_m",
-)  # fmt: skip
+)
 #: Cloud-masked weekly means of the imagery (indices and surface reflectance).
 IMAGERY_COLUMNS: tuple[str, ...] = (
-    "ndvi", "evi", "blue", "green", "red", "red_edge", "nir", "swir1",
-)  # fmt: skip
+    "ndvi",
+    "evi",
+    "blue",
+    "green",
+    "red",
+    "red_edge",
+    "nir",
+    "swir1",
+)
 #: Weekly field-sensor and weather readings; ``rain_mm`` and ``n_applied_kg_ha`` are weekly
 #: totals, the others weekly means.
 SENSOR_COLUMNS: tuple[str, ...] = (
-    "air_temp_max_c", "air_temp_mean_c", "rain_mm", "soil_moisture", "soil_temp_c", "vpd_kpa",
-    "leaf_wetness_h", "no3_n_ppm", "n_applied_kg_ha",
-)  # fmt: skip
+    "air_temp_max_c",
+    "air_temp_mean_c",
+    "rain_mm",
+    "soil_moisture",
+    "soil_temp_c",
+    "vpd_kpa",
+    "leaf_wetness_h",
+    "no3_n_ppm",
+    "n_applied_kg_ha",
+)
 
 
 @dataclass(frozen=True)

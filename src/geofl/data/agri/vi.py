@@ -43,9 +43,12 @@ class BlockSeries:
     """
 
     def __init__(
-        self, imagery: np.ndarray, cloud: np.ndarray, valid: np.ndarray,
+        self,
+        imagery: np.ndarray,
+        cloud: np.ndarray,
+        valid: np.ndarray,
         sensors: dict[str, np.ndarray],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.imagery, self.cloud, self.valid, self.sensors = imagery, cloud, valid, sensors
 
 

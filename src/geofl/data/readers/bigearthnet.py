@@ -90,35 +90,114 @@ __all__ = [
 
 #: The 43 CORINE level-3 classes of BigEarthNet, in CLC code order.
 BIGEARTHNET43_CLASSES: tuple[str, ...] = (
-    "Continuous urban fabric", "Discontinuous urban fabric", "Industrial or commercial units",
-    "Road and rail networks and associated land", "Port areas", "Airports",
-    "Mineral extraction sites", "Dump sites", "Construction sites", "Green urban areas",
-    "Sport and leisure facilities", "Non-irrigated arable land", "Permanently irrigated land",
-    "Rice fields", "Vineyards", "Fruit trees and berry plantations", "Olive groves",
-    "Pastures", "Annual crops associated with permanent crops", "Complex cultivation patterns",
+    "Continuous urban fabric",
+    "Discontinuous urban fabric",
+    "Industrial or commercial units",
+    "Road and rail networks and associated land",
+    "Port areas",
+    "Airports",
+    "Mineral extraction sites",
+    "Dump sites",
+    "Construction sites",
+    "Green urban areas",
+    "Sport and leisure facilities",
+    "Non-irrigated arable land",
+    "Permanently irrigated land",
+    "Rice fields",
+    "Vineyards",
+    "Fruit trees and berry plantations",
+    "Olive groves",
+    "Pastures",
+    "Annual crops associated with permanent crops",
+    "Complex cultivation patterns",
     "Land principally occupied by agriculture, with significant areas of natural vegetation",
-    "Agro-forestry areas", "Broad-leaved forest", "Coniferous forest", "Mixed forest",
-    "Natural grassland", "Moors and heathland", "Sclerophyllous vegetation",
-    "Transitional woodland/shrub", "Beaches, dunes, sands", "Bare rock",
-    "Sparsely vegetated areas", "Burnt areas", "Inland marshes", "Peatbogs", "Salt marshes",
-    "Salines", "Intertidal flats", "Water courses", "Water bodies", "Coastal lagoons",
-    "Estuaries", "Sea and ocean",
-)  # fmt: skip
+    "Agro-forestry areas",
+    "Broad-leaved forest",
+    "Coniferous forest",
+    "Mixed forest",
+    "Natural grassland",
+    "Moors and heathland",
+    "Sclerophyllous vegetation",
+    "Transitional woodland/shrub",
+    "Beaches, dunes, sands",
+    "Bare rock",
+    "Sparsely vegetated areas",
+    "Burnt areas",
+    "Inland marshes",
+    "Peatbogs",
+    "Salt marshes",
+    "Salines",
+    "Intertidal flats",
+    "Water courses",
+    "Water bodies",
+    "Coastal lagoons",
+    "Estuaries",
+    "Sea and ocean",
+)
 #: 43-class index → 19-class index (None: no 19-class label), Sumbul et al. (2021).
 MAP_43_TO_19: tuple[int | None, ...] = (
-    0, 0, 1, None, None, None, None, None, None, None, None, 2, 2, 2, 3, 3, 3, 4, 3, 5, 6, 7,
-    8, 9, 10, 11, 12, 12, 13, 14, None, 11, None, 15, 15, 16, 16, 16, 17, 17, 18, 18, 18,
-)  # fmt: skip
+    0,
+    0,
+    1,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    2,
+    2,
+    2,
+    3,
+    3,
+    3,
+    4,
+    3,
+    5,
+    6,
+    7,
+    8,
+    9,
+    10,
+    11,
+    12,
+    12,
+    13,
+    14,
+    None,
+    11,
+    None,
+    15,
+    15,
+    16,
+    16,
+    16,
+    17,
+    17,
+    18,
+    18,
+    18,
+)
 #: Approximate country bounding boxes (lat min, lat max, lon min, lon max), smallest first.
 COUNTRY_BOXES: tuple[tuple[str, float, float, float, float], ...] = (
-    ("Luxembourg", 49.44, 50.19, 5.73, 6.53), ("Kosovo", 41.85, 43.27, 20.01, 21.80),
-    ("Belgium", 49.50, 51.51, 2.54, 6.41), ("Switzerland", 45.82, 47.81, 5.96, 10.49),
-    ("Lithuania", 53.90, 56.45, 20.93, 26.84), ("Ireland", 51.42, 55.39, -10.48, -5.99),
-    ("Austria", 46.37, 49.02, 9.53, 17.16), ("Serbia", 42.23, 46.19, 18.82, 23.01),
-    ("Portugal", 36.96, 42.15, -9.53, -6.19), ("Finland", 59.81, 70.09, 20.55, 31.59),
-)  # fmt: skip
-_GROUPS = {1: ("B02", "B03", "B04", "B08"), 2: ("B05", "B06", "B07", "B8A", "B11", "B12"),
-           6: ("B01", "B09")}  # fmt: skip
+    ("Luxembourg", 49.44, 50.19, 5.73, 6.53),
+    ("Kosovo", 41.85, 43.27, 20.01, 21.80),
+    ("Belgium", 49.50, 51.51, 2.54, 6.41),
+    ("Switzerland", 45.82, 47.81, 5.96, 10.49),
+    ("Lithuania", 53.90, 56.45, 20.93, 26.84),
+    ("Ireland", 51.42, 55.39, -10.48, -5.99),
+    ("Austria", 46.37, 49.02, 9.53, 17.16),
+    ("Serbia", 42.23, 46.19, 18.82, 23.01),
+    ("Portugal", 36.96, 42.15, -9.53, -6.19),
+    ("Finland", 59.81, 70.09, 20.55, 31.59),
+)
+_GROUPS = {
+    1: ("B02", "B03", "B04", "B08"),
+    2: ("B05", "B06", "B07", "B8A", "B11", "B12"),
+    6: ("B01", "B09"),
+}
 _LISTS = ("patches_with_cloud_and_shadow.csv", "patches_with_seasonal_snow.csv")
 _METADATA_KEYS = ("region", "country", "season", "lat", "lon", "gsd_m", "path")
 _DOWNLOAD = "download BigEarthNet-S2-v1.0.tar.gz from https://bigearth.net and extract it"
@@ -245,19 +324,21 @@ def _metadata(metas: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     c = [m["coordinates"] for m in metas]
     east = np.array([(x["ulx"] + x["lrx"]) / 2 for x in c], np.float64)
     north = np.array([(x["uly"] + x["lry"]) / 2 for x in c], np.float64)
-    epsg = np.array([int((re.findall(r'"EPSG","?(\d+)', m["projection"]) or [0])[-1])
-                     for m in metas])  # fmt: skip
+    epsg = np.array(
+        [int((re.findall(r'"EPSG","?(\d+)', m["projection"]) or [0])[-1]) for m in metas]
+    )
     lat, lon = utm_to_latlon(east, north, epsg)
     tiles = [re.search(r"_T(\d{2}[A-Z]{3})_", m["tile_source"]) for m in metas]
     month = np.array([int(str(m["acquisition_date"])[5:7]) for m in metas])
     return {
-        "region": np.array([t.group(1) if t else m["tile_source"]
-                            for t, m in zip(tiles, metas, strict=True)]),
+        "region": np.array(
+            [t.group(1) if t else m["tile_source"] for t, m in zip(tiles, metas, strict=True)]
+        ),
         "country": _country(lat, lon),
         "season": season_of_month(month),
         "lat": lat.astype(np.float32),
         "lon": lon.astype(np.float32),
-    }  # fmt: skip
+    }
 
 
 @DATASETS.register("bigearthnet", params=BigEarthNetLoaderParams)

@@ -71,11 +71,27 @@ log = logging.getLogger("geofl")
 
 #: DIOR's 20 classes, in the order of its paper (label ids 0–19).
 DIOR_CLASSES: tuple[str, ...] = (
-    "airplane", "airport", "baseballfield", "basketballcourt", "bridge", "chimney", "dam",
-    "Expressway-Service-area", "Expressway-toll-station", "golffield", "groundtrackfield",
-    "harbor", "overpass", "ship", "stadium", "storagetank", "tenniscourt", "trainstation",
-    "vehicle", "windmill",
-)  # fmt: skip
+    "airplane",
+    "airport",
+    "baseballfield",
+    "basketballcourt",
+    "bridge",
+    "chimney",
+    "dam",
+    "Expressway-Service-area",
+    "Expressway-toll-station",
+    "golffield",
+    "groundtrackfield",
+    "harbor",
+    "overpass",
+    "ship",
+    "stadium",
+    "storagetank",
+    "tenniscourt",
+    "trainstation",
+    "vehicle",
+    "windmill",
+)
 _IMAGE_EXT = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")
 
 

@@ -86,13 +86,27 @@ Tensor = torch.Tensor
 
 #: EuroSAT land-cover classes, in EuroSAT label order.
 SYNTHETIC_CLASSES: tuple[str, ...] = (
-    "AnnualCrop", "Forest", "HerbaceousVegetation", "Highway", "Industrial",
-    "Pasture", "PermanentCrop", "Residential", "River", "SeaLake",
-)  # fmt: skip
+    "AnnualCrop",
+    "Forest",
+    "HerbaceousVegetation",
+    "Highway",
+    "Industrial",
+    "Pasture",
+    "PermanentCrop",
+    "Residential",
+    "River",
+    "SeaLake",
+)
 #: Per-sample metadata arrays returned next to ``images`` and ``labels``.
 METADATA_KEYS: tuple[str, ...] = (
-    "region", "elevation_mean", "elevation_std", "season", "gsd_m", "lat", "lon",
-)  # fmt: skip
+    "region",
+    "elevation_mean",
+    "elevation_std",
+    "season",
+    "gsd_m",
+    "lat",
+    "lon",
+)
 #: Patches per generation chunk (each chunk has its own derived generator).
 CHUNK = 256
 

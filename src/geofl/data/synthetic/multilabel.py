@@ -72,28 +72,49 @@ Tensor = torch.Tensor
 
 #: CORINE / BigEarthNet-19 style land-cover labels (Burnt areas from the 43-class set).
 MULTILABEL_CLASSES: tuple[str, ...] = (
-    "Urban fabric", "Industrial or commercial units", "Arable land", "Permanent crops",
-    "Pastures", "Broad-leaved forest", "Coniferous forest",
-    "Natural grassland and sparsely vegetated areas", "Beaches, dunes, sands",
-    "Inland wetlands", "Inland waters", "Marine waters", "Burnt areas",
-)  # fmt: skip
+    "Urban fabric",
+    "Industrial or commercial units",
+    "Arable land",
+    "Permanent crops",
+    "Pastures",
+    "Broad-leaved forest",
+    "Coniferous forest",
+    "Natural grassland and sparsely vegetated areas",
+    "Beaches, dunes, sands",
+    "Inland wetlands",
+    "Inland waters",
+    "Marine waters",
+    "Burnt areas",
+)
 #: Per-sample metadata arrays next to ``images`` and ``labels``.
 MULTILABEL_METADATA_KEYS: tuple[str, ...] = (
-    "region", "season", "elevation_mean", "elevation_std", "gsd_m", "lat", "lon",
-)  # fmt: skip
+    "region",
+    "season",
+    "elevation_mean",
+    "elevation_std",
+    "gsd_m",
+    "lat",
+    "lon",
+)
 
 # Texture (index into synthetic_textures.TEXTURES) and materials per label; materials map
 # onto the texture's weight channels in order.
 _TEXTURE = (7, 4, 0, 6, 5, 1, 1, 2, 2, 2, 8, 9, 1)
 _MATERIALS: tuple[tuple[str, ...], ...] = (
-    *CLASS_MATERIALS[7:8], *CLASS_MATERIALS[4:5], *CLASS_MATERIALS[0:1],
-    *CLASS_MATERIALS[6:7], *CLASS_MATERIALS[5:6], CLASS_MATERIALS[1],
-    ("conifer", "forest_shade", "shrub"), CLASS_MATERIALS[2],
+    *CLASS_MATERIALS[7:8],
+    *CLASS_MATERIALS[4:5],
+    *CLASS_MATERIALS[0:1],
+    *CLASS_MATERIALS[6:7],
+    *CLASS_MATERIALS[5:6],
+    CLASS_MATERIALS[1],
+    ("conifer", "forest_shade", "shrub"),
+    CLASS_MATERIALS[2],
     ("sand", "shrub", "sand", "grass"),  # dunes: sand with sparse vegetation
     ("herbaceous", "turbid_water", "soil", "grass"),  # wetlands: reeds and open pools
-    CLASS_MATERIALS[8], CLASS_MATERIALS[9],
+    CLASS_MATERIALS[8],
+    CLASS_MATERIALS[9],
     ("charred", "forest_shade", "senescent"),  # burnt stand with scorched gaps
-)  # fmt: skip
+)
 #: Terrain-roughness factor per label (water and farmland flat, forest rugged).
 _ROUGHNESS = (0.8, 0.7, 0.6, 0.9, 1.0, 1.6, 1.8, 1.2, 0.4, 0.4, 0.5, 0.3, 1.6)
 

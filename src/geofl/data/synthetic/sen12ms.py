@@ -80,19 +80,42 @@ Tensor = torch.Tensor
 
 #: The simplified IGBP scheme of SEN12MS / DFC2020, in label order.
 SEN12MS_CLASSES: tuple[str, ...] = (
-    "Forest", "Shrubland", "Savanna", "Grassland", "Wetlands",
-    "Croplands", "Urban/Built-up", "Snow/Ice", "Barren", "Water",
-)  # fmt: skip
+    "Forest",
+    "Shrubland",
+    "Savanna",
+    "Grassland",
+    "Wetlands",
+    "Croplands",
+    "Urban/Built-up",
+    "Snow/Ice",
+    "Barren",
+    "Water",
+)
 #: Season names by ``season`` code (the code convention of :mod:`geofl.data.synthetic.landcover`).
 SEN12MS_SEASONS: tuple[str, ...] = ("winter", "spring", "summer", "fall")
 #: Per-sample metadata arrays next to ``images`` and ``labels``.
 SEN12MS_METADATA_KEYS: tuple[str, ...] = (
-    "region", "season", "elevation_mean", "elevation_std", "gsd_m", "lat", "lon",
-)  # fmt: skip
+    "region",
+    "season",
+    "elevation_mean",
+    "elevation_std",
+    "gsd_m",
+    "lat",
+    "lon",
+)
 #: Target single-label frequencies over :data:`SEN12MS_CLASSES` (sum 1).
 SEN12MS_TARGET_FREQUENCIES: tuple[float, ...] = (
-    0.16, 0.06, 0.20, 0.15, 0.02, 0.18, 0.08, 0.01, 0.06, 0.08,
-)  # fmt: skip
+    0.16,
+    0.06,
+    0.20,
+    0.15,
+    0.02,
+    0.18,
+    0.08,
+    0.01,
+    0.06,
+    0.08,
+)
 
 _CLASSES = MosaicClasses(
     SEN12MS_CLASSES,
@@ -118,18 +141,48 @@ _EXTRA_AFFINITY = {(7, 9): 1.5, (5, 3): 2.0}
 
 #: Biomes: name, (lat lo, lat hi), (lon lo, lon hi), elevation m, roughness m, haze, and
 #: class affinity (multiplies the target frequency before balancing).
-BIOMES: tuple[tuple[str, tuple[float, float], tuple[float, float], float, float, float,
-                    tuple[float, ...]], ...] = (
+BIOMES: tuple[
+    tuple[str, tuple[float, float], tuple[float, float], float, float, float, tuple[float, ...]],
+    ...,
+] = (
     # Forest Shrub Savanna Grass Wet Crop Urban Snow Barren Water
-    ("temperate", (35.0, 55.0), (-120.0, 40.0), 300.0, 15.0, 0.020,
-     (1.2, 0.4, 0.5, 1.2, 0.5, 1.7, 1.8, 0.2, 0.3, 1.0)),
-    ("tropical", (-15.0, 15.0), (-70.0, 120.0), 200.0, 10.0, 0.045,
-     (1.6, 0.5, 2.0, 0.7, 2.0, 1.0, 0.8, 0.01, 0.2, 1.0)),
-    ("arid", (15.0, 35.0), (-110.0, 70.0), 600.0, 20.0, 0.030,
-     (0.2, 2.2, 1.2, 1.0, 0.2, 0.6, 0.8, 0.05, 3.0, 0.5)),
-    ("boreal/mountain", (50.0, 68.0), (-130.0, 140.0), 900.0, 40.0, 0.010,
-     (1.5, 0.8, 0.4, 1.0, 1.5, 0.3, 0.3, 5.0, 1.2, 1.6)),
-)  # fmt: skip
+    (
+        "temperate",
+        (35.0, 55.0),
+        (-120.0, 40.0),
+        300.0,
+        15.0,
+        0.020,
+        (1.2, 0.4, 0.5, 1.2, 0.5, 1.7, 1.8, 0.2, 0.3, 1.0),
+    ),
+    (
+        "tropical",
+        (-15.0, 15.0),
+        (-70.0, 120.0),
+        200.0,
+        10.0,
+        0.045,
+        (1.6, 0.5, 2.0, 0.7, 2.0, 1.0, 0.8, 0.01, 0.2, 1.0),
+    ),
+    (
+        "arid",
+        (15.0, 35.0),
+        (-110.0, 70.0),
+        600.0,
+        20.0,
+        0.030,
+        (0.2, 2.2, 1.2, 1.0, 0.2, 0.6, 0.8, 0.05, 3.0, 0.5),
+    ),
+    (
+        "boreal/mountain",
+        (50.0, 68.0),
+        (-130.0, 140.0),
+        900.0,
+        40.0,
+        0.010,
+        (1.5, 0.8, 0.4, 1.0, 1.5, 0.3, 0.3, 5.0, 1.2, 1.6),
+    ),
+)
 
 
 class SEN12MSParams(SyntheticParams):

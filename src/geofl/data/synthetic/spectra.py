@@ -68,9 +68,15 @@ MATERIAL_SPECTRA: dict[str, tuple[float, ...]] = {
 
 #: How strongly the season drives each vegetation material towards ``senescent`` (0..1).
 _PHENOLOGY: dict[str, float] = {
-    "crop": 1.0, "grass": 0.6, "herbaceous": 0.8, "shrub": 0.5,
-    "orchard_tree": 0.8, "forest": 0.35, "forest_shade": 0.35, "conifer": 0.1,
-}  # fmt: skip
+    "crop": 1.0,
+    "grass": 0.6,
+    "herbaceous": 0.8,
+    "shrub": 0.5,
+    "orchard_tree": 0.8,
+    "forest": 0.35,
+    "forest_shade": 0.35,
+    "conifer": 0.1,
+}
 _VEGETATION = frozenset(_PHENOLOGY)
 #: Vegetation vigour by season (winter, spring, summer, autumn).
 _SEASON_VIGOUR = (0.45, 0.85, 1.0, 0.7)

@@ -47,14 +47,31 @@ _CLIMATES = ((560.0, 15.5, 60.0), (430.0, 18.0, 180.0), (300.0, 21.5, 350.0), (6
 
 #: Yield features, in column order (``region_<r>`` one-hot columns follow when enabled).
 YIELD_FEATURES: tuple[str, ...] = (
-    "ndvi_peak", "ndvi_mean", "ndvi_std", "soil_moisture", "temp_mean_c", "rainfall_mm",
-    "elevation_m", "nitrogen_kg_ha", "soil_om_pct", "sand_frac",
-)  # fmt: skip
+    "ndvi_peak",
+    "ndvi_mean",
+    "ndvi_std",
+    "soil_moisture",
+    "temp_mean_c",
+    "rainfall_mm",
+    "elevation_m",
+    "nitrogen_kg_ha",
+    "soil_om_pct",
+    "sand_frac",
+)
 #: Stress features, in column order (``crop_<name>`` one-hot columns follow).
 STRESS_FEATURES: tuple[str, ...] = (
-    "ndvi_t", "ndvi_t1", "ndvi_t2", "evi_t", "evi_t1", "ndvi_base_mean", "ndvi_base_std",
-    "evi_base_mean", "temp_max_c", "rain_7d_mm", "soil_moisture",
-)  # fmt: skip
+    "ndvi_t",
+    "ndvi_t1",
+    "ndvi_t2",
+    "evi_t",
+    "evi_t1",
+    "ndvi_base_mean",
+    "ndvi_base_std",
+    "evi_base_mean",
+    "temp_max_c",
+    "rain_7d_mm",
+    "soil_moisture",
+)
 _CROPS = ("cereal", "maize", "soybean")
 #: Canopy NDVI at full vigour per crop (maize densest).
 _CROP_NDVI = (0.72, 0.80, 0.68)

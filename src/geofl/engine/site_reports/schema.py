@@ -71,8 +71,7 @@ def check_schemas(names: Sequence[str], schemas: Sequence[DataSchema]) -> None:
         ConfigError: naming ``data.sites``, the first field that differs and each site's
             value.
     """
-    for key in ("bands", "classes", "target_kind", "target_shape", "target_dtype",
-                "sample_shape"):  # fmt: skip
+    for key in ("bands", "classes", "target_kind", "target_shape", "target_dtype", "sample_shape"):
         seen = [getattr(s, key) for s in schemas]
         if any(v != seen[0] for v in seen):
             per = "; ".join(f"{n}: {_show(v)}" for n, v in zip(names, seen, strict=True))

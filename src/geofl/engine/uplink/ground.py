@@ -393,8 +393,18 @@ class Uplink:
         opened, why = self._hop(frames[:done], origin, receiver, client)
         arrived = [payload for _, payload in opened]
         latency = elapsed + l_ms / 1e3 + 8.0 * sum(carried) / (b * 1e6)
-        tx = Transmission(client, TransmitStatus.DELIVERED, score, enc.pipeline, via, hops,
-                          airtime, energy, latency, local_s=elapsed)  # fmt: skip
+        tx = Transmission(
+            client,
+            TransmitStatus.DELIVERED,
+            score,
+            enc.pipeline,
+            via,
+            hops,
+            airtime,
+            energy,
+            latency,
+            local_s=elapsed,
+        )
         if reason or why or len(frames) < len(payloads):
             return replace(tx, status=TransmitStatus.REJECTED, detail=f"envelope {reason or why}")
         if done < len(frames):

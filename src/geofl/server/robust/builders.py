@@ -121,8 +121,11 @@ def build_robust_avg(params: RobustAvgParams) -> Aggregator:
 
     def aggregate(updates: torch.Tensor, weights: torch.Tensor) -> Aggregate:
         return robust_avg(
-            updates, weights, clip=params.clip, trim_fraction=params.trim_fraction,
+            updates,
+            weights,
+            clip=params.clip,
+            trim_fraction=params.trim_fraction,
             eps=params.eps,
-        )  # fmt: skip
+        )
 
     return aggregate

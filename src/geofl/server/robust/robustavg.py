@@ -148,9 +148,13 @@ def _column_parts(
 
 
 def robust_avg(
-    deltas: torch.Tensor, weights: torch.Tensor, *, clip: float = 1.0,
-    trim_fraction: float = 0.1, eps: float = 1e-12,
-) -> Aggregate:  # fmt: skip
+    deltas: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    clip: float = 1.0,
+    trim_fraction: float = 0.1,
+    eps: float = 1e-12,
+) -> Aggregate:
     """RobustAvg, 003 §2.2.5 Eq. 1–3: norm-clipped, weighted, coordinate-wise trimmed mean.
 
     1. Clip (Eq. 2): Δ̃_l = Δ_l · min(1, C / (‖Δ_l‖₂ + ε)).
