@@ -74,8 +74,10 @@ class FederationConfig(_OmitUnset):
         None,
         ge=1,
         le=256,
-        description="processes running a round's client steps in parallel (results are "
-        "bit-identical to 1); absent: 1, in this process",
+        description="processes running a round's client steps in parallel; absent: 1, in "
+        "this process. Bit-identical to 1 when each worker's intra-op thread count equals "
+        "the parent's (e.g. OMP_NUM_THREADS=1); otherwise equal to float32 rounding, as "
+        "conv kernels split reductions by thread count",
     )
     batch_clients: Literal["auto", "off"] | None = Field(
         None,
