@@ -238,7 +238,24 @@ def _ones(metas: Sequence[UpdateMeta], round_idx: int) -> torch.Tensor:
     return torch.ones(len(metas), dtype=torch.float64)
 
 
-class ComposedGeo(GeoStrategy):
+class _Delegating:
+    """Aggregation and state are those of the wrapped strategy ``inner``."""
+
+    inner: Strategy
+
+    def aggregate(
+        self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
+    ) -> StrategyResult:
+        return self.inner.aggregate(round_idx, global_params, batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+
+class ComposedGeo(_Delegating, GeoStrategy):
     """The method's own server side at the GEO, over the regional rows (module docstring).
 
     The method's strategy is used in place: its tier's weighting becomes
@@ -259,19 +276,8 @@ class ComposedGeo(GeoStrategy):
         weighting = StaleFairWeighting(tier.weighting, kappa=kappa, fairness=fairness)
         inner.tier = FlatTier(weighting, tier.aggregator, tier.defenses)
 
-    def aggregate(
-        self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
-    ) -> StrategyResult:
-        return self.inner.aggregate(round_idx, global_params, batch)
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.inner.load_state_dict(state)
-
-
-class TractorPlan:
+class TractorPlan(_Delegating):
     """The GEO strategy as the tractors' round pipeline sees it: ``inner``'s plan without
     the per-client reputation, its uploads and scalars unchanged (module docstring).
 
@@ -293,17 +299,6 @@ class TractorPlan:
             for k, mine in plan.extra.items()
         }
         return replace(plan, extra=extra)
-
-    def aggregate(
-        self, round_idx: int, global_params: torch.Tensor, batch: UpdateBatch
-    ) -> StrategyResult:
-        return self.inner.aggregate(round_idx, global_params, batch)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.inner.load_state_dict(state)
 
 
 def tractor_side(comps: RunComponents, geo: GeoStrategy) -> RunComponents:
