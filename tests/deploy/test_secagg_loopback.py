@@ -1,14 +1,15 @@
 """Secure aggregation on a real Flower deployment: a TLS SuperLink with two authenticated
-SuperNodes, each a site hosting two clients, runs 2 rounds of DP-SGD with FedAvg twice —
-with plain uploads and with ``--secagg``-style secure aggregation (Flower's SecAgg+:
-:mod:`geofl.deploy.secagg`).
+SuperNodes, each a site hosting two clients, runs 2 rounds of DP-SGD with FedAvg with
+``--secagg``-style secure aggregation (Flower's SecAgg+: :mod:`geofl.deploy.secagg`); the
+plain side is the in-process simulator, which a plain deployment equals bit for bit in
+seeded mode (``test_flower_loopback.py``).
 
 What the ServerApp saw (``secagg_view.jsonl``, written by the server as each reply
 arrives): four protocol replies per site per round, no array in any of them, masked
 integers (SecAgg+'s factor, then Δw and the loss) in each stage-2 reply, and no
 per-client Δw, histogram or n_k anywhere.
 
-The result: the final model equals the plain deployment's within SecAgg+'s quantisation.
+The result: the final model equals the plain run's within SecAgg+'s quantisation.
 A site's value (W/W_max)·v is rounded stochastically to a grid of step 2c/Q, so one round's
 mean is off by at most S·(2c/Q)·W_max/ΣW per coordinate (S = 2 sites, c = 8, Q = 2^22,
 W_max = 200, ΣW = the clients' summed n_k); the test allows 4× that per round over the two
@@ -28,8 +29,10 @@ import yaml
 
 pytest.importorskip("flwr")
 
+from geofl.config.load import load_config
 from geofl.deploy.loopback import Loopback
 from geofl.deploy.setup import load_setup
+from geofl.engine.experiment import run_experiment
 from geofl.rundir import seed_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.deploy]  # Flower processes
@@ -63,22 +66,24 @@ def _run_config(config: Path, out: Path, **over: Any) -> dict[str, Any]:
     return rc
 
 
-def test_secagg_matches_plain_within_quantisation_and_hides_updates(tmp_path: Path) -> None:
+def test_secagg_matches_the_simulator_within_quantisation_and_hides_updates(tmp_path: Path) -> None:
     plain_cfg = tmp_path / "plain.yaml"
     plain_cfg.write_text(yaml.safe_dump(_raw()), encoding="utf-8")
     raw = _raw()
     raw["privacy"]["secure_aggregation"] = {"max_weight": MAX_WEIGHT}
     secure_cfg = tmp_path / "secure.yaml"
     secure_cfg.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    # The plain side is the in-process simulator: a plain deployment equals it bit for bit
+    # in seeded mode (test_flower_loopback.py), and a second deployment would double the
+    # test's minute.
+    run_experiment(load_config(plain_cfg), tmp_path / "plain")
     plain_sites = [{"clients": "0,1"}, {"clients": "2,3"}]
-    with Loopback(tmp_path / "flwr-plain", plain_sites, auth=True) as lb:
-        out_plain = lb.run(_run_config(plain_cfg, tmp_path / "plain"), timeout=600)
     secure_sites = [{**s, "config": str(secure_cfg)} for s in plain_sites]
     with Loopback(tmp_path / "flwr-secure", secure_sites, auth=True) as lb:
         out_secure = lb.run(_run_config(secure_cfg, tmp_path / "secure"), timeout=600)
     plain = seed_dir(tmp_path / "plain", "dpsgd", SEED)
     secure = seed_dir(tmp_path / "secure", "dpsgd", SEED)
-    assert (plain / "final.json").exists(), out_plain[-3000:]
+    assert (plain / "final.json").exists()
     assert (secure / "final.json").exists(), out_secure[-3000:]
     _assert_server_saw_no_update(secure / "secagg_view.jsonl", rounds=2, sites=2)
     recs = [json.loads(x) for x in (secure / "rounds.jsonl").read_text().splitlines()]
