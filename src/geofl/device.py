@@ -21,6 +21,7 @@ import torch
 from geofl.errors import ConfigError
 
 __all__ = [
+    "CPU",
     "DeviceChoice",
     "check_device",
     "like",
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 DeviceChoice = Literal["auto", "cpu", "cuda"]
+
+#: Where tensors that cross module boundaries live (updates, metrics' inputs).
+CPU = torch.device("cpu")
 
 T = TypeVar("T")
 

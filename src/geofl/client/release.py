@@ -30,6 +30,7 @@ __all__ = [
     "NoisySizeParams",
     "ReleaseStep",
     "apply_release",
+    "gaussian_event",
     "histogram_released",
     "is_private",
     "l2_clip",
@@ -135,6 +136,12 @@ class NoisySizeParams(BaseModel):
     )
 
 
+def gaussian_event(z: float) -> dict[str, Any]:
+    """The DpEvent spec of one Gaussian release with noise multiplier ``z`` (sensitivity 1
+    after scaling): what a step reports in its log and announces to the budget check."""
+    return {"mechanism": "gaussian", "noise_multiplier": z}
+
+
 def noisy_count(n: int, z: float, generator: torch.Generator) -> int:
     """n + N(0, z²), rounded and floored at 1: the Gaussian mechanism on a count.
 
@@ -155,7 +162,7 @@ class _NoisySize:
         self, data: ClientData, directives: ClientDirectives
     ) -> list[dict[str, Any]]:
         """The count's DpEvent, released every round (the budget check composes it)."""
-        return [{"mechanism": "gaussian", "noise_multiplier": self.z}]
+        return [gaussian_event(self.z)]
 
     def __call__(
         self,
@@ -166,8 +173,8 @@ class _NoisySize:
         generator: torch.Generator,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         released = noisy_count(len(data), self.z, generator)
-        event = {"mechanism": "gaussian", "noise_multiplier": self.z}
-        return delta, {"num_samples": len(data), "released": released, "dp_event": event}
+        report = {"num_samples": len(data), "released": released}
+        return delta, {**report, "dp_event": gaussian_event(self.z)}
 
 
 def _check_noisy_size(_: NoisySizeParams, ctx: CheckContext) -> None:

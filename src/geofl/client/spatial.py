@@ -50,7 +50,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from geofl.client.data import ClientData
-from geofl.client.release import RELEASE_STEPS, ReleaseStep
+from geofl.client.release import RELEASE_STEPS, ReleaseStep, gaussian_event
 from geofl.update import ClientDirectives
 
 __all__ = [
@@ -283,7 +283,7 @@ class _SpatialAlpha:
     ) -> list[dict[str, Any]]:
         """The noisy α's DpEvent when it is privatised (the budget check composes it)."""
         z = self.params.noise_multiplier
-        return [] if z is None else [{"mechanism": "gaussian", "noise_multiplier": z}]
+        return [] if z is None else [gaussian_event(z)]
 
     def __call__(
         self,
@@ -309,8 +309,7 @@ def noisy_alpha(alpha: float, z: float, generator: torch.Generator) -> dict[str,
     """
     noise = float(torch.randn((), generator=generator, dtype=torch.float64))
     released = min(max(alpha + z * (ALPHA_MAX - ALPHA_MIN) * noise, ALPHA_MIN), ALPHA_MAX)
-    event = {"mechanism": "gaussian", "noise_multiplier": z}
-    return {"alpha": released, "alpha_exact": alpha, "dp_event": event}
+    return {"alpha": released, "alpha_exact": alpha, "dp_event": gaussian_event(z)}
 
 
 @RELEASE_STEPS.register(

@@ -22,7 +22,7 @@ from torch import nn
 from geofl.client.augment import AugmentPipeline
 from geofl.client.data import ClientData, batch_indices
 from geofl.client.state import StateSpec
-from geofl.device import to_device
+from geofl.device import CPU, to_device
 from geofl.models.base import FlatModel
 from geofl.models.mlp import GeneratorDropout, reseed_dropout
 from geofl.registry import NoParams, Registry
@@ -137,8 +137,6 @@ class LocalTrainer(Protocol):
         state: Mapping[str, torch.Tensor] | None = None,
     ) -> ClientUpdate: ...
 
-
-_CPU = torch.device("cpu")
 
 #: ``(params, *, workspace: FlatModel, train: LocalTrainParams, task: Task) -> LocalTrainer``
 LOCAL_TRAINERS: Registry[LocalTrainer] = Registry("trainer")
@@ -266,7 +264,7 @@ class LocalSGD(StatelessTrainer):
             opt.step()
             batch_loss = float(loss.detach()) * len(idx)
             if running is not None:  # the task's accumulators count on CPU
-                running.update(to_device(output.detach(), _CPU), to_device(y, _CPU), batch_loss)
+                running.update(to_device(output.detach(), CPU), to_device(y, CPU), batch_loss)
             loss_sum += batch_loss
             seen += len(idx)
             steps += 1

@@ -8,12 +8,10 @@ import torch
 from torch import nn
 
 from geofl.data.base import Inputs
-from geofl.device import module_device, to_device
+from geofl.device import CPU, module_device, to_device
 from geofl.tasks.base import MetricAccumulator, SplitMetrics, Task
 
 __all__ = ["accumulate", "evaluate"]
-
-_CPU = torch.device("cpu")
 
 
 def evaluate(
@@ -63,6 +61,6 @@ def accumulate(
             # Detectors given targets in eval mode return detections and their loss.
             output = model(x, y) if task.model_takes_targets else model(x)
             loss = None if acc.owns_loss else task.loss_sum(output, y)
-            acc.update(to_device(output, _CPU), to_device(y, _CPU), loss)
+            acc.update(to_device(output, CPU), to_device(y, CPU), loss)
     model.train(was_training)
     return acc
