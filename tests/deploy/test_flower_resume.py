@@ -65,7 +65,7 @@ def _crash_after_round_1(lb: Loopback, rc: dict[str, object], run_dir: Path) -> 
             while not (run_dir / "checkpoint.pt").exists():
                 assert time.monotonic() < deadline, "round 1 never finished"
                 assert proc.poll() is None or (run_dir / "checkpoint.pt").exists()
-                time.sleep(0.1)
+                time.sleep(0.02)
             lb.kill_superlink()
             for i in range(len(lb.sites)):
                 lb.kill_supernode(i)
@@ -82,7 +82,9 @@ def test_superlink_killed_after_round_1_resumes_to_the_simulators_model(tmp_path
     rc = _run_config(config, out, **{"round-timeout": 200.0})
     with Loopback(tmp_path / "flwr", [{"clients": "0"}, {"clients": "1"}], auth=True) as lb:
         _crash_after_round_1(lb, rc, run_dir)
-        assert load_checkpoint(run_dir / "checkpoint.pt")["round"] == 1
+        # round 1's, unless a fast machine finished round 2 before the kill (still a resume)
+        crashed = load_checkpoint(run_dir / "checkpoint.pt")["round"]
+        assert crashed in (1, 2)
         # everything restarts (the new SuperLink admits the registered keys only); site 1
         # first without its state directory: refused
         lb.start_superlink()
@@ -93,8 +95,8 @@ def test_superlink_killed_after_round_1_resumes_to_the_simulators_model(tmp_path
         assert time.monotonic() - t0 < 300
         error = (out / ERROR_FILE).read_text()
         assert error.count("\n") == 1, error
-        assert "client 1: no saved state of its round-1 step" in error
-        assert load_checkpoint(run_dir / "checkpoint.pt")["round"] == 1  # nothing ran
+        assert f"client 1: no saved state of its round-{crashed} step" in error
+        assert load_checkpoint(run_dir / "checkpoint.pt")["round"] == crashed  # nothing ran
         # site 1 back with its own state directory: the run resumes and finishes
         lb.stop_supernode(1)
         lb.start_supernode(1, lb.sites[1])
