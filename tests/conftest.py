@@ -24,14 +24,32 @@ settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+#: Tiers in the order they run: the longest tests first (see below).
+_LONG_FIRST = ("deploy", "ganache", "slow")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests that need a ganache node (the ``ganache_url`` fixture, or the ``rpc``
-    backend of the ``make_ledger`` fixture, which requests it at run time) ``ganache``."""
+    backend of the ``make_ledger`` fixture, which requests it at run time) ``ganache``; then
+    move the long tiers to the front, in a stable order.
+
+    xdist's ``worksteal`` hands each worker a contiguous share of this order and lets an idle
+    worker steal from the tail of another's queue. Long tests first make one worker start the
+    minute-long deployments (one at a time: each runs several processes) while the other
+    runs the short tests, which both then share at the end, so the workers finish together
+    instead of one waiting out a deployment test that came last.
+    """
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         names = getattr(item, "fixturenames", ())
         if "ganache_url" in names or params.get("make_ledger") == "rpc":
             item.add_marker(pytest.mark.ganache)
+
+    def tier(item: pytest.Item) -> int:
+        marks = {m.name for m in item.iter_markers()}
+        return next((i for i, name in enumerate(_LONG_FIRST) if name in marks), len(_LONG_FIRST))
+
+    items.sort(key=tier)
 
 
 @pytest.fixture(autouse=True)

@@ -266,6 +266,7 @@ def test_loopback_cli_warns_on_seeded_and_refuses_an_unknown_mode(tmp_path: Path
 
 
 @pytest.mark.slow
+@pytest.mark.deploy  # Flower processes
 def test_loopback_deployment_is_secure_by_default_and_records_it(tmp_path: Path) -> None:
     """``geofl deploy loopback`` without ``--randomness``: server and sites agree on secure
     (the fingerprint carries it), the run records it, ε equals the seeded simulation's
