@@ -32,6 +32,7 @@ from geofl.errors import BudgetExhaustedError
 from geofl.models.base import FlatModel
 from geofl.models.mlp import GeneratorDropout
 from geofl.tasks.base import Task
+from geofl.tasks.binary import BinaryTask
 from geofl.tasks.classification import ClassificationTask
 from geofl.update import ClientUpdate
 
@@ -88,9 +89,15 @@ class BatchedClients:
         self.model = StackedModel(workspace, task)
         self.dp = program.trainer if isinstance(program.trainer, DpSgd) else None
         self.max_bytes = max_bytes
-        # Single-label classification's running accuracy is right predictions / samples
-        # (its accumulator's trace / n, the same float64 division), counted chunk-wide.
-        self._hits = self.dp is None and type(task) is ClassificationTask
+        # LocalSGD's running training metric, kept chunk-wide where the task's is exact
+        # that way: single-label classification's accuracy is right predictions / samples
+        # (its accumulator's trace / n, the same float64 division); the binary task's
+        # ROC-AUC is ranked for the whole chunk at once (:func:`rank_aucs`).
+        self._running = "outputs"
+        if self.dp is None and type(task) is ClassificationTask:
+            self._running = "hits"
+        elif self.dp is None and type(task) is BinaryTask:
+            self._running = "ranks"
 
     def run(self, jobs: Sequence[BatchJob]) -> list[Outcome]:
         """Every job's outcome, in job order: its result, or the budget refusal
@@ -106,7 +113,7 @@ class BatchedClients:
             plans.append((i, ClientPlan.build(self.program, job, self.dp)))
         for chunk in self._chunks(plans):
             trained = train_chunk(
-                self.model, [p for _, p in chunk], self.dim, count_hits=self._hits
+                self.model, [p for _, p in chunk], self.dim, running=self._running
             )
             for row, (i, plan) in enumerate(chunk):
                 outcomes[i] = self._finish(plan, trained, row)
@@ -119,7 +126,7 @@ class BatchedClients:
         for item in plans:
             plan = item[1]
             last = out[-1] if out else None
-            if last is None or last[0][1].train != plan.train or len(last) >= self._size(plan):
+            if last is None or _differ(last[0][1], plan) or len(last) >= self._size(plan):
                 out.append([item])
             else:
                 last.append(item)
@@ -162,6 +169,8 @@ class BatchedClients:
         task, seen = self.task, trained.seen[row]
         if trained.hits is not None:
             metrics = {"accuracy": trained.hits[row] / seen} if seen else {}
+        elif trained.aucs is not None:
+            metrics = {task.primary_metric: trained.aucs[row]} if seen else {}
         else:
             running = task.accumulator()
             for output, y, batch_loss in trained.outputs[row]:
@@ -188,3 +197,10 @@ class BatchedClients:
             update.local_state[CLIP_STATE] = torch.tensor([c_next], dtype=torch.float32)
             update.local_log["dp_sgd"]["clip_hat_next"] = c_next
         return update
+
+
+def _differ(a: ClientPlan, b: ClientPlan) -> bool:
+    """Whether two plans train with different settings (the same object, the usual case
+    without an η_l schedule, is compared by identity: no field-by-field comparison per
+    client)."""
+    return a.train is not b.train and a.train != b.train
