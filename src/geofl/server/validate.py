@@ -31,6 +31,8 @@ _INT64_MAX = 2**63 - 1
 #: already does), below it the squares of the entries underflow.
 _F32_NORM_BAND = (1e-18, 1e18)
 _INT_FIELDS = ("client_id", "round", "steps", "bytes_sent")
+#: Integers whose float is exact and cannot overflow (the fast path of :func:`_real`).
+_F64_EXACT = 2**53
 #: Floating dtypes within the float32 range (no range check needed).
 _NARROW = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _FLOAT_FIELDS = ("train_loss",)  # NaN/Inf allowed: NaN is the default
@@ -144,6 +146,8 @@ def l2_norms(x: torch.Tensor) -> torch.Tensor:
 
 def _uploads_reason(extra: object, dim: int, tensor_names: Sequence[str]) -> str | None:
     """Why the extra uploads are not exactly ``tensor_names`` → valid tensors, or None."""
+    if type(extra) is dict and not extra and not tensor_names:  # nothing expected, none sent
+        return None
     if not isinstance(extra, Mapping):
         return f"uploaded tensors are {type(extra).__name__}, expected a mapping"
     names = list(extra)
@@ -204,11 +208,11 @@ def _histogram_reason(hist: object, num_classes: int | None) -> str | None:
         return f"label_histogram has shape {h.shape} and dtype {h.dtype}, expected [C] counts"
     if num_classes is not None and h.size != num_classes:
         return f"label_histogram has {h.size} classes, expected {num_classes}"
-    if h.dtype.kind in "iu":  # integer counts: finite, and their float64 sum is too
-        if h.size and h.min() < 0:
+    if h.dtype.kind in "iu":  # integer counts are finite: none negative, one positive
+        counts = h.tolist()  # a few classes: Python's min/any beat two numpy reductions
+        if counts and min(counts) < 0:
             return "label_histogram has negative or non-finite counts"
-        total = float(h.sum(dtype=np.float64))  # float64: int64 counts could wrap around
-        return None if total > 0 else "label_histogram is all zeros"
+        return None if any(counts) else "label_histogram is all zeros"
     if not np.isfinite(h).all() or (h < 0).any():
         return "label_histogram has negative or non-finite counts"
     with np.errstate(over="ignore"):  # an overflow is reported below, not warned about
@@ -287,8 +291,10 @@ def _spatial_alpha_reason(alpha: object) -> str | None:
 
 def _real(x: object) -> float | None:
     """``x`` as a float if it is a real number (not a bool) within float64, else None."""
-    if type(x) is float:  # the usual case, no ABC check
+    if type(x) is float:  # the usual cases, no ABC check
         return x
+    if type(x) is int and -_F64_EXACT <= x <= _F64_EXACT:
+        return float(x)
     if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real):
         return None
     try:

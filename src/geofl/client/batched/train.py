@@ -30,6 +30,7 @@ class ChunkResult:
 
     Attributes:
         params: ``[K, D]`` the trained flat vectors.
+        deltas: ``[K, D]`` their updates, trained minus the rows they started from.
         loss_sum: Per client, the summed training loss of its samples.
         seen: Per client, the samples it trained on.
         outputs: Per client, per step, ``(outputs, targets, batch loss)`` (LocalSGD's
@@ -44,6 +45,7 @@ class ChunkResult:
 
     def __init__(self, params: torch.Tensor, k: int, running: str = "outputs") -> None:
         self.params = params
+        self.deltas = params  # set to the trained rows' Δw by :func:`train_chunk`
         self.loss_sum = [0.0] * k
         self.seen = [0] * k
         keep = running == "outputs"
@@ -148,6 +150,7 @@ def train_chunk(
             _dp_running(out, batches, per, valid)
         opt.step(_correct(grad, trained, corr), active)
     out.params[:, model.cols] = trained
+    out.deltas = out.params - params  # each row: the client's w − w^{held}, one op
     if out.ranks:
         out.aucs = rank_aucs(out.ranks)
     return out
@@ -171,7 +174,8 @@ def _running(
         k, width = valid.shape
         logits = outputs.reshape(k, width, -1)
         if logits.shape[2] != 1:
-            raise ValueError(f"binary task: model output must be [B, 1] or [B], got {outputs.shape}")
+            shape = tuple(outputs.shape[2:])
+            raise ValueError(f"binary task: model output must be [B, 1] or [B], got [B, *{shape}]")
         out.ranks.append((logits[:, :, 0], y.reshape(k, width) != 0, valid.bool()))
     keep = out.hits is None and out.ranks is None
     for i, b in enumerate(batches):

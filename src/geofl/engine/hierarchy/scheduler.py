@@ -31,16 +31,15 @@ Every random draw comes from generators keyed by (seed, round, tractor/cluster, 
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from geofl.client.batched import collections_paused
 from geofl.config.hierarchy import HierarchyConfig
 from geofl.engine.components import RunComponents
 from geofl.engine.hierarchy.contacts import Contacts
@@ -85,26 +84,6 @@ __all__ = ["HierarchicalScheduler"]
 log = logging.getLogger("geofl")
 
 _NQI_LOST = (TransmitStatus.SKIPPED, TransmitStatus.OUTAGE)
-
-
-@contextmanager
-def collections_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held off for the block (re-enabled after it,
-    if it was on).
-
-    A 10,000-tractor round allocates a few hundred thousand short-lived objects (updates,
-    records, events) beside the run's long-lived ones; each allocation threshold starts a
-    collection that walks them, and the full ones walk every tracked object of the run —
-    a quarter of the round's CPU time, measured. Reference counting still frees what the
-    round drops; only cyclic garbage waits for the first collection after the round.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class HierarchicalScheduler(HierarchyEvents):
