@@ -25,7 +25,10 @@ Three more measurements, each on its own flag (issues 32 and 36):
 
 * ``--batched``: the batched client step (``federation.batch_clients: auto``) vs the
   sequential one at 120 and ``--large`` tractors, interleaved size by size in this process:
-  rounds per second and the client steps' µs per tractor of both paths.
+  rounds per second, the client steps' µs per tractor of both paths, the median process
+  CPU seconds of a round (``cpu_ms``: what a loaded machine inflates least) and the
+  process's peak resident memory so far (``peak_mb``, ``ru_maxrss``: monotone over the
+  rows, so a row's figure includes the rows before it).
 
 * ``--workers-compare``: ``federation.workers`` 2 vs 1 on the asynchronous hierarchy at 120
   tractors with client steps worth parallelising (``--worker-hidden``, ``--worker-steps``):
@@ -44,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -144,10 +148,12 @@ def _measure_batch(
     run = FederatedRun(
         cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / f"{tractors}{batch}"
     )
-    params, train, total, steps = run.init_params, [], [], []
+    params, train, total, steps, cpu = run.init_params, [], [], [], []
     for r in range(1, rounds + 1):
+        c0 = time.process_time()
         out = run.scheduler.round(params, r)
         run.comps.store.commit()
+        cpu.append(time.process_time() - c0)
         params = out.params
         train.append(out.record.time_s["train"])
         total.append(out.record.time_s["total"])
@@ -160,7 +166,9 @@ def _measure_batch(
         "rounds_per_s": 1.0 / statistics.median(total),
         "train_ms": 1e3 * statistics.median(train),
         "total_ms": 1e3 * statistics.median(total),
+        "cpu_ms": 1e3 * statistics.median(cpu),
         "client_us": 1e6 * statistics.median(per_client),
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
@@ -172,7 +180,8 @@ def compare_batched(args: argparse.Namespace) -> None:
         for tractors, rounds in ((120, args.rounds), (args.large, args.rounds_large)):
             for batch in ("off", "auto"):
                 rows.append(_measure_batch(tractors, rounds, args.uplink, Path(d), batch))
-    keys = ["tractors", "batch", "rounds", "rounds_per_s", "train_ms", "total_ms", "client_us"]
+    keys = ["tractors", "batch", "rounds", "rounds_per_s", "train_ms", "total_ms", "cpu_ms"]
+    keys += ["client_us", "peak_mb"]
     print_table(keys, [[row[k] for k in keys] for row in rows], title="median per round (ms)")
     for off, auto in zip(rows[::2], rows[1::2], strict=True):
         speed = auto["rounds_per_s"] / off["rounds_per_s"]

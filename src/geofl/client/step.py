@@ -312,7 +312,8 @@ def finish_step(
     alg = program.algorithm
     trainer_state = {k: state.tensors[k] for k in program.trainer.state_specs()}
     kept = update.local_state
-    update = replace(update, local_state={})
+    if kept:  # an empty one is left as it is: one copy fewer per client
+        update = replace(update, local_state={})
     train = train_for_round(program.train, directives)  # the round's η_l, if scheduled
     update, new_tensors = alg.finish(update, state, directives, train, global_params=global_params)
     if attack is not None and malicious:
@@ -325,8 +326,9 @@ def finish_step(
             directives=directives,
             generator=streams.torch("release", source),
         )
-    meta = replace(update.meta, bytes_sent=payload_bytes(update.delta, update.tensors))
-    update = replace(update, meta=meta)
+    sent = payload_bytes(update.delta, update.tensors)
+    if update.meta.bytes_sent != sent:  # e.g. extra tensors the algorithm added
+        update = replace(update, meta=replace(update.meta, bytes_sent=sent))
     released = dp_events_of(update.local_log)
     events = (*state.dp_events, *released)
     eps = program.privacy.epsilon(events) if program.privacy and released else None

@@ -6,7 +6,7 @@ Later work adds 3G/4G/5G link states, outages and satellite contact windows (003
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from geofl.registry import NoParams, Registry
 from geofl.update import UpdateMeta
 
-__all__ = ["NETWORK_MODELS", "Delivery", "NetworkModel"]
+__all__ = ["NETWORK_MODELS", "Delivery", "IdealNetwork", "NetworkModel"]
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,23 @@ class NetworkModel(Protocol):
 NETWORK_MODELS: Registry[NetworkModel] = Registry("network model")
 
 
+class IdealNetwork:
+    """Every upload arrives at once; bytes are the payload size.
+
+    It never reads its generator, and says so (:attr:`always_delivers`): a scheduler then
+    skips deriving one per upload (≈ 20 µs each, a tenth of a 10,000-tractor round)."""
+
+    #: Every upload is delivered whatever the generator: callers need not make one.
+    always_delivers: ClassVar[bool] = True
+
+    def __call__(self, meta: UpdateMeta, rng: np.random.Generator) -> Delivery:
+        return Delivery(True, 0.0, meta.bytes_sent)
+
+
 @NETWORK_MODELS.register("ideal")
 def build_ideal(_: NoParams) -> NetworkModel:
     """Every upload arrives at once; bytes are the payload size."""
-
-    def model(meta: UpdateMeta, rng: np.random.Generator) -> Delivery:
-        return Delivery(True, 0.0, meta.bytes_sent)
-
-    return model
+    return IdealNetwork()
 
 
 class LossyParams(BaseModel):

@@ -31,6 +31,10 @@ _INT64_MAX = 2**63 - 1
 #: already does), below it the squares of the entries underflow.
 _F32_NORM_BAND = (1e-18, 1e18)
 _INT_FIELDS = ("client_id", "round", "steps", "bytes_sent")
+#: Integers whose float is exact and cannot overflow (the fast path of :func:`_real`).
+_F64_EXACT = 2**53
+#: Floating dtypes within the float32 range (no range check needed).
+_NARROW = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _FLOAT_FIELDS = ("train_loss",)  # NaN/Inf allowed: NaN is the default
 
 
@@ -105,11 +109,11 @@ def _tensor_reason(name: str, t: object, dim: int) -> str | None:
         return f"{name} has dtype {t.dtype}, expected a floating type"
     # A finite sum implies every entry is finite (one reduction, no [D] mask); only a
     # non-finite sum needs the elementwise check, which also counts the bad entries.
-    if not bool(torch.isfinite(t.sum())):
+    if not math.isfinite(t.sum().item()):
         bad = int((~torch.isfinite(t)).sum())
         if bad:
             return f"{name} has {bad} non-finite values (NaN/Inf)"
-    if torch.finfo(t.dtype).max > _F32_MAX and t.numel():
+    if t.dtype not in _NARROW and torch.finfo(t.dtype).max > _F32_MAX and t.numel():
         lo, hi = torch.aminmax(t.detach())
         peak = max(-float(lo), float(hi))
         if peak > _F32_MAX:  # the float32 row it is copied into would hold inf
@@ -142,6 +146,8 @@ def l2_norms(x: torch.Tensor) -> torch.Tensor:
 
 def _uploads_reason(extra: object, dim: int, tensor_names: Sequence[str]) -> str | None:
     """Why the extra uploads are not exactly ``tensor_names`` → valid tensors, or None."""
+    if type(extra) is dict and not extra and not tensor_names:  # nothing expected, none sent
+        return None
     if not isinstance(extra, Mapping):
         return f"uploaded tensors are {type(extra).__name__}, expected a mapping"
     names = list(extra)
@@ -202,10 +208,15 @@ def _histogram_reason(hist: object, num_classes: int | None) -> str | None:
         return f"label_histogram has shape {h.shape} and dtype {h.dtype}, expected [C] counts"
     if num_classes is not None and h.size != num_classes:
         return f"label_histogram has {h.size} classes, expected {num_classes}"
+    if h.dtype.kind in "iu":  # integer counts are finite: none negative, one positive
+        counts = h.tolist()  # a few classes: Python's min/any beat two numpy reductions
+        if counts and min(counts) < 0:
+            return "label_histogram has negative or non-finite counts"
+        return None if any(counts) else "label_histogram is all zeros"
     if not np.isfinite(h).all() or (h < 0).any():
         return "label_histogram has negative or non-finite counts"
     with np.errstate(over="ignore"):  # an overflow is reported below, not warned about
-        total = float(h.sum(dtype=np.float64))  # float64: int64 counts could wrap around
+        total = float(h.sum(dtype=np.float64))
     if not math.isfinite(total):
         return "label_histogram counts sum beyond the float64 range"
     if not total > 0:
@@ -230,6 +241,8 @@ def _int_fields_reason(meta: UpdateMeta) -> str | None:
     """Why a counter or id of ``meta`` is not a non-negative int64 integer, or None."""
     for name in _INT_FIELDS:
         value: object = getattr(meta, name)
+        if type(value) is int and 0 <= value <= _INT64_MAX:  # the usual case, no ABC check
+            continue
         if (
             isinstance(value, bool)
             or not isinstance(value, numbers.Integral)
@@ -278,6 +291,10 @@ def _spatial_alpha_reason(alpha: object) -> str | None:
 
 def _real(x: object) -> float | None:
     """``x`` as a float if it is a real number (not a bool) within float64, else None."""
+    if type(x) is float:  # the usual cases, no ABC check
+        return x
+    if type(x) is int and -_F64_EXACT <= x <= _F64_EXACT:
+        return float(x)
     if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real):
         return None
     try:

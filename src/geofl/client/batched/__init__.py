@@ -17,6 +17,11 @@ parameters), :mod:`.optim` (SGD/Adam over rows), :mod:`.train` (a chunk's local 
 """
 
 from geofl.client.batched.plan import BatchJob
-from geofl.client.batched.runner import DEFAULT_MAX_BYTES, BatchedClients, batch_refusal
+from geofl.client.batched.runner import (
+    DEFAULT_MAX_BYTES,
+    BatchedClients,
+    batch_refusal,
+    collections_paused,
+)
 
-__all__ = ["DEFAULT_MAX_BYTES", "BatchJob", "BatchedClients", "batch_refusal"]
+__all__ = ["DEFAULT_MAX_BYTES", "BatchJob", "BatchedClients", "batch_refusal", "collections_paused"]

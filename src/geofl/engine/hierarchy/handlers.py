@@ -30,6 +30,7 @@ from geofl.engine.hierarchy.events import (
     SpacePacket,
     TierModel,
     TractorArrival,
+    TractorArrivals,
     TractorUpdate,
 )
 from geofl.engine.hierarchy.links import Chi, SpaceLinks
@@ -116,7 +117,9 @@ class HierarchyEvents:
             self._handle(now, event)
 
     def _handle(self, now: float, event: Event) -> None:
-        if isinstance(event, TractorArrival):
+        if isinstance(event, TractorArrivals):
+            self._arrive_all(now, event)
+        elif isinstance(event, TractorArrival):
             self._arrive(now, event)
         elif isinstance(event, DriverDeadline):
             self._driver(now, event.cluster)
@@ -128,13 +131,21 @@ class HierarchyEvents:
             self._downlink(now, event)
 
     def _arrive(self, now: float, ev: TractorArrival) -> None:
-        u = ev.update
-        if u.client in self.monitor.down:  # it went down while its update was in flight
-            log.warning("tractor %d is down; its in-flight update is lost", u.client)
-            return
-        self.monitor.submit(u.client, u)
-        self._stats.hop("tractor_driver", delivered=1)
-        self._stats.latency("terrestrial", now - u.created_s)
+        self._arrive_all(now, TractorArrivals((ev.cluster,), (ev.update,)))
+
+    def _arrive_all(self, now: float, ev: TractorArrivals) -> None:
+        """Each update in order reaches its driver's buffer, unless its tractor went down
+        while it was in flight (then it is lost)."""
+        down, monitor, stats = self.monitor.down, self.monitor, self._stats
+        delivered = 0
+        for u in ev.updates:
+            if u.client in down:
+                log.warning("tractor %d is down; its in-flight update is lost", u.client)
+                continue
+            monitor.submit(u.client, u)
+            delivered += 1
+            stats.latency("terrestrial", now - u.created_s)
+        stats.hop("tractor_driver", delivered=delivered)
 
     def _slot(self, now: float) -> int:
         return int(now // self.contacts.slot_s)
@@ -269,7 +280,9 @@ class HierarchyEvents:
         c → LEO c mod n, as :class:`IdealContacts`), all at ``now``."""
         ideal = IdealContacts(self.contacts.slot_s, self.contacts.n_leo)
         for arrived, ev in self.queue.pop_until(math.inf):
-            if isinstance(ev, TractorArrival):
+            if isinstance(ev, TractorArrivals):
+                self._arrive_all(arrived, ev)
+            elif isinstance(ev, TractorArrival):
                 self._arrive(arrived, ev)
         by_leo: dict[int, list[TierModel]] = {}
         for c in range(self.topo.clusters.num_clusters):

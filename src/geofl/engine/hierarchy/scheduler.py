@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from geofl.client.batched import collections_paused
 from geofl.config.hierarchy import HierarchyConfig
 from geofl.engine.components import RunComponents
 from geofl.engine.hierarchy.contacts import Contacts
@@ -49,7 +50,7 @@ from geofl.engine.hierarchy.events import (
     EventQueue,
     LeoArrival,
     TierModel,
-    TractorArrival,
+    TractorArrivals,
     TractorUpdate,
 )
 from geofl.engine.hierarchy.geo import (
@@ -191,7 +192,12 @@ class HierarchicalScheduler(HierarchyEvents):
 
     # ---------------------------------------------------------------- one round
     def round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome:
-        """Round ``round_idx`` from the GEO's model ``global_params`` (``[D]``)."""
+        """Round ``round_idx`` from the GEO's model ``global_params`` (``[D]``), with the
+        cyclic garbage collector held off (:func:`collections_paused`)."""
+        with collections_paused():
+            return self._round(global_params, round_idx)
+
+    def _round(self, global_params: torch.Tensor, round_idx: int) -> RoundOutcome:
         t0_wall = time.perf_counter()
         start, end = self._begin_round(global_params, round_idx)
         stats = self._stats
@@ -405,6 +411,7 @@ class HierarchicalScheduler(HierarchyEvents):
                 self.attempts[cluster_of[u.meta.client_id]] += 1
                 stats.bytes["tractor_driver"] += u.meta.bytes_sent
         stats.hop("tractor_driver", sent=len(got.accepted) + len(got.rejected))
+        landing: dict[float, list[tuple[int, TractorUpdate]]] = {}
         for u in got.accepted:
             k = u.meta.client_id
             version = int(self.tractor_version[k])
@@ -417,7 +424,10 @@ class HierarchicalScheduler(HierarchyEvents):
             t_prime = version + 1 if opened is None else opened.produced_round  # χ's t'
             upd = TractorUpdate(k, t_prime, model, delta, u.meta.num_samples, sent_at)
             latency = 0.0 if sent is None else sent.latency_s
-            self.queue.push(sent_at + latency, TractorArrival(int(cluster_of[k]), upd))
+            landing.setdefault(sent_at + latency, []).append((int(cluster_of[k]), upd))
+        for at, group in landing.items():  # one event per instant, in upload order
+            arrivals = TractorArrivals(tuple(c for c, _ in group), tuple(u for _, u in group))
+            self.queue.push(at, arrivals)
 
     def _park(self, tx: Transmission, now: float) -> None:
         """Note a delivery's time, or a skip's parking suggestion (003 §2.1.2:
