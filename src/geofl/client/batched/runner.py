@@ -54,8 +54,8 @@ def collections_paused() -> Iterator[None]:
 
     A 10,000-tractor round allocates a few hundred thousand short-lived objects (updates,
     records, events) beside the run's long-lived ones; each allocation threshold starts a
-    collection that walks them, and the full ones walk every tracked object of the run —
-    a quarter of the round's CPU time, measured. Reference counting still frees what the
+    collection that walks them, and the full ones walk every tracked object of the run
+    (``benchmarks/bench_hierarchy.py`` shows the cost). Reference counting still frees what the
     round drops; only cyclic garbage waits for the first collection after the round.
     """
     was = gc.isenabled()
