@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,12 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from geofl.deploy.objectpulls import speed_up_object_pulls
 from geofl.deploy.secagg import is_secagg, secagg_mod, site_sum, split_requests
 from geofl.deploy.setup import fingerprint_mismatch, load_setup
 from geofl.deploy.site import Site, parse_clients
 from geofl.deploy.sitedata import LocalSite, decode_eval_request, encode_eval_reply
-from geofl.deploy.wire import decode_request
+from geofl.deploy.wire import PULL_INTERVAL, decode_request
 from geofl.errors import DeployError, GeoflError
 
 __all__ = ["ERROR_FILE", "client_app", "server_app"]
@@ -84,6 +86,10 @@ def server_main(grid: Grid, context: Context) -> None:
     rc = context.run_config
     config, method, seed = _run_setting(context)
     (Path(str(rc["out"])) / ERROR_FILE).unlink(missing_ok=True)  # a resumed run's old error
+    # A reply is listed before the site's objects are stored: look again every 50 ms, not
+    # after 1 s (geofl.deploy.warmsite's docstring).
+    if not speed_up_object_pulls(PULL_INTERVAL, sys.modules[type(grid).__module__]):
+        log.debug("grid %s pulls replies its own way: its waits stay", type(grid).__name__)
     try:
         randomness = str(rc.get("randomness", "")) or None
         secagg = _flag(rc.get("secure-aggregation", False))

@@ -20,6 +20,23 @@ at ``poll_s`` (default 0.1 s, a loopback setting: each idle node then asks the S
 ``1/poll_s`` times a second; over a WAN with many sites ``--poll 1`` or more keeps the
 SuperLink's load down and still saves the 3 s).
 
+Third, Flower pulls a message's objects (its records and arrays, each stored apart) with
+an exponential backoff that starts at 1 s (``PULL_INITIAL_BACKOFF`` in
+``flwr.supercore.constant``, a constant no setting changes), and a message is visible
+before its objects are: the SuperLink lists a message once its sender pushed its header,
+before the objects that follow (``flwr.supernode.start_client_internal`` pulls a
+request's, ``flwr.superlink.grid.http_grid.HttpGrid.pull_messages`` a reply's), and a
+SuperNode creates the ClientApp task before it pulls the message's objects from the
+SuperLink. A reader quick enough to see the message first finds an object missing and
+sleeps 1 s (then 2 s, 4 s…), so a round lost a second or more to it: in the site's pull
+nearly always, in the SuperNode's or the ServerApp's often. The warm site passes
+:func:`~geofl.deploy.objectpulls.object_pull_waits` (a look after ``poll_s / 5``,
+doubling up to ``poll_s``) to Flower's ``pull_and_inflate_object_from_tree`` (public
+arguments; :func:`pull_task_input`); where Flower offers no argument,
+:func:`~geofl.deploy.objectpulls.speed_up_object_pulls` binds the same waits into the
+``pull_objects`` of the SuperNode's loop (:func:`run_supernode`) and of the ServerApp's
+grid module (:func:`geofl.deploy.flower.server_main`, every 50 ms).
+
 A site runs ``python -m geofl.deploy.warmsite supernode [--poll S] [--no-auth] --
 <flower-supernode args>`` instead of ``flower-supernode <args>``
 (:class:`geofl.deploy.loopback.Loopback` does): the SuperNode, with ``--isolation
@@ -40,7 +57,13 @@ import time
 from collections.abc import Callable, Sequence
 from threading import Event
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from geofl.deploy.objectpulls import object_pull_waits, speed_up_object_pulls
+
+if TYPE_CHECKING:  # flwr is the deploy extra: imported where a site runs
+    from flwr.app import Context, Message
+    from flwr.supercore.run import Run
 
 __all__ = [
     "APP_ID",
@@ -48,6 +71,7 @@ __all__ = [
     "KEY_OPTION",
     "main",
     "node_key_problem",
+    "pull_task_input",
     "run_supernode",
     "run_task",
     "serve_tasks",
@@ -63,28 +87,27 @@ APP_ID = "geofl/geofl-app"
 DEFAULT_POLL_S = 0.1
 
 
-def run_task(address: str, token: str, app: Callable[..., Any]) -> None:
+def run_task(
+    address: str, token: str, app: Callable[..., Any], poll_s: float = DEFAULT_POLL_S
+) -> None:
     """Run one acquired ClientApp task (its ``token``) with ``app`` in this process.
 
     Mirrors ``flwr.supernode.runtime.run_clientapp`` (heartbeat, pull the task input, run,
     push the reply, push the task output with the context) but never exits the process:
-    an exception in ``app`` becomes the message's error reply, as there.
+    an exception in ``app`` becomes the message's error reply, as there. The message's
+    objects are pulled with :func:`object_pull_waits` of ``poll_s``.
     """
     from flwr.app import Error, Message
     from flwr.common.constant import ErrorCode, SubStatus
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
-    from flwr.supernode.runtime.run_clientapp import (
-        pull_task_input,
-        push_message,
-        push_task_output,
-    )
+    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
     client = _runtime_client(address, token)
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
     heartbeat.start()
     context, status, details = None, SubStatus.FAILED, "the warm site failed the task"
     try:
-        message, context, run, _fab = pull_task_input(client)
+        message, context, run = pull_task_input(client, poll_s)
         try:
             if run.fab_id != APP_ID:
                 raise RuntimeError(f"this warm site runs {APP_ID} only, not {run.fab_id}")
@@ -100,6 +123,46 @@ def run_task(address: str, token: str, app: Callable[..., Any]) -> None:
         push_task_output(client, context, status, details)
         heartbeat.stop()
         client.close()
+
+
+def pull_task_input(client: Any, poll_s: float) -> tuple[Message, Context, Run]:
+    """The task's message, context and run from the SuperNode's Runtime API ``client``.
+
+    Flower's ``run_clientapp.pull_task_input`` (which also returns the FAB, unused here:
+    nothing is installed), with the message's objects pulled with
+    :func:`object_pull_waits` of ``poll_s``: the SuperNode created the task before it
+    pulled those objects from the SuperLink, so they are often still missing.
+    """
+    from flwr.app import Message
+    from flwr.common.serde import context_from_proto, run_from_proto
+    from flwr.proto.node_pb2 import Node
+    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest
+    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+        make_confirm_message_received_fn_protobuf,
+        make_pull_object_fn_protobuf,
+    )
+    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+    from flwr.supercore.task_identity import TaskIdentity
+
+    res = client.PullTaskInput(PullTaskInputRequest())
+    TaskIdentity.task_id, TaskIdentity.run_id = res.task_id, res.run.run_id
+    TaskIdentity.node_id = res.context.node_id
+    context, run = context_from_proto(res.context), run_from_proto(res.run)
+    pulled = client.PullMessages(PullAppMessagesRequest())
+    if not pulled.messages_list:
+        raise RuntimeError("the SuperNode's Runtime API has no message for this task")
+    node, tree = Node(node_id=context.node_id), pulled.message_object_trees[0]
+    message = pull_and_inflate_object_from_tree(
+        tree,
+        make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(
+            client.ConfirmMessageReceived, node, context.run_id
+        ),
+        return_type=Message,
+        **object_pull_waits(poll_s),
+    )
+    message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's: not deflated
+    return message, context, run
 
 
 def _runtime_client(address: str, token: str | None) -> Any:
@@ -146,7 +209,7 @@ def serve_tasks(address: str, poll_s: float = DEFAULT_POLL_S, stop: Event | None
             )
             if res.HasField("task") and res.token:
                 try:
-                    run_task(address, res.token, client_app)
+                    run_task(address, res.token, client_app, poll_s)
                 except Exception:  # a task lost in transport: the server's deadline sees it
                     log.exception("warm site: task %d failed", res.task.task_id)
                 done += 1
@@ -186,13 +249,17 @@ def cap_supernode_waits(poll_s: float, module: ModuleType | None = None) -> bool
 
 def run_supernode(argv: Sequence[str], poll_s: float = DEFAULT_POLL_S) -> None:
     """Run ``flower-supernode`` with ``argv`` in ``--isolation process``, its idle waits
-    capped at ``poll_s``, and its warm site process beside it (:func:`serve_tasks` on its
-    Runtime API; the site exits with the node)."""
+    capped at ``poll_s`` and its object pulls sped up (:func:`speed_up_object_pulls`), and
+    its warm site process beside it (:func:`serve_tasks` on its Runtime API; the site exits
+    with the node)."""
+    import flwr.supernode.start_client_internal as loop
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
     node = _runtime_of(argv)
-    if not cap_supernode_waits(poll_s):
+    if not cap_supernode_waits(poll_s, loop):
         log.warning("this Flower's SuperNode loop is unknown: its idle waits stay as they are")
+    if not speed_up_object_pulls(poll_s, loop):
+        log.warning("this Flower's SuperNode pulls objects otherwise: its waits stay as they are")
     site = [sys.executable, "-m", "geofl.deploy.warmsite", "site", "--poll", str(poll_s)]
     site += ["--runtime-api-address", node, "--parent-pid", str(os.getpid())]
     subprocess.Popen(site)  # it exits with the node (--parent-pid)
