@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 from tests.engine.hierarchy_helpers import agri_raw, config, make_run
 
 from geofl.config.load import config_from_raw
@@ -69,3 +70,16 @@ def test_batch_clients_is_validated_and_recorded_only_when_set() -> None:
         raw["federation"].update(bad)
         with pytest.raises((ConfigError, ValueError), match="batch_clients"):
             config_from_raw(raw)
+
+
+def test_a_bare_yaml_off_is_the_word_off() -> None:
+    """YAML 1.1 reads ``batch_clients: off`` (and ``--set federation.batch_clients=off``) as
+    false: it means the setting ``off``; ``on``/``true`` stay refused."""
+    for text in ("off", "false"):
+        raw = agri_raw(None)
+        raw["federation"]["batch_clients"] = yaml.safe_load(text)
+        assert config_from_raw(raw).federation.batch_clients == "off"
+    raw = agri_raw(None)
+    raw["federation"]["batch_clients"] = yaml.safe_load("on")
+    with pytest.raises((ConfigError, ValueError), match="batch_clients"):
+        config_from_raw(raw)

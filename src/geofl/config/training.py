@@ -87,6 +87,13 @@ class FederationConfig(_OmitUnset):
         "batch; off (absent): one client after another, bit for bit as before",
     )
 
+    @field_validator("batch_clients", mode="before")
+    @classmethod
+    def _bare_off(cls, value: object) -> object:
+        """YAML 1.1 reads a bare ``off`` as false (in a file and in ``--set``): the word
+        the user wrote."""
+        return "off" if value is False else value
+
     @model_validator(mode="after")
     def _batch_in_process(self) -> FederationConfig:
         if self.batch_clients == "auto" and (self.workers or 1) > 1:
