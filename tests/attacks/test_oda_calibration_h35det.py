@@ -11,7 +11,11 @@ images (the pool keeps its size, so FedAvg's sample weights do not change).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -111,3 +115,23 @@ def test_cli_refuses_fill_copies_with_select_any_in_one_line() -> None:
     assert result.exit_code == 2, result.output
     (line,) = [ln for ln in result.output.splitlines() if ln.strip()]
     assert line.startswith("error: methods.1.attack.fill: ") and "select: with_target" in line
+
+
+@pytest.mark.slow
+def test_diag_controls_prints_one_row_per_grid_trigger(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "diag_oda_centralised.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GEOFL_CACHE": str(tmp_path / "cache")}
+    args = ["--controls", "--quick", "--sizes", "3", "5", "--amplitudes", "4", "--opacities", "1"]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args, "--placements", "center", "above"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = proc.stdout.split("trigger-only controls")[1]
+    rows = [ln.split() for ln in table.splitlines() if ln.startswith("seeded init")]
+    grid = {(r[2], r[3]) for r in rows}
+    assert grid == {("center", "3"), ("center", "5"), ("above", "3"), ("above", "5")}
