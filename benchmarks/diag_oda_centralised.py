@@ -33,12 +33,13 @@ of a finished ``geofl run`` directory (its ``config.yaml``, split and trigger), 
 federated run's trigger effect can be read next to the centralised one.
 
 ``--controls`` trains nothing: it evaluates one model — the preset's initial detector (its
-``model.params.weights`` warm start, e.g. ``--set model.params.weights=runs/fcos-pretrained.pt``),
-or with ``--run DIR`` every method's final model — under every trigger of the grid
-``--placements`` × ``--sizes`` × ``--amplitudes``. Its ASR is the trigger-only control of
-issue 35: what the patch hides from a model no attacker taught, by occlusion alone. A
-calibrated attack needs a trigger whose control stays low, so that the attacked ASR is the
-backdoor's and not the patch's (004 §3.1 leaves size, placement and contrast free).
+``model.params.weights`` warm start, e.g. ``--set
+model.params.weights=runs/fcos-pretrained.pt``), or with ``--run DIR`` every method's final
+model — under every trigger of the grid ``--placements`` × ``--sizes`` × ``--amplitudes`` ×
+``--opacities``. Its ASR is the trigger-only control of issue 35: what the patch hides from
+a model no attacker taught, by occlusion alone. A calibrated attack needs a trigger whose
+control stays low, so that the attacked ASR is the backdoor's and not the patch's (004 §3.1
+leaves the trigger's size, location and opacity free).
 
 ``score0`` / ``score_t``: the mean over the probe's target objects of the best target-class
 score at IoU ≥ 0.5 (0 if none) on the clean and the triggered images — what Eq. 15
@@ -245,12 +246,13 @@ def evaluate_run(args: argparse.Namespace) -> None:
 
 
 def trigger_grid(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The ``--controls`` triggers: every placement × size × amplitude."""
+    """The ``--controls`` triggers: every placement × size × amplitude × opacity."""
     return [
-        {"placement": p, "size": s, "amplitude": a}
+        {"placement": p, "size": s, "amplitude": a, "opacity": o}
         for p in args.placements
         for s in args.sizes
         for a in args.amplitudes
+        for o in args.opacities
     ]
 
 
@@ -264,7 +266,7 @@ def control_rows(
         _, probe, target = make_probe(args, cfg, prep, **trig)
         for name, net in models:
             r = evaluate(net, prep.test, probe, target, 32)
-            rows.append([name, trig["placement"], trig["size"], trig["amplitude"]])
+            rows.append([name, *trig.values()])
             rows[-1] += [r["cda"], r["miss0"], r["asr"], r["asr"] - r["miss0"]]
             rows[-1] += [r["score0"], r["score_t"]]
             print("   " + "  ".join(str(v) for v in rows[-1]), flush=True)
@@ -290,8 +292,10 @@ def controls(args: argparse.Namespace, overrides: list[str]) -> None:
         )
         models = [(cfg.model.params.get("weights") or "seeded init", net)]
     rows = control_rows(args, cfg, prep, models)
-    heads = ["model", "placement", "size", "amplitude", "CDA", "miss0", "ASR", "ASR-miss0"]
-    print_table([*heads, "score0", "score_t"], rows, f"trigger-only controls, seed {args.seed}")
+    heads = ["model", "placement", "size", "amplitude", "opacity", "CDA", "miss0", "ASR"]
+    print_table(
+        [*heads, "ASR-miss0", "score0", "score_t"], rows, f"trigger-only controls, seed {args.seed}"
+    )
 
 
 def patch_focal_gamma(gamma: float) -> None:
@@ -333,11 +337,12 @@ def main() -> None:
         "--controls",
         action="store_true",
         help="no training: the trigger-only ASR of the initial (or --run) models for every "
-        "trigger of --placements x --sizes x --amplitudes",
+        "trigger of --placements x --sizes x --amplitudes x --opacities",
     )
     ap.add_argument("--placements", nargs="+", default=["center", "above"])
     ap.add_argument("--sizes", type=int, nargs="+", default=[4, 6, 8])
     ap.add_argument("--amplitudes", type=float, nargs="+", default=[2.0, 4.0])
+    ap.add_argument("--opacities", type=float, nargs="+", default=[1.0])
     args = ap.parse_args()
     set_threads(args.threads)
     if args.focal_gamma is not None:
