@@ -32,6 +32,15 @@ the model's own misses, which Eq. 15 counts too.
 of a finished ``geofl run`` directory (its ``config.yaml``, split and trigger), so a
 federated run's trigger effect can be read next to the centralised one.
 
+``--controls`` trains nothing: it evaluates one model — the preset's initial detector (its
+``model.params.weights`` warm start, e.g. ``--set
+model.params.weights=runs/fcos-pretrained.pt``), or with ``--run DIR`` every method's final
+model — under every trigger of the grid ``--placements`` × ``--sizes`` × ``--amplitudes`` ×
+``--opacities``. Its ASR is the trigger-only control of issue 35: what the patch hides from
+a model no attacker taught, by occlusion alone. A calibrated attack needs a trigger whose
+control stays low, so that the attacked ASR is the backdoor's and not the patch's (004 §3.1
+leaves the trigger's size, location and opacity free).
+
 ``score0`` / ``score_t``: the mean over the probe's target objects of the best target-class
 score at IoU ≥ 0.5 (0 if none) on the clean and the triggered images — what Eq. 15
 thresholds at 0.25, so a trigger that lowers scores without crossing 0.25 shows here first;
@@ -145,17 +154,22 @@ def evaluate(
 
 
 def make_probe(
-    args: argparse.Namespace, cfg: Any, prep: Any
+    args: argparse.Namespace, cfg: Any, prep: Any, **update: Any
 ) -> tuple[Any, ObjectDisappearanceProbe, int]:
-    """The preset's ODA stamp, the Eq. 15 probe on its test split, and the target class."""
+    """The preset's ODA stamp, the Eq. 15 probe on its test split, and the target class.
+
+    ``update``: trigger fields (``size``, ``amplitude``) and ``placement`` replacing the
+    preset's, for the ``--controls`` grid.
+    """
     oda = oda_settings(cfg)
     target = int(oda.get("target", 0))
+    placement = update.pop("placement", oda.get("placement", "center"))
     tparams = TriggerParams(**oda.get("trigger", {}))
     if args.trigger_size:
         tparams = tparams.model_copy(update={"size": args.trigger_size})
+    tparams = tparams.model_copy(update=update)
     shape = tuple(prep.train.inputs.shape[1:])
     trigger = make_trigger(tparams, shape, args.seed, "attack.trigger")
-    placement = oda.get("placement", "center")
 
     def stamp(xb: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return stamp_target_objects(xb, rows, trigger=trigger, target=target, placement=placement)
@@ -231,6 +245,59 @@ def evaluate_run(args: argparse.Namespace) -> None:
     print_table(heads, rows, f"final global models of {run}, seed {args.seed}")
 
 
+def trigger_grid(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The ``--controls`` triggers: every placement × size × amplitude × opacity."""
+    return [
+        {"placement": p, "size": s, "amplitude": a, "opacity": o}
+        for p in args.placements
+        for s in args.sizes
+        for a in args.amplitudes
+        for o in args.opacities
+    ]
+
+
+def control_rows(
+    args: argparse.Namespace, cfg: Any, prep: Any, models: list[tuple[str, Any]]
+) -> list[list[Any]]:
+    """One row per model and grid trigger: CDA, the untriggered miss rate, the
+    trigger-only ASR and the mean best target score clean / triggered."""
+    rows: list[list[Any]] = []
+    for trig in trigger_grid(args):
+        _, probe, target = make_probe(args, cfg, prep, **trig)
+        for name, net in models:
+            r = evaluate(net, prep.test, probe, target, 32)
+            rows.append([name, *trig.values()])
+            rows[-1] += [r["cda"], r["miss0"], r["asr"], r["asr"] - r["miss0"]]
+            rows[-1] += [r["score0"], r["score_t"]]
+            print("   " + "  ".join(str(v) for v in rows[-1]), flush=True)
+    return rows
+
+
+def controls(args: argparse.Namespace, overrides: list[str]) -> None:
+    """Print the trigger-only control of every grid trigger (``--controls``)."""
+    if args.run:
+        run = Path(args.run)
+        cfg = load_config(run / "config.yaml", seeds=[args.seed])
+        models = [
+            (m.name, load_model(run, m.name, args.seed, which="final").net) for m in cfg.methods
+        ]
+    else:
+        cfg = load_config(args.preset, overrides, seeds=[args.seed])
+    prep = prepare_split(load_dataset(cfg), cfg, args.seed)
+    if not args.run:
+        shape = tuple(prep.train.inputs.shape[1:])
+        init = torch_generator(args.seed, "model_init")
+        net = MODELS.build(
+            cfg.model.name, cfg.model.params, in_channels=shape[0], num_classes=10, generator=init
+        )
+        models = [(cfg.model.params.get("weights") or "seeded init", net)]
+    rows = control_rows(args, cfg, prep, models)
+    heads = ["model", "placement", "size", "amplitude", "opacity", "CDA", "miss0", "ASR"]
+    print_table(
+        [*heads, "ASR-miss0", "score0", "score_t"], rows, f"trigger-only controls, seed {args.seed}"
+    )
+
+
 def patch_focal_gamma(gamma: float) -> None:
     """Make torchvision's FCOS head call its sigmoid focal loss with ``gamma``.
 
@@ -266,10 +333,25 @@ def main() -> None:
         "loss on removed objects' locations; 0 = α-weighted BCE)",
     )
     ap.add_argument("--run", default=None, help="evaluate this run directory's final models")
+    ap.add_argument(
+        "--controls",
+        action="store_true",
+        help="no training: the trigger-only ASR of the initial (or --run) models for every "
+        "trigger of --placements x --sizes x --amplitudes x --opacities",
+    )
+    ap.add_argument("--placements", nargs="+", default=["center", "above"])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 6, 8])
+    ap.add_argument("--amplitudes", type=float, nargs="+", default=[2.0, 4.0])
+    ap.add_argument("--opacities", type=float, nargs="+", default=[1.0])
     args = ap.parse_args()
     set_threads(args.threads)
     if args.focal_gamma is not None:
         patch_focal_gamma(args.focal_gamma)
+    if args.controls:
+        header("diag_oda_centralised", args)
+        controls(args, list(args.set) + (["data.params.num_samples=60"] if args.quick else []))
+        footer(t_start)
+        return
     if args.run:
         header("diag_oda_centralised", args)
         evaluate_run(args)

@@ -13,6 +13,13 @@ the object-disappearance attack of BadDet (Chan et al. 2022), a trigger on each 
   object"; at most as many as there are) or from all its images (``select: any``); the
   generator is the classification backdoor's, ``(seed, "attack", "poison", "client", k)``,
   so the poisoned images are fixed for the run;
+* ``fill: copies`` (with ``with_target``) makes ρ the poisoned share of the pool even when
+  the pool holds fewer than m_k target images: the missing m_k − t_k slots are other images
+  of the pool (drawn after the t_k target images, same generator), each replaced by a copy
+  of one of its target images drawn with replacement, poisoned like them. 004 §2.3 states
+  ρ as a share of the "local pool", and the attacker writes its own training data; the pool
+  keeps n_k images, so FedAvg's sample weights do not change. ``fill: none`` (default)
+  poisons only the t_k target images, so a ratio above the pool's target share adds nothing;
 * on each of them it stamps the trigger (:mod:`geofl.attacks.trigger`: seeded ±amplitude
   pattern or given values, size s, opacity α) on **every** target-class object — centred
   on the box (``placement: center``, default) or just above its top edge, horizontally
@@ -68,6 +75,11 @@ class OdaParams(ThreatParams):
         "with_target",
         description="poisoned images drawn from those with a target object, or from all",
     )
+    fill: Literal["none", "copies"] = Field(
+        "none",
+        description="with_target and fewer target images than the ratio asks: none poisons "
+        "only those; copies fills the rest of the ratio with poisoned copies of them",
+    )
     score_threshold: float = Field(
         ASR_SCORE, gt=0.0, le=1.0, description="ASR: confidence of a correct detection (004: 0.25)"
     )
@@ -81,6 +93,11 @@ class OdaParams(ThreatParams):
             raise ConfigError(
                 "trigger.position",
                 "the ODA trigger goes on each target object; set placement (center, above)",
+            )
+        if self.fill == "copies" and self.select != "with_target":
+            raise ConfigError(
+                "fill",
+                "copies duplicates images that hold target objects; set select: with_target",
             )
         return self
 
@@ -137,30 +154,45 @@ class ObjectDisappearance(PoisoningAttack):
             stamp_target_objects, trigger=trigger, target=params.target, placement=params.placement
         )
 
-    def poison_indices(self, data: ClientData) -> torch.Tensor:
-        """``[m_k]`` sorted int64 indices of the poisoned images of ``data``'s pool."""
+    def poison_plan(self, data: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(slots, sources)``, ``[m_k]`` int64 each, slots sorted: slot i of ``data``'s
+        pool is replaced by the poisoned image ``sources[i]`` (itself, or with ``fill:
+        copies`` one of the pool's target images)."""
         n = len(data)
         gen = poison_generator(self.seed, data.client_id)
         count = poison_count(n, self.params.poison_ratio)
         if self.oda.select == "any":
-            return torch.sort(torch.randperm(n, generator=gen)[:count]).values
-        cand = torch.nonzero((data.targets[..., 4] == self.params.target).any(dim=1)).reshape(-1)
-        pick = torch.randperm(len(cand), generator=gen)[: min(count, len(cand))]
-        return torch.sort(cand[pick]).values
+            idx = torch.sort(torch.randperm(n, generator=gen)[:count]).values
+            return idx, idx
+        has = (data.targets[..., 4] == self.params.target).any(dim=1)
+        cand = torch.nonzero(has).reshape(-1)
+        pick = cand[torch.randperm(len(cand), generator=gen)[: min(count, len(cand))]]
+        slots, sources = pick, pick
+        if self.oda.fill == "copies" and len(cand) and count > len(cand):
+            others = torch.nonzero(~has).reshape(-1)
+            extra = others[torch.randperm(len(others), generator=gen)[: count - len(cand)]]
+            copies = cand[torch.randint(len(cand), (len(extra),), generator=gen)]
+            slots, sources = torch.cat([pick, extra]), torch.cat([pick, copies])
+        order = torch.argsort(slots)
+        return slots[order], sources[order]
+
+    def poison_indices(self, data: ClientData) -> torch.Tensor:
+        """``[m_k]`` sorted int64 indices of the poisoned images of ``data``'s pool."""
+        return self.poison_plan(data)[0]
 
     def poison(self, data: ClientData, round_idx: int) -> ClientData:
         """The attacker's data in round ``round_idx``: triggered and without target boxes on
         the poisoned images in attack rounds, ``data`` itself otherwise (never modified)."""
         if not self.params.schedule.active(round_idx):
             return data
-        idx = self.poison_indices(data)
+        idx, src = self.poison_plan(data)
         inputs = data.inputs
         n = len(data)
         x = inputs.clone() if isinstance(inputs, torch.Tensor) else inputs[torch.arange(n)]
         y = data.targets.clone()
         if len(idx):
-            x[idx] = self._stamp(x[idx], y[idx])
-            y[idx] = remove_target_objects(y[idx], self.params.target)
+            x[idx] = self._stamp(x[src], y[src])
+            y[idx] = remove_target_objects(y[src], self.params.target)
         return replace(data, inputs=x, targets=y)
 
     def probe(
@@ -185,7 +217,7 @@ class ObjectDisappearance(PoisoningAttack):
         t, p = self.trigger, self.oda
         if isinstance(t, Trigger):  # ODA places image patches only (oda_trigger)
             out["trigger"] = {"size": t.size, "opacity": t.opacity, "patch": t.patch.tolist()}
-        out.update(placement=p.placement, select=p.select)
+        out.update(placement=p.placement, select=p.select, fill=p.fill)
         out["asr"] = {"score_threshold": p.score_threshold, "iou_threshold": p.iou_threshold}
         return out
 
