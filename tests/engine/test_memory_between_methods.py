@@ -15,6 +15,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from tests.conftest import tiny_raw
@@ -63,7 +64,7 @@ def _dp_methods(*sigmas: float) -> list[dict[str, Any]]:
 
 
 def test_three_dp_methods_in_one_process_free_each_finished_method(
-    tmp_path: Path, monkeypatch: Any
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raw = tiny_raw(
         methods=_dp_methods(0.8, 1.0, 1.5),
