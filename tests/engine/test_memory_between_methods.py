@@ -1,8 +1,8 @@
 """A finished method frees its model: memory stays bounded by one method, not their number.
 
 ``geofl run paper001-dp-utility`` grew from ~1.1 GB to 3-3.8 GB over three DP-SGD rows:
-every row's model (and the tensors its last step touched) outlived the row. The cause was a
-reference cycle that Python's collector cannot see: the book-keeping engine kept
+every DP-SGD step's layer records and gradients, and so every row's model, outlived the step.
+The cause was a reference cycle that Python's collector cannot see: the book-keeping engine kept
 GroupNorm's statistics as read from its autograd node, whose graph edges lead (through C++
 nodes) to a tap's callback, whose closure holds the engine and so the model. These tests hold
 weak references only: no RSS or timing threshold.

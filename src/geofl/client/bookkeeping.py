@@ -323,8 +323,9 @@ def _saved_stats(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     Detached: a saved output read back from Python holds the node that saved it, and that
     node's edges lead through the previous layer's tap to its callback, whose closure holds
     the records (these statistics among them) and the engine's model — a cycle through C++
-    autograd nodes that Python's collector cannot see, so every model a run trained on
-    stayed alive to the end of the process (issue 35: ~1 GB per DP method of the 001 rows).
+    autograd nodes that Python's collector cannot see, so every step's records, gradients
+    and model stayed alive to the end of the process (issue 35: +300 MB per one-round DP
+    method of the 001 rows, growing with every step).
     """
     node = out.grad_fn
     mean, rstd = getattr(node, "_saved_result1", None), getattr(node, "_saved_result2", None)
