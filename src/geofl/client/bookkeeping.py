@@ -205,8 +205,11 @@ class BookKeepingEngine:
         finally:
             for h in handles:
                 h.remove()
-        check_records(records)
-        torch.autograd.grad(total, [anchor], allow_unused=True)
+        try:
+            check_records(records)
+            torch.autograd.grad(total, [anchor], allow_unused=True)
+        finally:  # a record's output leads to its tap, whose callback holds ``records``
+            records.clear()
         lg = LayerGrads()
         for i in sorted(done):  # forward order
             lg.sq += done[i].sq
@@ -315,9 +318,17 @@ def _plain_conv(mod: nn.Module) -> bool:
 
 
 def _saved_stats(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """GroupNorm's ``(μ, rstd)`` (``[b, groups]``) from its output's autograd node, or None."""
+    """GroupNorm's ``(μ, rstd)`` (``[b, groups]``) from its output's autograd node, or None.
+
+    Detached: a saved output read back from Python holds the node that saved it, and that
+    node's edges lead through the previous layer's tap to its callback, whose closure holds
+    the records (these statistics among them) and the engine's model — a cycle through C++
+    autograd nodes that Python's collector cannot see, so every step's records, gradients
+    and model stayed alive to the end of the process (issue 35: +300 MB per one-round DP
+    method of the 001 rows, growing with every step).
+    """
     node = out.grad_fn
     mean, rstd = getattr(node, "_saved_result1", None), getattr(node, "_saved_result2", None)
     if isinstance(mean, torch.Tensor) and isinstance(rstd, torch.Tensor):
-        return mean, rstd
+        return mean.detach(), rstd.detach()
     return None

@@ -287,6 +287,7 @@ def _run_sites(
                 write_json_atomic(sdir / "partition.json", sites_partition_json(cfg, part))
                 run = FederatedRun(cfg, method, seed, plan.data, part, sdir, subscribers)
                 run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
+                del run  # the next method is built without this one's model alive
     _finish(out_dir, subscribers)
     return out_dir
 
@@ -321,6 +322,7 @@ def _run_seed(
         _write_seed_header(sdir, cfg, method, seed, data, part, ds, dataset_bands, split)
         run = FederatedRun(cfg, method, seed, data, part, sdir, subscribers)
         run.run(resume=resume, stop=stop, rebuild_log=rebuild_log)
+        del run  # the next method is built without this one's model alive (peak: one)
 
 
 def _preflight(out_dir: Path, subscribers: Sequence[Subscriber]) -> None:
