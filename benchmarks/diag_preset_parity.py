@@ -21,8 +21,10 @@ A preset whose definition changed on purpose between the trees (its YAML differs
 its new definition. ``--config-from old`` separates that from a change in the code: it writes
 each named preset's YAML as the OLD tree ships it to ``OUT/NAME@old-yaml/NAME.yaml`` and runs
 that file with both trees (rows and run directories are keyed ``NAME@old-yaml``; the output
-format is otherwise the same). Each run gets its own ``GEOFL_CACHE`` so that a decode cache
-written by one tree is never read by the other.
+format is otherwise the same). Each run gets its own ``GEOFL_CACHE`` so that a data cache
+written by one tree is never read by the other. ``--reuse`` keeps the sides that an earlier
+invocation with the same arguments finished (on a loaded machine a run can take longer than
+``--timeout``); a side cut off before it finished is run again from the start.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -147,7 +150,11 @@ def compare(args: argparse.Namespace, preset: str) -> dict[str, Any]:
     for side in ("old", "new"):
         where = args.out / label / side
         why = "no such preset in the old tree" if source is None else None
-        why = why or run_preset(getattr(args, side), source or "", where, args.rounds, args.timeout)
+        if side == "new" and row["old_error"] and why is None:
+            why = "not run: the old tree's run did not finish"
+        if why is None and not (args.reuse and (where / "summary.json").is_file()):
+            shutil.rmtree(where, ignore_errors=True)  # a run cut off earlier: start afresh
+            why = run_preset(getattr(args, side), source or "", where, args.rounds, args.timeout)
         row[f"{side}_error"] = why
         runs[side] = where
     if row["old_error"] or row["new_error"]:
@@ -173,6 +180,12 @@ def main() -> None:
         default="preset",
         help="preset: each tree runs its own preset of that name; old: both run the old "
         "tree's YAML of it (separates a deliberate change of the definition from the code)",
+    )
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep a side whose run directory under --out already holds a finished run "
+        "(summary.json) from an earlier invocation with the same arguments",
     )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

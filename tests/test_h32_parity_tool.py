@@ -3,9 +3,10 @@
 Issue 32's and 34's "done when" (every preset gives the same metrics and model hashes as
 before) is read off this diagnostic, so its bookkeeping is pinned here: ``--config-from old``
 hands BOTH trees the old tree's YAML (a preset whose definition changed on purpose is then
-compared on one definition), rows are keyed ``NAME@old-yaml``, each run gets its own decode
-cache, and the first seed comes from the YAML without a Python start. ``run_preset``'s
-``geofl run`` is replaced by a stub that writes a run directory.
+compared on one definition), rows are keyed ``NAME@old-yaml``, each run gets its own data
+cache, ``--reuse`` keeps only finished sides, and the first seed comes from the YAML without
+a Python start. ``run_preset``'s ``geofl run`` is replaced by a stub that writes a run
+directory.
 """
 
 from __future__ import annotations
@@ -48,9 +49,12 @@ def _write_run(out: Path, loss: float) -> None:
     (seed / "final.json").write_text(json.dumps({"final": {"test": {"acc": 0.5}}}), "utf-8")
 
 
-def _args(tmp_path: Path, old: str, new: str, config_from: str) -> argparse.Namespace:
+def _args(
+    tmp_path: Path, old: str, new: str, config_from: str, reuse: bool = False
+) -> argparse.Namespace:
+    out = tmp_path / "out"
     return argparse.Namespace(
-        old=old, new=new, out=tmp_path / "out", rounds=2, timeout=5.0, config_from=config_from
+        old=old, new=new, out=out, rounds=2, timeout=5.0, config_from=config_from, reuse=reuse
     )
 
 
@@ -118,9 +122,7 @@ def test_first_seed_is_read_from_the_yaml(tmp_path: Path, monkeypatch: pytest.Mo
     assert tool._first_seed(src, "absent", {}) is None
 
 
-def test_each_run_gets_its_own_decode_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_each_run_gets_its_own_data_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tool = _tool()
     src = _tree(tmp_path / "t", "seeds: [1]\n")
     seen: list[str] = []
@@ -137,3 +139,41 @@ def test_each_run_gets_its_own_decode_cache(
     for side in ("old", "new"):
         assert tool.run_preset(src, "p", tmp_path / "out" / "p" / side, 2, 5.0) is None
     assert seen == [str(tmp_path / "out" / "p" / f"{s}-cache") for s in ("old", "new")]
+
+
+def test_reuse_keeps_a_finished_side_and_reruns_a_cut_off_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool = _tool()
+    src = _tree(tmp_path / "t", "seeds: [1]\n")
+    finished, cut_off = tmp_path / "out" / "p" / "old", tmp_path / "out" / "p" / "new"
+    _write_run(finished, 0.25)
+    (finished / "summary.json").write_text("{}", encoding="utf-8")
+    (cut_off / "methods").mkdir(parents=True)  # a run stopped by --timeout: no summary
+    calls: list[Path] = []
+
+    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float) -> None:
+        assert not out.exists(), "the cut-off run directory is removed first"
+        calls.append(out)
+        _write_run(out, 0.25)
+
+    monkeypatch.setattr(tool, "run_preset", fake)
+    row = tool.compare(_args(tmp_path, src, src, "preset", reuse=True), "p")
+    assert calls == [cut_off] and row["verdict"] == "same"
+
+
+def test_new_side_waits_for_a_finished_old_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool = _tool()
+    src = _tree(tmp_path / "t", "seeds: [1]\n")
+    calls: list[Path] = []
+
+    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float) -> str:
+        calls.append(out)
+        return "timed out after 5 s"
+
+    monkeypatch.setattr(tool, "run_preset", fake)
+    row = tool.compare(_args(tmp_path, src, src, "preset"), "p")
+    assert [out.name for out in calls] == ["old"] and row["verdict"] == "not compared"
+    assert row["new_error"] == "not run: the old tree's run did not finish"
