@@ -63,6 +63,20 @@ SENTINEL2_BANDS: tuple[str, ...] = (
     "B11",
     "B12",
 )
+#: EuroSAT's land-cover classes, sorted (its label order): the real reader and the
+#: synthetic generator share them.
+EUROSAT_CLASSES: tuple[str, ...] = (
+    "AnnualCrop",
+    "Forest",
+    "HerbaceousVegetation",
+    "Highway",
+    "Industrial",
+    "Pasture",
+    "PermanentCrop",
+    "Residential",
+    "River",
+    "SeaLake",
+)
 #: The RGB view of a Sentinel-2 patch (red, green, blue).
 RGB_BANDS: tuple[str, ...] = ("B04", "B03", "B02")
 

@@ -36,7 +36,13 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
+from geofl.data.base import (
+    DATASETS,
+    EUROSAT_CLASSES,
+    SENTINEL2_BANDS,
+    ArrayDataset,
+    CacheMode,
+)
 from geofl.data.readers import imagefolder
 from geofl.data.readers.formats import as_uint16, read_band_tiff, resize_bands
 from geofl.data.readers.imagefolder import FolderSpec, ImageFormatError, decode_rgb
@@ -52,19 +58,6 @@ __all__ = [
     "decode_ms",
 ]
 
-#: EuroSAT class names, sorted; the label of a sample is its index here.
-EUROSAT_CLASSES: tuple[str, ...] = (
-    "AnnualCrop",
-    "Forest",
-    "HerbaceousVegetation",
-    "Highway",
-    "Industrial",
-    "Pasture",
-    "PermanentCrop",
-    "Residential",
-    "River",
-    "SeaLake",
-)
 #: Ground sample distance of Sentinel-2 10 m bands (all EuroSAT bands are resampled to it).
 EUROSAT_GSD_M = 10.0
 _MS_SCALE = 10000.0

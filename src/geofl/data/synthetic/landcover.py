@@ -51,7 +51,13 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from geofl.data.base import DATASETS, SENTINEL2_BANDS, ArrayDataset, CacheMode
+from geofl.data.base import (
+    DATASETS,
+    EUROSAT_CLASSES,
+    SENTINEL2_BANDS,
+    ArrayDataset,
+    CacheMode,
+)
 from geofl.data.reflectance import SCALE, reflectance
 from geofl.data.storage.cache import cache_key, cached_arrays
 from geofl.data.storage.lazy import StoredRows
@@ -85,18 +91,7 @@ __all__ = [
 Tensor = torch.Tensor
 
 #: EuroSAT land-cover classes, in EuroSAT label order.
-SYNTHETIC_CLASSES: tuple[str, ...] = (
-    "AnnualCrop",
-    "Forest",
-    "HerbaceousVegetation",
-    "Highway",
-    "Industrial",
-    "Pasture",
-    "PermanentCrop",
-    "Residential",
-    "River",
-    "SeaLake",
-)
+SYNTHETIC_CLASSES: tuple[str, ...] = EUROSAT_CLASSES
 #: Per-sample metadata arrays returned next to ``images`` and ``labels``.
 METADATA_KEYS: tuple[str, ...] = (
     "region",
