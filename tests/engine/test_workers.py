@@ -71,6 +71,7 @@ def _differences(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
+@pytest.mark.slow  # three methods twice, one of them in worker processes
 def test_two_workers_bit_identical_to_in_process(tmp_path: Path) -> None:
     one, two = _run(tmp_path, 1), _run(tmp_path, 2)
     for method in ("scaffold", "gauss", "dpsgd"):

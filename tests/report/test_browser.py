@@ -35,9 +35,14 @@ LAUNCH_ARGS = [
     "--no-first-run",
 ]
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium not installed (apt-get install chromium)"
-)
+# Starting Chromium costs seconds per page: the full suite renders the reports, the fast
+# tier does not.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="chromium not installed (apt-get install chromium)"
+    ),
+]
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (dev extra)")
 
 _PAGE_FACTS = """() => ({
