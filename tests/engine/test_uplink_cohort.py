@@ -7,9 +7,9 @@ transmissions (status, pipeline, route, bytes, timings, decoded values), every t
 buffer, error-feedback residual, checkpointer reference and s_dot, the envelopes' counters
 and the last sealed bytes of every hop — because the cohort path runs the same
 element-wise float32 operations on rows of a batch (no reduction reorders: chunk min/max
-are exact; the checkpointer's row reductions are the same per-row kernel, and rows of
-≥ 32,768 values go one at a time). So the tolerance is zero, ±0 included (compared as
-bits).
+are exact; top-k keeps the per-client partition order at ties; the checkpointer's row
+reductions are the same per-row kernel, and rows of ≥ 32,768 values go one at a time). So
+the tolerance is zero, ±0 included (compared as bits).
 """
 
 from __future__ import annotations
@@ -187,15 +187,22 @@ def test_cohort_sealed_bytes_decrypt_to_the_reference_payloads() -> None:
             assert _bits(decode_payload(payload, D)) == _bits(tx.values)
 
 
-def test_topk_ties_go_to_the_lowest_indices() -> None:
-    """The tie rule both paths share: among equal magnitudes at the k-th place, the lowest
-    indices are kept (±0 are equal; a row and its cohort give the same set)."""
-    x = torch.tensor([1.0, -3.0, 1.0, 3.0, -1.0, 1.0, 3.0, -1.0])
-    assert topk_indices(x, 2).tolist() == [1, 3]  # three 3s tied for 2 places
-    assert topk_indices(x, 4).tolist() == [0, 1, 3, 6]  # the 3s, then the first 1
-    assert topk_indices(torch.tensor([0.0, -0.0, 0.0, -0.0]), 2).tolist() == [0, 1]
-    rows = np.abs(np.stack([x.numpy(), x.numpy()[::-1].copy()]))
-    assert topk_rows(rows, 4).tolist() == [[0, 1, 3, 6], [0, 1, 4, 6]]
+@pytest.mark.parametrize("d", [8, 40, 1000, 15_105])
+def test_topk_rows_keep_the_per_client_tie_rule(d: int) -> None:
+    """The tie rule both paths share is :func:`topk_indices`' partition order: on rows
+    full of ties at the k-th magnitude (values from a handful of levels, ±0 among them)
+    every row of the cohort keeps exactly the set the row alone keeps, and that set is a
+    top-k (nothing dropped is larger than anything kept)."""
+    rng = np.random.default_rng(d)
+    levels = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e-45, F32_MAX], np.float32)
+    rows = levels[rng.integers(0, levels.size, size=(16, d))]
+    k = max(1, d // 10)
+    got = topk_rows(np.abs(rows), k)
+    for i in range(rows.shape[0]):
+        one = topk_indices(torch.from_numpy(rows[i].copy()), k)
+        assert got[i].tolist() == one.tolist()
+        dropped = np.delete(np.abs(rows[i]), one)
+        assert dropped.size == 0 or dropped.max() <= np.abs(rows[i][one]).min()
 
 
 def test_sparse_rows_equal_sparse_per_row() -> None:

@@ -8,10 +8,10 @@ sent as whichever of two codes is smaller for this update:
 * **bitmap**: one bit per parameter, ⌈D / 8⌉ bytes — smaller once k/D ≳ 1/8.
 
 Both coders are vectorised (no Python loop over indices), and over a cohort's rows too
-(:func:`topk_rows`, :func:`encode_index_rows`). Ties at the k-th magnitude go to the lowest
-indices (:func:`topk_rows`). Decoders validate everything
-(terminated varints, at most 5 bytes each, strictly increasing indices below D, exactly k
-of them) and raise :class:`ValueError` on malformed input.
+(:func:`topk_rows`, :func:`encode_index_rows`: the same selection and codes row by row).
+Decoders validate everything (terminated varints, at most 5 bytes each, strictly
+increasing indices below D, exactly k of them) and raise :class:`ValueError` on malformed
+input.
 """
 
 from __future__ import annotations
@@ -53,38 +53,40 @@ def topk_count(dim: int, k_frac: float) -> int:
 
 
 def topk_indices(values: torch.Tensor, k: int) -> np.ndarray:
-    """Sorted int64 indices of the ``k`` largest-magnitude entries of ``values [D]``
-    (:func:`topk_rows` of one row: ties at the k-th magnitude go to the lowest indices)."""
+    """Sorted int64 indices of the ``k`` largest-magnitude entries of ``values [D]``.
+
+    Selection by ``np.argpartition`` (introselect, O(D), deterministic; ties at the k-th
+    magnitude are broken by its partition order): 5–12× faster than ``torch.topk`` at
+    D = 1.2e5–1e6 on one core.
+    """
+    d = values.numel()
+    if k >= d:
+        return np.arange(d, dtype=np.int64)
     mags = np.abs(values.detach().to(torch.float32).contiguous().numpy())
-    return topk_rows(mags.reshape(1, -1), k)[0]
+    idx = np.argpartition(mags, d - k)[d - k :]
+    idx.sort()
+    return idx.astype(np.int64, copy=False)
 
 
 def topk_rows(mags: np.ndarray, k: int) -> np.ndarray:
-    """``[K, k]`` sorted int64 indices of the ``k`` largest entries of each row of
-    ``mags [K, D]`` (magnitudes; NaN ranks lowest), ties at the k-th value broken by the
-    lowest index.
+    """:func:`topk_indices` of every row of ``mags [K, D]`` (magnitudes): ``[K, k]``.
 
-    The tie rule makes the kept set a function of the row alone — the same for one tractor
-    and for the cohort, on any machine; selecting by partition order alone would leave it
-    to the partition algorithm (its SIMD variant and the row's alignment), which matters
-    whenever a boundary value repeats (sparse updates: many exact zeros, ±0 equal). Cost
-    O(K·D): one ``np.partition`` per row for the k-th value t, then every entry above t and
-    the first ``k − #{> t}`` entries equal to t, in index order.
+    The tie rule is :func:`topk_indices`' own, kept so that every preset keeps its bits:
+    among equal magnitudes at the k-th place, the ones ``np.argpartition(|x|, D − k)``
+    leaves on the upper side — a deterministic function of the row's values and length
+    (not of the row's neighbours or memory alignment: numpy partitions each row of a 2-D
+    array with the same routine it runs on a 1-D array). It is numpy's partition order,
+    not a position rule such as "lowest index first" (which would change the kept set of
+    updates whose boundary value repeats — common in real runs, e.g. identical input
+    features give identical gradient entries), and it may differ between CPUs whose numpy
+    dispatches another partition kernel, for one tractor and for the cohort alike.
     """
     rows, d = mags.shape
     if k >= d:
         return np.broadcast_to(np.arange(d, dtype=np.int64), (rows, d)).copy()
-    if k <= 0 or rows == 0:
-        return np.zeros((rows, 0), np.int64)
-    kth = np.partition(mags, d - k, axis=1)[:, d - k : d - k + 1]
-    if np.isnan(kth).any():  # NaN (an overflowed coalesced update) ranks below every value
-        mags = np.where(np.isnan(mags), -1.0, mags)
-        kth = np.partition(mags, d - k, axis=1)[:, d - k : d - k + 1]
-    above = mags > kth
-    tied = mags == kth
-    need = k - above.sum(axis=1, keepdims=True)
-    keep = above | (tied & (np.cumsum(tied, axis=1) <= need))
-    return np.nonzero(keep)[1].reshape(rows, k).astype(np.int64, copy=False)
+    idx = np.argpartition(mags, d - k, axis=1)[:, d - k :]
+    idx.sort(axis=1)
+    return idx.astype(np.int64, copy=False)
 
 
 def _leb128(gaps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
