@@ -30,7 +30,7 @@ import hashlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -364,11 +364,11 @@ class Uplink:
         enc, residual = encode_with_feedback(
             x, st.residual, pipe, self.cfg.pipelines, round_idx=self._round, rng=rng
         )
-        tx = self._send(enc, x.numel(), client, via, origin, score)
+        tx = self._send(enc, x.numel(), client, via, origin, score, age)
         if tx.status is not TransmitStatus.DELIVERED:
             return self._buffer(st, x, age, tx)
         st.residual, st.last_sent = residual, enc.recon
-        return replace(tx, buffered_rounds=age)
+        return tx
 
     # -- a cohort --------------------------------------------------------------------------
     def transmit_cohort(self, deltas: torch.Tensor, clients: Sequence[int]) -> list[Transmission]:
@@ -528,12 +528,13 @@ class Uplink:
         move (copies, so no tractor holds a cohort's batch alive), else it is buffered."""
         known = enc.recon if finite else None
         st = self.tractors[client]
-        tx = self._send(enc, x.numel(), client, route.via, route.origin, route.score, known)
+        r = route
+        tx = self._send(enc, x.numel(), client, r.via, r.origin, r.score, r.age, known)
         if tx.status is not TransmitStatus.DELIVERED:
-            return self._buffer(st, x.clone(), route.age, tx)
+            return self._buffer(st, x.clone(), r.age, tx)
         st.residual = None if residual is None else residual.clone()
         st.last_sent = enc.recon.clone()
-        return replace(tx, buffered_rounds=route.age)
+        return tx
 
     def _route(
         self, st: _Tractor, x: torch.Tensor, client: int, age: int, score: float
@@ -584,9 +585,11 @@ class Uplink:
         via: int | None,
         origin: int,
         score: float,
+        age: int = 0,
         known: torch.Tensor | None = None,
     ) -> Transmission:
         """Hops of one encoded update: [tractor → neighbour →] server; decode on arrival.
+        ``age``: the rounds its oldest content waited (recorded when delivered).
 
         ``known``: the decoding of ``enc.frames`` when the cohort path already has it (the
         encoder's finite reconstruction): used only if the receiver opened exactly those
@@ -614,9 +617,23 @@ class Uplink:
         opened, why = self._hop(frames[:done], origin, receiver, client)
         arrived = [payload for _, payload in opened]
         latency = elapsed + l_ms / 1e3 + 8.0 * sum(carried) / (b * 1e6)
-        tx = Transmission(
+        status, detail = TransmitStatus.DELIVERED, ""
+        values = header = None
+        if reason or why or len(frames) < len(payloads):
+            status, detail = TransmitStatus.REJECTED, f"envelope {reason or why}"
+        elif done < len(frames):
+            late = f"{len(frames) - done} of {len(frames)} frames past the deadline"
+            status, detail = TransmitStatus.DEADLINE, late
+        else:
+            try:
+                values = self._decoded(arrived[len(head) :], enc, dim, known)
+                header = arrived[0] if head else None
+            except PayloadError as err:
+                status, detail = TransmitStatus.REJECTED, f"payload: {err}"
+        delivered = status is TransmitStatus.DELIVERED
+        return Transmission(
             client,
-            TransmitStatus.DELIVERED,
+            status,
             score,
             enc.pipeline,
             via,
@@ -625,21 +642,25 @@ class Uplink:
             energy,
             latency,
             local_s=elapsed,
+            buffered_rounds=age if delivered else 0,
+            detail=detail,
+            values=values,
+            header=header,
         )
-        if reason or why or len(frames) < len(payloads):
-            return replace(tx, status=TransmitStatus.REJECTED, detail=f"envelope {reason or why}")
-        if done < len(frames):
-            late = f"{len(frames) - done} of {len(frames)} frames past the deadline"
-            return replace(tx, status=TransmitStatus.DEADLINE, detail=late)
-        got = arrived[len(head) :]
-        try:
-            if known is not None and tuple(got) == enc.frames:
-                values = known.clone()
-            else:
-                values = decode_update(got, dim).values
-            return replace(tx, values=values, header=arrived[0] if head else None)
-        except PayloadError as err:
-            return replace(tx, status=TransmitStatus.REJECTED, detail=f"payload: {err}")
+
+    @staticmethod
+    def _decoded(
+        got: list[bytes], enc: EncodedUpdate, dim: int, known: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The receiver's ``[D]`` update from the payloads it opened: ``known`` (a copy)
+        when they are exactly the encoder's bytes, else decoded.
+
+        Raises:
+            PayloadError: Malformed payloads.
+        """
+        if known is not None and tuple(got) == enc.frames:
+            return known.clone()
+        return decode_update(got, dim).values
 
     def superpose(self, deltas: torch.Tensor) -> None:
         """AirComp-FL (``aircomp`` set): the round's delivered updates ``[n, D]`` become one
