@@ -94,7 +94,13 @@ def _tx_fields(tx: Transmission) -> tuple[Any, ...]:
 
 def _state(up: Uplink) -> list[Any]:
     tractors = [
-        (_bits(t.residual), _bits(t.last_sent), _bits(t.pending), t.pending_age, t.dot_prev)
+        (
+            _bits(t.residual),
+            _bits(t.last_sent),
+            _bits(t.pending),
+            t.pending_age,
+            float(t.dot_prev).hex(),
+        )
         for t in up.tractors
     ]
     counters = sorted((key, s.counter, s.epoch) for key, s in up.sealers.items())
