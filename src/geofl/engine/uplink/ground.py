@@ -236,6 +236,7 @@ class Uplink:
         self.header: Callable[[int], bytes] | None = None
         self._round = 0
         self._links = LinkStates(np.zeros((0, 3)), np.zeros(0, bool))
+        self._drawn: tuple[tuple[int, int], LinkStates] | None = None
         self._nqi = np.zeros(0)
         self._air: Superposition | None = None
 
@@ -248,12 +249,22 @@ class Uplink:
             links: Use these link states instead of drawing them (replayed traces, tests).
         """
         self._round, self._air = round_idx, None
-        if links is None:
-            links = sample_link_states(self.profiles, self.cfg.network, self.seed, round_idx)
-        self._links = links
+        self._links = self.drawn_links(round_idx) if links is None else links
         self._nqi = nqi(self._links.values, self.ranges, np.array(self.cfg.nqi.weights))
         epoch = (round_idx - 1) // self.cfg.security.epoch_rounds
         rotate_all(epoch, self.sealers.values(), self.openers.values())
+
+    def drawn_links(self, round_idx: int, seed: int | None = None) -> LinkStates:
+        """The link states drawn for ``round_idx`` (003 §2.3.1; generator (seed, round,
+        client, "link")): the draw of the last round asked for is kept, so a scheduler
+        that needs the same round's outages again (the hierarchy's downlink) gets them
+        without drawing them per tractor a second time. ``seed``: another run seed's
+        draw (default: the uplink's)."""
+        seed = self.seed if seed is None else seed
+        if self._drawn is None or self._drawn[0] != (seed, round_idx):
+            links = sample_link_states(self.profiles, self.cfg.network, seed, round_idx)
+            self._drawn = ((seed, round_idx), links)
+        return self._drawn[1]
 
     def _sealer(self, sender: int, receiver: int) -> Sealer:
         key = (sender, receiver)
