@@ -15,13 +15,18 @@ the tolerance is zero, ±0 included (compared as bits).
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
+from geofl.config.load import load_config
 from geofl.config.uplink import UplinkConfig
+from geofl.engine.experiment import _plan, load_dataset, prepare_split
+from geofl.engine.run import FederatedRun
 from geofl.engine.uplink.ground import Transmission, TransmitStatus, Uplink
 from geofl.network.payload import decode_payload, encode_sparse, encode_sparse_rows
 from geofl.network.rural import LinkStates
@@ -226,3 +231,76 @@ def test_cohort_refuses_a_malformed_call() -> None:
         up.transmit_cohort(torch.zeros(2, D), [1, 1])
     with pytest.raises(ValueError, match=r"pass \[K, D\]"):
         up.transmit_cohort(torch.zeros(2, D), [0, 1, 2])
+
+
+def _rounds(
+    tmp: Path, raw: dict[str, Any], cohort: bool, rounds: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Round records of ``raw``'s first method with the uplink as one cohort or per client
+    (``SyncScheduler.cohort_uplink``), wall-clock times dropped; and how many calls the
+    per-client ``Uplink.transmit`` got."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "cfg.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path)
+    ds = load_dataset(cfg)
+    splits, parts = _plan(cfg, ds)
+    seed, method = cfg.seeds[0], cfg.methods[0]
+    data = prepare_split(ds, cfg, seed, splits[seed])
+    out = tmp / ("cohort" if cohort else "per-client")
+    run = FederatedRun(cfg, method, seed, data, parts[seed][method.name], out)
+    sync = getattr(run.scheduler, "sync", run.scheduler)
+    sync.cohort_uplink = cohort
+    uplink, calls = run.comps.uplink, [0]
+    assert uplink is not None
+    one = uplink.transmit
+
+    def counted(delta: torch.Tensor, client: int) -> Transmission:
+        calls[0] += 1
+        return one(delta, client)
+
+    uplink.transmit = counted  # type: ignore[method-assign]
+    params, records = run.init_params, []
+    for r in range(1, rounds + 1):
+        got = run.scheduler.round(params, r)
+        run.comps.store.commit()
+        params = got.params
+        records.append({k: v for k, v in got.record.to_json().items() if k != "time_s"})
+    return records, calls[0]
+
+
+@pytest.mark.parametrize("hierarchy", [False, True], ids=["flat", "hierarchy"])
+def test_scheduler_rounds_equal_with_the_cohort_uplink(tmp_path: Path, hierarchy: bool) -> None:
+    """The call site: ``SyncScheduler.collect`` sending a round's uploads as one cohort
+    gives the round records of one ``transmit`` per client — flat and in the hierarchy
+    (tractor → driver, χ header), with tampering, replays and losses on the links."""
+    method: dict[str, Any] = {
+        "name": "m",
+        "partition": {"name": "group", "key": "tractor"},
+        "uplink": {
+            "network": {"p_fail": 0.25},
+            "security": {"tamper_prob": 0.2, "replay_prob": 0.3},
+        },
+    }
+    if hierarchy:
+        method["hierarchy"] = {"round_s": 3600.0, "driver_deadline_s": 600.0}
+    raw = {
+        "name": "cohort-uplink",
+        "seeds": [1],
+        "task": {"name": "binary"},
+        "data": {
+            "dataset": "synthetic_agri",
+            "params": {"task": "stress", "seed": 0, "num_tractors": 40, "num_blocks": 80},
+            "bands": "all",
+            "split": {"val": 0.1, "test": 0.1},
+        },
+        "model": {"name": "mlp", "params": {"hidden": [4]}},
+        "train": {"optimizer": "sgd", "lr": 0.05, "batch_size": 8, "local_steps": 2},
+        "federation": {"num_clients": 40, "rounds": 3},
+        "methods": [method],
+    }
+    want, per_client = _rounds(tmp_path / "a", raw, False, 3)
+    got, none = _rounds(tmp_path / "b", raw, True, 3)
+    assert got == want
+    assert per_client > 0 and none == 0  # the cohort path never falls back per client
+    assert sum(r["uplink"]["status"].get("delivered", 0) for r in got) > 0
