@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/bench_hierarchy.py [--rounds 100] [--rounds-large 2]
-        [--large 10000] [--uplink] [--quick]
+        [--large 10000] [--uplink] [--quick] [--batched | --uplink-compare]
 
 What is measured and why: the event-driven hierarchy (:mod:`geofl.engine.hierarchy.scheduler`) must
 scale with the fleet — the clock, the drivers' FedAvg, the LEO passes, relays, GEO
@@ -21,7 +21,7 @@ run has fewer rounds (``--rounds-large``) because its client steps alone take se
 round; rates are per round, so the ratio 10,000 / 120 compares like with like. Both sizes
 run in this one process, back to back.
 
-Three more measurements, each on its own flag (issues 32 and 36):
+Four more measurements, each on its own flag (issues 32 and 36):
 
 * ``--batched``: the batched client step (``federation.batch_clients: auto``) vs the
   sequential one at 120 and ``--large`` tractors, interleaved size by size in this process:
@@ -29,6 +29,15 @@ Three more measurements, each on its own flag (issues 32 and 36):
   CPU seconds of a round (``cpu_ms``: what a loaded machine inflates least) and the
   process's peak resident memory so far (``peak_mb``, ``ru_maxrss``: monotone over the
   rows, so a row's figure includes the rows before it).
+
+* ``--uplink-compare``: the 003 ground uplink (``--uplink``: the method's default
+  ``uplink`` — cosine checkpointer, NQI gate, top-k + 4-bit / dense 8-bit pipelines with
+  error feedback, XSalsa20-Poly1305 envelopes per hop, rural links) carried one tractor at
+  a time (:meth:`~geofl.engine.uplink.ground.Uplink.transmit`, the reference) and as one
+  cohort (:meth:`~geofl.engine.uplink.ground.Uplink.transmit_cohort`), batched client step
+  on, at 120 and ``--large`` tractors, size by size in this process: rounds per second,
+  the scheduler's uplink call per round and per tractor that entered it (µs), and the
+  final model hash of each (the two paths give the same bits).
 
 * ``--workers-compare``: ``federation.workers`` 2 vs 1 on the asynchronous hierarchy at 120
   tractors with client steps worth parallelising (``--worker-hidden``, ``--worker-steps``):
@@ -191,6 +200,76 @@ def compare_batched(args: argparse.Namespace) -> None:
         )
 
 
+def _measure_uplink(
+    tractors: int, rounds: int, tmp: Path, cohort: bool
+) -> dict[str, float | int | str]:
+    """One run with the 003 uplink and the batched client step, its uplink carried as one
+    cohort (:meth:`Uplink.transmit_cohort`) or per client (the reference), with the
+    scheduler's uplink call timed: rounds per second and the uplink's µs per tractor that
+    entered it (median over rounds)."""
+    raw = _raw(tractors, rounds, True)
+    raw["federation"]["batch_clients"] = "auto"
+    path = tmp / f"{tractors}-uplink.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path)
+    ds = load_dataset(cfg)
+    splits, parts = _plan(cfg, ds)
+    data = prepare_split(ds, cfg, SEED, splits[SEED])
+    side = "cohort" if cohort else "per-client"
+    run = FederatedRun(
+        cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / f"{tractors}{side}"
+    )
+    sync = run.scheduler.sync  # type: ignore[attr-defined]
+    sync.cohort_uplink = cohort
+    plain, spent = sync._uplink, []
+
+    def timed(outcomes: Any) -> Any:
+        t0 = time.perf_counter()
+        txs = plain(outcomes)
+        spent.append((time.perf_counter() - t0, sum(tx is not None for tx in txs)))
+        return txs
+
+    sync._uplink = timed
+    params, total, hashes = run.init_params, [], []
+    for r in range(1, rounds + 1):
+        out = run.scheduler.round(params, r)
+        run.comps.store.commit()
+        params = out.params
+        total.append(out.record.time_s["total"])
+        hashes.append(out.record.model_sha256 or "")
+    return {
+        "tractors": tractors,
+        "uplink": side,
+        "rounds": rounds,
+        "rounds_per_s": 1.0 / statistics.median(total),
+        "total_ms": 1e3 * statistics.median(total),
+        "uplink_ms": 1e3 * statistics.median(t for t, _ in spent),
+        "uplink_us": 1e6 * statistics.median(t / max(n, 1) for t, n in spent),
+        "model_sha256": hashes[-1][:12],
+    }
+
+
+def compare_uplink(args: argparse.Namespace) -> None:
+    """``--uplink-compare``: 120 and ``--large`` tractors with the 003 uplink, carried per
+    client (the reference) and as one cohort, size by size in this one process."""
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for tractors, rounds in ((120, args.rounds), (args.large, args.rounds_large)):
+            for cohort in (False, True):
+                rows.append(_measure_uplink(tractors, rounds, Path(d), cohort))
+    keys = ["tractors", "uplink", "rounds", "rounds_per_s", "total_ms", "uplink_ms"]
+    keys += ["uplink_us", "model_sha256"]
+    print_table(keys, [[row[k] for k in keys] for row in rows], title="median per round (ms)")
+    for ref, coh in zip(rows[::2], rows[1::2], strict=True):
+        speed = float(coh["rounds_per_s"]) / float(ref["rounds_per_s"])
+        print(
+            f"{ref['tractors']} tractors: cohort uplink rounds/s ×{speed:.2f}, uplink µs per "
+            f"tractor {float(ref['uplink_us']):.0f} → {float(coh['uplink_us']):.0f} "
+            f"(×{float(ref['uplink_us']) / float(coh['uplink_us']):.2f}); same final model: "
+            f"{ref['model_sha256'] == coh['model_sha256']}"
+        )
+
+
 def _worker_run(
     workers: int, rounds: int, hidden: int, steps: int, tmp: Path
 ) -> tuple[FederatedRun, Any]:
@@ -321,6 +400,11 @@ def main() -> None:
     ap.add_argument(
         "--batched", action="store_true", help="batched vs sequential client steps (issue 36)"
     )
+    ap.add_argument(
+        "--uplink-compare",
+        action="store_true",
+        help="the 003 uplink per client vs as one cohort (issue 36)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.rounds_large, args.large = 3, 1, 240
@@ -331,6 +415,10 @@ def main() -> None:
         return
     header("bench_hierarchy", args)
     t_start = time.perf_counter()
+    if args.uplink_compare:
+        compare_uplink(args)
+        footer(t_start)
+        return
     if args.batched:
         compare_batched(args)
         footer(t_start)

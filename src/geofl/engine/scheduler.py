@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -100,6 +100,10 @@ class SyncScheduler:
         self.runner = runner
         self.dim = comps.workspace.spec.numel
         self.observe_layers = observe_layers
+        #: The uplink carries a round's uploads as one cohort (:meth:`Uplink.transmit_cohort`);
+        #: False: one :meth:`Uplink.transmit` per client, the reference the benchmark and
+        #: the equivalence tests compare it with (same results, bit for bit).
+        self.cohort_uplink = True
         self.num_classes = _class_count(comps.clients)
         self.previous_aggregate: torch.Tensor | None = None
         # Accepted uploads are copied as they arrive into rows of [K, D] buffers reused
@@ -210,22 +214,42 @@ class SyncScheduler:
         detail = self._malformed(update, sender)
         return None if detail is None else Rejection(sender, RejectionReason.MALFORMED, detail)
 
-    def _transmit(
-        self, update: ClientUpdate, sender: int, out: Collected
-    ) -> tuple[ClientUpdate, Rejection | None, Transmission | None]:
-        """The 003 uplink (``method.uplink``): Δw leaves encoded and sealed, the server opens
-        and decodes it; what does not arrive is refused like a lost upload (or held back).
-
-        A malformed upload never enters the uplink (its buffer would carry it on); the
-        decoded Δw replaces the client's, and ``bytes_sent`` becomes the bytes of every
-        hop (envelopes included) plus any extra uploaded tensors, sent dense. Also returns
-        the uplink's transmission (None when the upload never entered the uplink).
-        """
+    def _uplink(self, outcomes: Sequence[tuple[int, StepOutcome]]) -> list[Transmission | None]:
+        """The 003 uplink (``method.uplink``) of the round's well-formed uploads, in cohort
+        order, as one cohort (:attr:`cohort_uplink`) or one client at a time: each
+        outcome's transmission, None where the upload never entered the uplink (none, or
+        malformed: its buffer would carry it on)."""
         uplink = self.c.uplink
-        detail = self._malformed(update, sender)
-        if uplink is None or detail is not None:
+        txs: list[Transmission | None] = [None] * len(outcomes)
+        if uplink is None:
+            return txs
+        rows = [
+            i
+            for i, (k, res) in enumerate(outcomes)
+            if isinstance(res, ClientResult) and self._malformed(res.update, k) is None
+        ]
+        deltas = [cast(ClientResult, outcomes[i][1]).update.delta for i in rows]
+        senders = [outcomes[i][0] for i in rows]
+        if not self.cohort_uplink or len(set(senders)) < len(senders):
+            got = [uplink.transmit(d, k) for d, k in zip(deltas, senders, strict=True)]
+        else:
+            got = uplink.transmit_cohort(torch.stack(deltas), senders) if rows else []
+        for i, tx in zip(rows, got, strict=True):
+            txs[i] = tx
+        return txs
+
+    def _transmit(
+        self, update: ClientUpdate, sender: int, out: Collected, tx: Transmission | None
+    ) -> tuple[ClientUpdate, Rejection | None, Transmission | None]:
+        """Take in the uplink's transmission ``tx`` of an upload (None: it never entered
+        the uplink): Δw left encoded and sealed, the server opened and decoded it; what
+        did not arrive is refused like a lost upload (or held back).
+
+        The decoded Δw replaces the client's, and ``bytes_sent`` becomes the bytes of
+        every hop (envelopes included) plus any extra uploaded tensors, sent dense.
+        """
+        if tx is None:
             return update, None, None
-        tx = uplink.transmit(update.delta, sender)
         out.transmissions.append(tx)
         if tx.values is None:
             held = tx.status in (TransmitStatus.HELD, TransmitStatus.SKIPPED)
@@ -278,14 +302,18 @@ class SyncScheduler:
             self.c.uplink.begin_round(round_idx)
         directives = self._directives(round_idx, trained, plan.extra, plan.payload)
         steps = self._steps(global_params, directives, held)
+        outcomes: list[tuple[int, StepOutcome]] = []
         for k in trained:
             t0 = time.perf_counter()
-            res = next(steps)
+            outcomes.append((k, next(steps)))
+            if isinstance(outcomes[-1][1], ClientResult):
+                out.train_time += time.perf_counter() - t0
+        sent = self._uplink(outcomes)  # the cohort's uploads over the uplink, in order
+        for (k, res), tx in zip(outcomes, sent, strict=True):
             if isinstance(res, BudgetExhaustedError | LostUpload):
                 out.rejected.append(declined(res, k, round_idx))
                 continue
-            out.train_time += time.perf_counter() - t0
-            self._receive(res, k, round_idx, out, len(trained))
+            self._receive(res, k, round_idx, out, len(trained), tx)
         return out
 
     def _directives(
@@ -307,17 +335,24 @@ class SyncScheduler:
         return directives
 
     def _receive(
-        self, res: ClientResult, k: int, round_idx: int, out: Collected, rows: int
+        self,
+        res: ClientResult,
+        k: int,
+        round_idx: int,
+        out: Collected,
+        rows: int,
+        sent: Transmission | None = None,
     ) -> None:
-        """Take in client ``k``'s step: its logs, then its upload through the uplink and
-        admission; accepted, it fills the next row of the ``[rows, D]`` buffers."""
+        """Take in client ``k``'s step: its logs, then its upload's transmission over the
+        uplink (``sent``, from :meth:`_uplink`) and admission; accepted, it fills the next
+        row of the ``[rows, D]`` buffers."""
         if res.local_log:
             out.client_log[str(k)] = dict(res.local_log)
         if res.epsilon is not None:
             out.epsilon[str(k)] = res.epsilon
         update, rejection, tx = res.update, None, None
         if self.c.uplink is not None:
-            update, rejection, tx = self._transmit(update, k, out)
+            update, rejection, tx = self._transmit(update, k, out, sent)
         if rejection is None:
             rejection = self._admit(update, k, round_idx)
         if rejection is not None:

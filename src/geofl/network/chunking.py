@@ -29,13 +29,22 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from geofl.network.payload import CHUNK_ID, TAGGED_ID, PayloadError, quantised_body, read_body
+from geofl.network.payload import (
+    CHUNK_ID,
+    TAGGED_ID,
+    PayloadError,
+    quantised_body,
+    quantised_body_rows,
+    read_body,
+    rows_with_head,
+)
 
 __all__ = [
     "FRAME_HEADER_BYTES",
     "TAG_HEADER_BYTES",
     "Reassembly",
     "Tagged",
+    "encode_frame_rows",
     "encode_frames",
     "join_tagged",
     "reassemble",
@@ -105,6 +114,40 @@ def encode_frames(
         body, recon[start : start + n] = quantised_body(x[start : start + n], bits, chunk)
         head = _FRAME.pack(CHUNK_ID, bits, 0, round_idx, i, count, start, n, dim, chunk, timestamp)
         frames.append(head + body)
+    return frames, torch.from_numpy(recon)
+
+
+def encode_frame_rows(
+    deltas: torch.Tensor,
+    *,
+    round_idx: int,
+    timestamp: float,
+    frame_values: int = 65536,
+    bits: int = 8,
+    chunk: int = 512,
+) -> tuple[list[list[bytes]], torch.Tensor]:
+    """:func:`encode_frames` of every row of ``deltas [K, D]``: each row's frames and the
+    reconstructions ``[K, D]``, row i bit-equal to ``encode_frames(deltas[i], …)``.
+
+    One pass per frame position over all rows (a frame's header is the same for every
+    row: the tags are the round's), not one per row and frame.
+    """
+    if frame_values < 1:
+        raise ValueError(f"frame_values: {frame_values}; use at least 1 parameter per frame")
+    x = deltas.detach().to(torch.float32).contiguous().numpy()
+    rows, dim = x.shape
+    count = max(1, -(-dim // frame_values))
+    frames: list[list[bytes]] = [[] for _ in range(rows)]
+    recon = np.empty((rows, dim), np.float32)
+    for i in range(count):
+        start = i * frame_values
+        n = min(frame_values, dim - start)
+        body, recon[:, start : start + n] = quantised_body_rows(
+            x[:, start : start + n], bits, chunk
+        )
+        head = _FRAME.pack(CHUNK_ID, bits, 0, round_idx, i, count, start, n, dim, chunk, timestamp)
+        for mine, frame in zip(frames, rows_with_head(head, body), strict=True):
+            mine.append(frame)
     return frames, torch.from_numpy(recon)
 
 

@@ -27,6 +27,7 @@ driver → LEO hop) are in :mod:`geofl.network.chunking`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -35,18 +36,23 @@ from geofl.network.quantize import (
     SUPPORTED_BITS,
     Quantised,
     dequantise,
+    dequantise_rows,
+    pack_code_rows,
     pack_codes,
     packed_size,
     quantise,
+    quantise_rows,
     unpack_codes,
 )
 from geofl.network.sparse import (
     IndexCoding,
     decode_bitmap,
     decode_varint_gaps,
+    encode_index_rows,
     encode_indices,
     topk_count,
     topk_indices,
+    topk_rows,
 )
 
 __all__ = [
@@ -60,8 +66,11 @@ __all__ = [
     "decode_raw",
     "decode_sparse",
     "encode_dense",
+    "encode_dense_rows",
     "encode_raw",
+    "encode_raw_rows",
     "encode_sparse",
+    "encode_sparse_rows",
 ]
 
 SPARSE_ID, CHUNK_ID, DENSE_ID, RAW_ID, TAGGED_ID = 1, 2, 3, 4, 5
@@ -83,6 +92,28 @@ def quantised_body(
     q = quantise(values, bits, chunk, rng)
     body = q.lo.tobytes() + q.scale.tobytes() + pack_codes(q.codes, bits)
     return body, dequantise(q)
+
+
+def quantised_body_rows(
+    values: np.ndarray,
+    bits: int,
+    chunk: int,
+    rngs: Sequence[np.random.Generator] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`quantised_body` of every row of ``values [K, n]``: the bodies as one
+    ``[K, body_size(n, bits, chunk)]`` uint8 array (row i's bytes are row i's body, built
+    in one pass, no per-row concatenation) and the reconstructions ``[K, n]``."""
+    q = quantise_rows(values, bits, chunk, rngs)
+    parts = [q.lo.view(np.uint8), q.scale.view(np.uint8), pack_code_rows(q.codes, bits)]
+    return np.concatenate(parts, axis=1), dequantise_rows(q)
+
+
+def rows_with_head(head: bytes, body: np.ndarray) -> list[bytes]:
+    """One ``bytes`` per row of ``head ‖ body[i]``, each built once from one buffer."""
+    whole = np.concatenate([np.tile(np.frombuffer(head, np.uint8), (body.shape[0], 1)), body], 1)
+    width = whole.shape[1]
+    blob = whole.tobytes()
+    return [blob[i * width : (i + 1) * width] for i in range(whole.shape[0])]
 
 
 def body_size(n: int, bits: int, chunk: int) -> int:
@@ -143,6 +174,35 @@ def encode_sparse(
     return head + index_bytes + body, torch.from_numpy(recon)
 
 
+def encode_sparse_rows(
+    deltas: torch.Tensor, k_frac: float = 0.1, bits: int = 4, chunk: int = 512
+) -> tuple[list[bytes], torch.Tensor]:
+    """:func:`encode_sparse` of every row of ``deltas [K, D]`` (the cohort uplink): row i's
+    payload and reconstruction are bit-equal to ``encode_sparse(deltas[i], …)`` — the same
+    top-k rule (:func:`~geofl.network.sparse.topk_rows`), index code and row quantiser."""
+    x = _as_numpy(deltas)
+    rows, dim = x.shape
+    k = topk_count(dim, k_frac)
+    idx = topk_rows(np.abs(x), k)
+    codes = encode_index_rows(idx, dim)
+    body, recon_vals = quantised_body_rows(np.take_along_axis(x, idx, axis=1), bits, chunk)
+    recon = np.zeros((rows, dim), np.float32)
+    np.put_along_axis(recon, idx, recon_vals, axis=1)
+    width = body.shape[1]
+    blob = memoryview(body.tobytes())
+    payloads = [
+        b"".join(
+            (
+                _SPARSE.pack(SPARSE_ID, bits, int(coding), 0, dim, k, chunk, len(index_bytes)),
+                index_bytes,
+                blob[i * width : (i + 1) * width],
+            )
+        )
+        for i, (coding, index_bytes) in enumerate(codes)
+    ]
+    return payloads, torch.from_numpy(recon)
+
+
 def decode_sparse(payload: bytes, dim: int) -> torch.Tensor:
     """``[dim]`` float32 update from a sparse payload (zeros off the kept indices)."""
     buf = memoryview(payload)
@@ -183,6 +243,20 @@ def encode_dense(
     return _DENSE.pack(DENSE_ID, bits, 0, dim, chunk) + body, torch.from_numpy(recon)
 
 
+def encode_dense_rows(
+    deltas: torch.Tensor,
+    bits: int = 8,
+    chunk: int = 512,
+    rngs: Sequence[np.random.Generator] | None = None,
+) -> tuple[list[bytes], torch.Tensor]:
+    """:func:`encode_dense` of every row of ``deltas [K, D]`` (``rngs``: one generator per
+    row for stochastic rounding); row i bit-equal to ``encode_dense(deltas[i], …)``."""
+    x = _as_numpy(deltas)
+    body, recon = quantised_body_rows(x, bits, chunk, rngs)
+    head = _DENSE.pack(DENSE_ID, bits, 0, x.shape[1], chunk)
+    return rows_with_head(head, body), torch.from_numpy(recon)
+
+
 def decode_dense(payload: bytes, dim: int) -> torch.Tensor:
     """``[dim]`` float32 update from a dense payload."""
     buf = memoryview(payload)
@@ -198,6 +272,13 @@ def encode_raw(delta: torch.Tensor) -> tuple[bytes, torch.Tensor]:
     """Δw as float32 bytes (no compression), the reference the pipelines are compared to."""
     x = _as_numpy(delta)
     return _RAW.pack(RAW_ID, 0, 0, x.size) + x.tobytes(), torch.from_numpy(x.copy())
+
+
+def encode_raw_rows(deltas: torch.Tensor) -> tuple[list[bytes], torch.Tensor]:
+    """:func:`encode_raw` of every row of ``deltas [K, D]``."""
+    x = _as_numpy(deltas)
+    body = x.view(np.uint8).reshape(x.shape[0], -1)
+    return rows_with_head(_RAW.pack(RAW_ID, 0, 0, x.shape[1]), body), torch.from_numpy(x.copy())
 
 
 def decode_raw(payload: bytes, dim: int) -> torch.Tensor:

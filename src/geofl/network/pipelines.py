@@ -38,14 +38,22 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from geofl.network.chunking import FRAME_HEADER_BYTES, encode_frames, reassemble
+from geofl.network.chunking import (
+    FRAME_HEADER_BYTES,
+    encode_frame_rows,
+    encode_frames,
+    reassemble,
+)
 from geofl.network.payload import (
     CHUNK_ID,
     PayloadError,
     decode_payload,
     encode_dense,
+    encode_dense_rows,
     encode_raw,
+    encode_raw_rows,
     encode_sparse,
+    encode_sparse_rows,
 )
 
 __all__ = [
@@ -55,6 +63,7 @@ __all__ = [
     "PipelineParams",
     "choose_pipeline",
     "decode_update",
+    "encode_rows",
     "encode_update",
     "encode_with_feedback",
 ]
@@ -172,6 +181,45 @@ def encode_update(
         return EncodedUpdate(pipeline, (payload,), recon)
     payload, recon = encode_dense(delta, params.fallback_bits, params.quant_chunk)
     return EncodedUpdate(pipeline, (payload,), recon)
+
+
+def encode_rows(
+    targets: torch.Tensor,
+    pipeline: Pipeline,
+    params: PipelineParams,
+    *,
+    round_idx: int = 0,
+    timestamp: float = 0.0,
+    rngs: Sequence[np.random.Generator] | None = None,
+) -> tuple[list[tuple[bytes, ...]], torch.Tensor]:
+    """:func:`encode_update` of every row of ``targets [K, D]`` with one pipeline (the
+    cohort uplink): each row's frames and the reconstructions ``[K, D]``, row i bit-equal
+    to ``encode_update(targets[i], …, rng=rngs[i])``. ``rngs``: ``paq``'s generators, one
+    per row (required there)."""
+    if pipeline is Pipeline.COMPRESSED:
+        payloads, recon = encode_sparse_rows(
+            targets, params.k_frac, params.sparse_bits, params.quant_chunk
+        )
+        return [(p,) for p in payloads], recon
+    if pipeline is Pipeline.CHUNKED:
+        frames, recon = encode_frame_rows(
+            targets,
+            round_idx=round_idx,
+            timestamp=timestamp,
+            frame_values=params.frame_values,
+            bits=params.chunked_bits,
+            chunk=params.quant_chunk,
+        )
+        return [tuple(f) for f in frames], recon
+    if pipeline is Pipeline.RAW:
+        payloads, recon = encode_raw_rows(targets)
+    elif pipeline is Pipeline.PAQ:
+        if rngs is None or len(rngs) != targets.shape[0]:
+            raise ValueError("the paq pipeline quantises stochastically; pass one generator a row")
+        payloads, recon = encode_dense_rows(targets, params.paq_bits, params.quant_chunk, rngs)
+    else:
+        payloads, recon = encode_dense_rows(targets, params.fallback_bits, params.quant_chunk)
+    return [(p,) for p in payloads], recon
 
 
 def encode_with_feedback(

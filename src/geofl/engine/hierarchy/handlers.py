@@ -39,7 +39,6 @@ from geofl.engine.hierarchy.stats import HierarchyStats
 from geofl.engine.hierarchy.tiers import DriverMean, driver_fedavg, leo_regional
 from geofl.engine.hierarchy.topology import Topology
 from geofl.hierarchy.clusters import DriverMonitor
-from geofl.network.rural import sample_link_states
 from geofl.server.tier import FlatTier, Tier
 
 __all__ = ["HierarchyEvents"]
@@ -343,6 +342,6 @@ class HierarchyEvents:
             self._outages = {
                 round_idx: np.zeros(n, dtype=bool)
                 if up is None
-                else sample_link_states(up.profiles, up.cfg.network, self.seed, round_idx).outage
+                else up.drawn_links(round_idx, self.seed).outage
             }
         return self._outages[round_idx]

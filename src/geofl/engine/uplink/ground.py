@@ -29,8 +29,8 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -47,6 +47,7 @@ from geofl.network.pipelines import (
     Pipeline,
     choose_pipeline,
     decode_update,
+    encode_rows,
     encode_with_feedback,
 )
 from geofl.network.rural import (
@@ -150,6 +151,29 @@ class _Tractor:
     dot_prev: float = 0.0  # s_dot of the last checkpointer test (Alg. 1 line 3)
 
 
+@dataclass(frozen=True)
+class _Route:
+    """Where one tractor's update goes once past the checkpointer (outage forwarding, NQI
+    gate, AirComp): the pipeline, the neighbour it is forwarded through and whose link
+    carries it (``origin``), the NQI it is scored by, and the rounds it waited."""
+
+    pipe: Pipeline
+    via: int | None
+    origin: int
+    score: float
+    age: int
+
+
+#: Values per slice of a cohort the uplink encodes at once (``[rows, D]`` float32 ≈ 64 MB):
+#: bounds the copies of a cohort of large models; slices are taken in cohort order.
+_SLICE_VALUES = 1 << 24
+#: From this row length on, the cohort's checkpointer tests run one row at a time: torch
+#: reduces a lone row this long in two passes across threads (its ``GRAIN_SIZE``), a
+#: summation order a row of a batch does not get, so one row at a time keeps the
+#: per-client bits — and a row this long costs more than the call.
+_GATE_ROW_ALONE = 32_768
+
+
 def link_bytes(tx: Transmission) -> int:
     """The bytes ``tx`` put on the links: geofl's one counting basis for uploaded bytes by
     hop, used by the ground uplink's ``bytes_by_hop`` and the hierarchy's tractor → driver
@@ -212,6 +236,7 @@ class Uplink:
         self.header: Callable[[int], bytes] | None = None
         self._round = 0
         self._links = LinkStates(np.zeros((0, 3)), np.zeros(0, bool))
+        self._drawn: tuple[tuple[int, int], LinkStates] | None = None
         self._nqi = np.zeros(0)
         self._air: Superposition | None = None
 
@@ -224,12 +249,22 @@ class Uplink:
             links: Use these link states instead of drawing them (replayed traces, tests).
         """
         self._round, self._air = round_idx, None
-        if links is None:
-            links = sample_link_states(self.profiles, self.cfg.network, self.seed, round_idx)
-        self._links = links
+        self._links = self.drawn_links(round_idx) if links is None else links
         self._nqi = nqi(self._links.values, self.ranges, np.array(self.cfg.nqi.weights))
         epoch = (round_idx - 1) // self.cfg.security.epoch_rounds
         rotate_all(epoch, self.sealers.values(), self.openers.values())
+
+    def drawn_links(self, round_idx: int, seed: int | None = None) -> LinkStates:
+        """The link states drawn for ``round_idx`` (003 §2.3.1; generator (seed, round,
+        client, "link")): the draw of the last round asked for is kept, so a scheduler
+        that needs the same round's outages again (the hierarchy's downlink) gets them
+        without drawing them per tractor a second time. ``seed``: another run seed's
+        draw (default: the uplink's)."""
+        seed = self.seed if seed is None else seed
+        if self._drawn is None or self._drawn[0] != (seed, round_idx):
+            links = sample_link_states(self.profiles, self.cfg.network, seed, round_idx)
+            self._drawn = ((seed, round_idx), links)
+        return self._drawn[1]
 
     def _sealer(self, sender: int, receiver: int) -> Sealer:
         key = (sender, receiver)
@@ -264,6 +299,26 @@ class Uplink:
             return list(frames), ""
         sealer, opener = self._sealer(sender, receiver), self._opener(receiver)
         wires = [sealer.seal(f, self._round) for _, f in frames]
+        if sec.replay_prob or sec.tamper_prob:
+            self._adversary(wires, opener, sender, receiver, owner)
+        self.last_wire[(sender, receiver)] = wires[-1]
+        out, reason = [], ""
+        for (i, _), w in zip(frames, wires, strict=True):
+            res = opener.open(w)
+            if res.payload is not None:
+                out.append((i, res.payload))
+            else:
+                reason = str(res.reason)
+                self.envelope_rejections[reason] += 1
+        return out, reason
+
+    def _adversary(
+        self, wires: list[bytes], opener: Opener, sender: int, receiver: int, owner: int
+    ) -> None:
+        """The simulated §2.1.8 adversary on one hop: it may replay the hop's last envelope
+        and flip one bit of one of ``wires`` (in place). Its generator is (seed, round,
+        owner, hop), drawn only when an attack probability is set."""
+        sec = self.cfg.security
         rng = numpy_generator(
             self.seed, "round", self._round, "client", owner, "adversary", sender, receiver
         )
@@ -279,16 +334,6 @@ class Uplink:
             bad = bytearray(wires[j])
             bad[int(rng.integers(len(bad)))] ^= 1 << int(rng.integers(8))
             wires[j] = bytes(bad)
-        self.last_wire[(sender, receiver)] = wires[-1]
-        out, reason = [], ""
-        for (i, _), w in zip(frames, wires, strict=True):
-            res = opener.open(w)
-            if res.payload is not None:
-                out.append((i, res.payload))
-            else:
-                reason = str(res.reason)
-                self.envelope_rejections[reason] += 1
-        return out, reason
 
     # -- one tractor -----------------------------------------------------------------------
     def transmit(self, delta: torch.Tensor, client: int) -> Transmission:
@@ -320,6 +365,195 @@ class Uplink:
                 cos = float(gate.cosine[0])
                 held = Transmission(client, TransmitStatus.HELD, score, detail=f"cos {cos:.4f}")
                 return self._buffer(st, x, age, held)
+        route = self._route(st, x, client, age, score)
+        if isinstance(route, Transmission):
+            return route
+        pipe, via, origin, score = route.pipe, route.via, route.origin, route.score
+        rng = None
+        if pipe is Pipeline.PAQ:
+            rng = numpy_generator(self.seed, "round", self._round, "client", client, "paq")
+        enc, residual = encode_with_feedback(
+            x, st.residual, pipe, self.cfg.pipelines, round_idx=self._round, rng=rng
+        )
+        tx = self._send(enc, x.numel(), client, via, origin, score, age)
+        if tx.status is not TransmitStatus.DELIVERED:
+            return self._buffer(st, x, age, tx)
+        st.residual, st.last_sent = residual, enc.recon
+        return tx
+
+    # -- a cohort --------------------------------------------------------------------------
+    def transmit_cohort(self, deltas: torch.Tensor, clients: Sequence[int]) -> list[Transmission]:
+        """:meth:`transmit` for every row of ``deltas [K, D]`` (client ``clients[i]``'s Δw),
+        with the per-row arithmetic batched over the cohort (issue 36).
+
+        The result and every tractor's state are those of ``[transmit(deltas[i],
+        clients[i]) for i in range(K)]``, bit for bit: coalescing, the checkpointer's row
+        reductions, top-k (one tie rule, :func:`~geofl.network.sparse.topk_rows`),
+        quantisation and error feedback are the same element-wise operations on rows of
+        a ``[K, D]`` batch, grouped by pipeline. Envelopes stay per hop and message, sealed
+        and opened in cohort order: a forwarding neighbour's sealer counter and the
+        receivers' replay windows see the per-client order. The receiver's decoding is
+        the encoder's reconstruction when it opened exactly the encoder's bytes (what
+        decoding them gives: the same dequantisation), else a real decode. Large cohorts
+        run in slices of about 2^24 values, in order.
+
+        Raises:
+            ValueError: ``deltas`` is not ``[len(clients), D]`` or a client repeats.
+        """
+        if deltas.dim() != 2 or deltas.shape[0] != len(clients):
+            raise ValueError(
+                f"deltas of shape {tuple(deltas.shape)} for {len(clients)} clients; pass [K, D]"
+            )
+        if len(set(clients)) != len(clients):
+            raise ValueError("a client appears twice in the cohort; pass each one once")
+        step = max(1, _SLICE_VALUES // max(1, deltas.shape[1]))
+        out: list[Transmission] = []
+        for lo in range(0, len(clients), step):
+            out += self._transmit_slice(deltas[lo : lo + step], clients[lo : lo + step])
+        return out
+
+    def _transmit_slice(self, deltas: torch.Tensor, clients: Sequence[int]) -> list[Transmission]:
+        """:meth:`transmit_cohort` of one slice: coalesce, gate and route every row, encode
+        the routed rows by pipeline, then send them in cohort order."""
+        xs, ages = self._coalesce(deltas, clients)
+        send, cosine = self._gate(xs, clients)
+        done: list[Transmission | None] = [None] * len(clients)
+        routes: dict[int, _Route] = {}
+        for i, client in enumerate(clients):
+            st, score = self.tractors[client], float(self._nqi[client])
+            if not send[i]:
+                held = Transmission(
+                    client, TransmitStatus.HELD, score, detail=f"cos {cosine[i]:.4f}"
+                )
+                done[i] = self._buffer(st, xs[i].clone(), ages[i], held)
+                continue
+            route = self._route(st, xs[i], client, ages[i], score)
+            if isinstance(route, Transmission):
+                if st.pending is not None:  # buffered: a copy, not a view of the batch
+                    st.pending = st.pending.clone()
+                done[i] = route
+            else:
+                routes[i] = route
+        for i, tx in self._encode_and_send(xs, clients, routes):
+            done[i] = tx
+        return [tx for tx in done if tx is not None]
+
+    def _coalesce(
+        self, deltas: torch.Tensor, clients: Sequence[int]
+    ) -> tuple[torch.Tensor, list[int]]:
+        """Each row coalesced with its tractor's buffered update (dropped past
+        ``max_retries``) as :meth:`transmit` does; the rows ``[K, D]`` and their ages."""
+        xs = deltas.clone()
+        ages, rows, pending = [0] * len(clients), [], []
+        for i, client in enumerate(clients):
+            st = self.tractors[client]
+            if st.pending is not None:
+                if st.pending_age >= self.cfg.network.max_retries:
+                    log.info(
+                        "client %d: buffered update superseded after %d rounds",
+                        client,
+                        st.pending_age,
+                    )
+                else:
+                    rows.append(i)
+                    pending.append(st.pending)
+                    ages[i] = st.pending_age
+            st.pending, st.pending_age = None, 0
+        if rows:
+            xs[rows] = deltas[rows] + torch.stack(pending)
+        return xs, ages
+
+    def _gate(self, xs: torch.Tensor, clients: Sequence[int]) -> tuple[list[bool], list[float]]:
+        """The checkpointer (003 Alg. 1 l. 2–5) for every row with a last-sent reference,
+        batched (:data:`_GATE_ROW_ALONE`): send or hold, and the cosine; moves s_dot."""
+        ck, n = self.cfg.checkpoint, len(clients)
+        send, cosine = [True] * n, [0.0] * n
+        if ck.tau_cos <= 0:
+            return send, cosine
+        rows = [i for i, c in enumerate(clients) if self.tractors[c].last_sent is not None]
+        parts = [rows] if rows and xs.shape[1] < _GATE_ROW_ALONE else [[i] for i in rows]
+        for part in parts:
+            states = [self.tractors[clients[i]] for i in part]
+            gate = cosine_gate(
+                xs[part],
+                torch.stack([st.last_sent for st in states if st.last_sent is not None]),
+                torch.ones(len(part), dtype=torch.bool),
+                ck.tau_cos,
+                tau_dot=ck.tau_dot,
+                dot_prev=torch.tensor([st.dot_prev for st in states]),
+            )
+            rows_out = zip(part, states, gate.send.tolist(), gate.cosine.tolist(), strict=True)
+            for (i, st, ok, cos), dot in zip(rows_out, gate.dot.tolist(), strict=True):
+                st.dot_prev, send[i], cosine[i] = dot, ok, cos
+        return send, cosine
+
+    def _encode_and_send(
+        self, xs: torch.Tensor, clients: Sequence[int], routes: dict[int, _Route]
+    ) -> list[tuple[int, Transmission]]:
+        """Encode the routed rows, one batch per pipeline (with error feedback), then send
+        each in cohort order (:meth:`_deliver`)."""
+        by_pipe: dict[Pipeline, list[int]] = {}
+        for i, route in routes.items():
+            by_pipe.setdefault(route.pipe, []).append(i)
+        encoded: dict[int, tuple[EncodedUpdate, torch.Tensor | None, bool]] = {}
+        for pipe, rows in by_pipe.items():
+            frames, recon, residual = self._encode_rows(xs, clients, rows, pipe)
+            finite = torch.isfinite(recon).all(dim=1).tolist()
+            for j, i in enumerate(rows):
+                res = None if residual is None else residual[j]
+                encoded[i] = (EncodedUpdate(pipe, frames[j], recon[j]), res, finite[j])
+        return [(i, self._deliver(xs[i], clients[i], routes[i], *encoded[i])) for i in routes]
+
+    def _encode_rows(
+        self, xs: torch.Tensor, clients: Sequence[int], rows: list[int], pipe: Pipeline
+    ) -> tuple[list[tuple[bytes, ...]], torch.Tensor, torch.Tensor | None]:
+        """:func:`~geofl.network.pipelines.encode_with_feedback` of rows ``rows`` of ``xs``
+        with one pipeline: frames per row, reconstructions and new residuals ``[n, D]``
+        (None without error feedback)."""
+        params = self.cfg.pipelines
+        targets = xs[rows]
+        if params.error_feedback:
+            have = [j for j, i in enumerate(rows) if self.tractors[clients[i]].residual is not None]
+            if have:
+                res = [self.tractors[clients[rows[j]]].residual for j in have]
+                targets[have] = targets[have] + torch.stack([r for r in res if r is not None])
+        rngs = None
+        if pipe is Pipeline.PAQ:
+            rngs = [
+                numpy_generator(self.seed, "round", self._round, "client", clients[i], "paq")
+                for i in rows
+            ]
+        frames, recon = encode_rows(targets, pipe, params, round_idx=self._round, rngs=rngs)
+        return frames, recon, (targets - recon if params.error_feedback else None)
+
+    def _deliver(
+        self,
+        x: torch.Tensor,
+        client: int,
+        route: _Route,
+        enc: EncodedUpdate,
+        residual: torch.Tensor | None,
+        finite: bool,
+    ) -> Transmission:
+        """Send one encoded row (:meth:`_send`); on delivery its residual and reference
+        move (copies, so no tractor holds a cohort's batch alive), else it is buffered."""
+        known = enc.recon if finite else None
+        st = self.tractors[client]
+        r = route
+        tx = self._send(enc, x.numel(), client, r.via, r.origin, r.score, r.age, known)
+        if tx.status is not TransmitStatus.DELIVERED:
+            return self._buffer(st, x.clone(), r.age, tx)
+        st.residual = None if residual is None else residual.clone()
+        st.last_sent = enc.recon.clone()
+        return tx
+
+    def _route(
+        self, st: _Tractor, x: torch.Tensor, client: int, age: int, score: float
+    ) -> _Route | Transmission:
+        """After the checkpointer: forward in an outage, gate by NQI, AirComp's deep fade
+        (003 Alg. 1 l. 7–8, §2.1.2(3)) — the route of ``x``, or the transmission it ends
+        as (buffered, or AirComp's drop). Shared by :meth:`transmit` and
+        :meth:`transmit_cohort`, so both route alike."""
         via, origin = None, client
         if self._links.outage[client]:
             via = self._neighbour(client) if self.cfg.network.forward else None
@@ -335,19 +569,7 @@ class Uplink:
         if air is not None and (g := channel_gain(self.seed, self._round, client)) < air.g_th:
             log.debug("round %d: client %d silent (AirComp |h|² %.4f)", self._round, client, g)
             return Transmission(client, TransmitStatus.TRUNCATED, score, detail=f"|h|² {g:.4f}")
-        if not self.cfg.compress:
-            pipe = Pipeline.RAW
-        rng = None
-        if pipe is Pipeline.PAQ:
-            rng = numpy_generator(self.seed, "round", self._round, "client", client, "paq")
-        enc, residual = encode_with_feedback(
-            x, st.residual, pipe, self.cfg.pipelines, round_idx=self._round, rng=rng
-        )
-        tx = self._send(enc, x.numel(), client, via, origin, score)
-        if tx.status is not TransmitStatus.DELIVERED:
-            return self._buffer(st, x, age, tx)
-        st.residual, st.last_sent = residual, enc.recon
-        return replace(tx, buffered_rounds=age)
+        return _Route(pipe if self.cfg.compress else Pipeline.RAW, via, origin, score, age)
 
     def _neighbour(self, client: int) -> int | None:
         """The up, above-τ group member with the highest NQI (ties: lowest id), or None."""
@@ -367,9 +589,22 @@ class Uplink:
         return tx
 
     def _send(
-        self, enc: EncodedUpdate, dim: int, client: int, via: int | None, origin: int, score: float
+        self,
+        enc: EncodedUpdate,
+        dim: int,
+        client: int,
+        via: int | None,
+        origin: int,
+        score: float,
+        age: int = 0,
+        known: torch.Tensor | None = None,
     ) -> Transmission:
-        """Hops of one encoded update: [tractor → neighbour →] server; decode on arrival."""
+        """Hops of one encoded update: [tractor → neighbour →] server; decode on arrival.
+        ``age``: the rounds its oldest content waited (recorded when delivered).
+
+        ``known``: the decoding of ``enc.frames`` when the cohort path already has it (the
+        encoder's finite reconstruction): used only if the receiver opened exactly those
+        bytes, so the values are what decoding them gives; else they are decoded."""
         net = self.cfg.network
         overhead = OVERHEAD_BYTES if self.cfg.security.enabled else 0
         head = [] if self.header is None else [self.header(client)]
@@ -393,9 +628,23 @@ class Uplink:
         opened, why = self._hop(frames[:done], origin, receiver, client)
         arrived = [payload for _, payload in opened]
         latency = elapsed + l_ms / 1e3 + 8.0 * sum(carried) / (b * 1e6)
-        tx = Transmission(
+        status, detail = TransmitStatus.DELIVERED, ""
+        values = header = None
+        if reason or why or len(frames) < len(payloads):
+            status, detail = TransmitStatus.REJECTED, f"envelope {reason or why}"
+        elif done < len(frames):
+            late = f"{len(frames) - done} of {len(frames)} frames past the deadline"
+            status, detail = TransmitStatus.DEADLINE, late
+        else:
+            try:
+                values = self._decoded(arrived[len(head) :], enc, dim, known)
+                header = arrived[0] if head else None
+            except PayloadError as err:
+                status, detail = TransmitStatus.REJECTED, f"payload: {err}"
+        delivered = status is TransmitStatus.DELIVERED
+        return Transmission(
             client,
-            TransmitStatus.DELIVERED,
+            status,
             score,
             enc.pipeline,
             via,
@@ -404,18 +653,25 @@ class Uplink:
             energy,
             latency,
             local_s=elapsed,
+            buffered_rounds=age if delivered else 0,
+            detail=detail,
+            values=values,
+            header=header,
         )
-        if reason or why or len(frames) < len(payloads):
-            return replace(tx, status=TransmitStatus.REJECTED, detail=f"envelope {reason or why}")
-        if done < len(frames):
-            late = f"{len(frames) - done} of {len(frames)} frames past the deadline"
-            return replace(tx, status=TransmitStatus.DEADLINE, detail=late)
-        got = arrived[len(head) :]
-        try:
-            values = decode_update(got, dim).values
-            return replace(tx, values=values, header=arrived[0] if head else None)
-        except PayloadError as err:
-            return replace(tx, status=TransmitStatus.REJECTED, detail=f"payload: {err}")
+
+    @staticmethod
+    def _decoded(
+        got: list[bytes], enc: EncodedUpdate, dim: int, known: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The receiver's ``[D]`` update from the payloads it opened: ``known`` (a copy)
+        when they are exactly the encoder's bytes, else decoded.
+
+        Raises:
+            PayloadError: Malformed payloads.
+        """
+        if known is not None and tuple(got) == enc.frames:
+            return known.clone()
+        return decode_update(got, dim).values
 
     def superpose(self, deltas: torch.Tensor) -> None:
         """AirComp-FL (``aircomp`` set): the round's delivered updates ``[n, D]`` become one
