@@ -118,8 +118,11 @@ def _state(up: Uplink) -> list[Any]:
     ]
 
 
-def _compare(k: int, rounds: int, d: int = D, **over: Any) -> list[list[Transmission]]:
-    """Run both paths ``rounds`` rounds; assert every round agrees; the cohort's txs."""
+def _compare(
+    k: int, rounds: int, d: int = D, as_rows: bool = False, **over: Any
+) -> list[list[Transmission]]:
+    """Run both paths ``rounds`` rounds; assert every round agrees; the cohort's txs.
+    ``as_rows``: the cohort gets a list of ``[D]`` rows instead of one ``[K, D]`` batch."""
     ref, coh = _uplink(k, **over), _uplink(k, **over)
     seen = []
     for r in range(1, rounds + 1):
@@ -129,7 +132,8 @@ def _compare(k: int, rounds: int, d: int = D, **over: Any) -> list[list[Transmis
         deltas = _adversarial(k, d, r)
         clients = list(range(k))[::-1]  # cohort order is not id order
         want = [ref.transmit(deltas[i].clone(), c) for i, c in enumerate(clients)]
-        got = coh.transmit_cohort(deltas.clone(), clients)
+        cohort = list(deltas.clone()) if as_rows else deltas.clone()
+        got = coh.transmit_cohort(cohort, clients)
         assert [_tx_fields(t) for t in got] == [_tx_fields(t) for t in want], f"round {r}"
         assert _state(coh) == _state(ref), f"round {r}"
         seen.append(got)
@@ -174,6 +178,13 @@ def test_single_client_cohort_and_long_rows() -> None:
     time; residuals carried three rounds."""
     _compare(1, 3)
     _compare(3, 3, d=33_000, checkpoint={"tau_cos": 2.0})  # the checkpointer holds all
+
+
+def test_a_list_of_rows_in_small_slices_equals_per_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler passes its clients' Δw as a list, stacked one slice at a time (a
+    cohort of large models is never copied whole): slices of 3 rows change nothing."""
+    monkeypatch.setattr("geofl.engine.uplink.ground._SLICE_VALUES", 3 * D)
+    _compare(12, 3, as_rows=True)
 
 
 def test_cohort_sealed_bytes_decrypt_to_the_reference_payloads() -> None:
@@ -231,6 +242,8 @@ def test_cohort_refuses_a_malformed_call() -> None:
         up.transmit_cohort(torch.zeros(2, D), [1, 1])
     with pytest.raises(ValueError, match=r"pass \[K, D\]"):
         up.transmit_cohort(torch.zeros(2, D), [0, 1, 2])
+    with pytest.raises(ValueError, match=r"pass \[K, D\]"):
+        up.transmit_cohort([torch.zeros(D), torch.zeros(D + 1)], [0, 1])
 
 
 def _rounds(

@@ -233,7 +233,7 @@ class SyncScheduler:
         if not self.cohort_uplink or len(set(senders)) < len(senders):
             got = [uplink.transmit(d, k) for d, k in zip(deltas, senders, strict=True)]
         else:
-            got = uplink.transmit_cohort(torch.stack(deltas), senders) if rows else []
+            got = uplink.transmit_cohort(deltas, senders) if rows else []
         for i, tx in zip(rows, got, strict=True):
             txs[i] = tx
         return txs
@@ -302,19 +302,43 @@ class SyncScheduler:
             self.c.uplink.begin_round(round_idx)
         directives = self._directives(round_idx, trained, plan.extra, plan.payload)
         steps = self._steps(global_params, directives, held)
-        outcomes: list[tuple[int, StepOutcome]] = []
+        outcomes = self._timed(trained, steps, out)
+        if self.c.uplink is None:  # one step's result alive at a time
+            for k, res in outcomes:
+                self._take(k, res, round_idx, out, len(trained), None)
+            return out
+        cohort = list(outcomes)  # the uplink takes the cohort's uploads at once, in order
+        for (k, res), tx in zip(cohort, self._uplink(cohort), strict=True):
+            self._take(k, res, round_idx, out, len(trained), tx)
+        return out
+
+    @staticmethod
+    def _timed(
+        trained: Sequence[int], steps: Iterator[StepOutcome], out: Collected
+    ) -> Iterator[tuple[int, StepOutcome]]:
+        """Each trained client with its step's outcome; a result's step time adds to
+        ``out.train_time``."""
         for k in trained:
             t0 = time.perf_counter()
-            outcomes.append((k, next(steps)))
-            if isinstance(outcomes[-1][1], ClientResult):
+            res = next(steps)
+            if isinstance(res, ClientResult):
                 out.train_time += time.perf_counter() - t0
-        sent = self._uplink(outcomes)  # the cohort's uploads over the uplink, in order
-        for (k, res), tx in zip(outcomes, sent, strict=True):
-            if isinstance(res, BudgetExhaustedError | LostUpload):
-                out.rejected.append(declined(res, k, round_idx))
-                continue
-            self._receive(res, k, round_idx, out, len(trained), tx)
-        return out
+            yield k, res
+
+    def _take(
+        self,
+        k: int,
+        res: StepOutcome,
+        round_idx: int,
+        out: Collected,
+        rows: int,
+        tx: Transmission | None,
+    ) -> None:
+        """A declined step becomes its rejection; a result is received (:meth:`_receive`)."""
+        if isinstance(res, BudgetExhaustedError | LostUpload):
+            out.rejected.append(declined(res, k, round_idx))
+        else:
+            self._receive(res, k, round_idx, out, rows, tx)
 
     def _directives(
         self,

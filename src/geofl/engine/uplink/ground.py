@@ -382,9 +382,12 @@ class Uplink:
         return tx
 
     # -- a cohort --------------------------------------------------------------------------
-    def transmit_cohort(self, deltas: torch.Tensor, clients: Sequence[int]) -> list[Transmission]:
-        """:meth:`transmit` for every row of ``deltas [K, D]`` (client ``clients[i]``'s Δw),
-        with the per-row arithmetic batched over the cohort (issue 36).
+    def transmit_cohort(
+        self, deltas: torch.Tensor | Sequence[torch.Tensor], clients: Sequence[int]
+    ) -> list[Transmission]:
+        """:meth:`transmit` for every row of ``deltas`` (``[K, D]``, or K ``[D]`` tensors:
+        client ``clients[i]``'s Δw), with the per-row arithmetic batched over the cohort
+        (issue 36).
 
         The result and every tractor's state are those of ``[transmit(deltas[i],
         clients[i]) for i in range(K)]``, bit for bit: coalescing, the checkpointer's row
@@ -395,21 +398,29 @@ class Uplink:
         receivers' replay windows see the per-client order. The receiver's decoding is
         the encoder's reconstruction when it opened exactly the encoder's bytes (what
         decoding them gives: the same dequantisation), else a real decode. Large cohorts
-        run in slices of about 2^24 values, in order.
+        run in slices of about 2^24 values, in order; a list of rows is stacked one
+        slice at a time, so a cohort of large models is never copied whole.
 
         Raises:
-            ValueError: ``deltas`` is not ``[len(clients), D]`` or a client repeats.
+            ValueError: ``deltas`` is not K rows of one length D or a client repeats.
         """
-        if deltas.dim() != 2 or deltas.shape[0] != len(clients):
+        if isinstance(deltas, torch.Tensor):
+            shapes = {tuple(deltas.shape[1:])} if deltas.dim() == 2 else {(-1, -1)}
+        else:
+            shapes = {tuple(row.shape) for row in deltas}
+        if len(deltas) != len(clients) or len(shapes) > 1 or any(len(s) != 1 for s in shapes):
             raise ValueError(
-                f"deltas of shape {tuple(deltas.shape)} for {len(clients)} clients; pass [K, D]"
+                f"deltas of row shapes {sorted(shapes)} for {len(clients)} clients; pass [K, D]"
             )
         if len(set(clients)) != len(clients):
             raise ValueError("a client appears twice in the cohort; pass each one once")
-        step = max(1, _SLICE_VALUES // max(1, deltas.shape[1]))
+        width = next(iter(shapes), (1,))[0]
+        step = max(1, _SLICE_VALUES // max(1, width))
         out: list[Transmission] = []
         for lo in range(0, len(clients), step):
-            out += self._transmit_slice(deltas[lo : lo + step], clients[lo : lo + step])
+            block = deltas[lo : lo + step]
+            rows = block if isinstance(block, torch.Tensor) else torch.stack(list(block))
+            out += self._transmit_slice(rows, clients[lo : lo + step])
         return out
 
     def _transmit_slice(self, deltas: torch.Tensor, clients: Sequence[int]) -> list[Transmission]:
