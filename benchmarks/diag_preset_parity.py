@@ -25,6 +25,12 @@ format is otherwise the same). Each run gets its own ``GEOFL_CACHE`` so that a d
 written by one tree is never read by the other. ``--reuse`` keeps the sides that an earlier
 invocation with the same arguments finished (on a loaded machine a run can take longer than
 ``--timeout``); a side cut off before it finished is run again from the start.
+
+A preset too slow even at ``--rounds 1`` is shrunk with ``--set KEY=VALUE`` (repeatable):
+each is passed to ``geofl run --set`` after the tool's own rounds and seed overrides,
+identically for both trees, and recorded in the row (``overrides``). Fewer clients or a
+smaller data set is still a same-code comparison; the row says what was shrunk. Use a
+separate ``--out`` for a shrunk run, so that ``--reuse`` never keeps an unshrunk side.
 """
 
 from __future__ import annotations
@@ -57,10 +63,13 @@ ROUND_FIELDS = (
 )
 
 
-def run_preset(src: str, preset: str, out: Path, rounds: int, timeout: float) -> str | None:
+def run_preset(
+    src: str, preset: str, out: Path, rounds: int, timeout: float, overrides: list[str]
+) -> str | None:
     """``geofl run preset`` with ``src`` first on the path; None when it finished, else why.
 
-    ``preset`` is a preset name or a YAML path.
+    ``preset`` is a preset name or a YAML path; ``overrides`` are ``KEY=VALUE`` strings
+    passed as ``--set`` after the rounds and seed (so they win over both).
     """
     env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env["GEOFL_CACHE"] = str(out.parent / f"{out.name}-cache")
@@ -70,6 +79,8 @@ def run_preset(src: str, preset: str, out: Path, rounds: int, timeout: float) ->
     cmd = [sys.executable, "-m", "geofl.cli", "run", preset, "--out", str(out)]
     cmd += ["--no-report", "--no-progress", "--set", f"federation.rounds={rounds}"]
     cmd += ["--set", f"seeds=[{seeds}]"]
+    for override in overrides:
+        cmd += ["--set", override]
     try:
         got = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -141,7 +152,7 @@ def old_yaml(src: str, preset: str, out: Path) -> Path | None:
 def compare(args: argparse.Namespace, preset: str) -> dict[str, Any]:
     """Run one preset (or its old YAML) with both trees and compare; the JSON row."""
     label = f"{preset}@old-yaml" if args.config_from == "old" else preset
-    row: dict[str, Any] = {"preset": label, "rounds": args.rounds}
+    row: dict[str, Any] = {"preset": label, "rounds": args.rounds, "overrides": args.overrides}
     source: str | None = preset
     if args.config_from == "old":
         path = old_yaml(args.old, preset, args.out / label / f"{preset}.yaml")
@@ -154,7 +165,8 @@ def compare(args: argparse.Namespace, preset: str) -> dict[str, Any]:
             why = "not run: the old tree's run did not finish"
         if why is None and not (args.reuse and (where / "summary.json").is_file()):
             shutil.rmtree(where, ignore_errors=True)  # a run cut off earlier: start afresh
-            why = run_preset(getattr(args, side), source or "", where, args.rounds, args.timeout)
+            src = getattr(args, side)
+            why = run_preset(src, source or "", where, args.rounds, args.timeout, args.overrides)
         row[f"{side}_error"] = why
         runs[side] = where
     if row["old_error"] or row["new_error"]:
@@ -186,6 +198,15 @@ def main() -> None:
         action="store_true",
         help="keep a side whose run directory under --out already holds a finished run "
         "(summary.json) from an earlier invocation with the same arguments",
+    )
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a geofl --set override for both trees' runs (repeatable), to shrink a preset "
+        "too slow at --rounds: fewer clients, smaller data; recorded in each row",
     )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

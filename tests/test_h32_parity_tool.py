@@ -54,7 +54,14 @@ def _args(
 ) -> argparse.Namespace:
     out = tmp_path / "out"
     return argparse.Namespace(
-        old=old, new=new, out=out, rounds=2, timeout=5.0, config_from=config_from, reuse=reuse
+        old=old,
+        new=new,
+        out=out,
+        rounds=2,
+        timeout=5.0,
+        config_from=config_from,
+        reuse=reuse,
+        overrides=[],
     )
 
 
@@ -66,7 +73,7 @@ def test_config_from_old_runs_the_old_yaml_on_both_trees(
     new = _tree(tmp_path / "new", "seeds: [9]\nfederation: {rounds: 80}\n")
     calls: list[tuple[str, str, Path]] = []
 
-    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float) -> None:
+    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float, sets: Any) -> None:
         calls.append((src, preset, out))
         _write_run(out, 0.25)
 
@@ -89,7 +96,7 @@ def test_each_tree_runs_its_own_preset_by_default(
     losses = iter([0.25, 0.5])
     calls: list[str] = []
 
-    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float) -> None:
+    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float, sets: Any) -> None:
         calls.append(preset)
         _write_run(out, next(losses))
 
@@ -137,7 +144,7 @@ def test_each_run_gets_its_own_data_cache(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(tool.subprocess, "run", fake_run)
     for side in ("old", "new"):
-        assert tool.run_preset(src, "p", tmp_path / "out" / "p" / side, 2, 5.0) is None
+        assert tool.run_preset(src, "p", tmp_path / "out" / "p" / side, 2, 5.0, []) is None
     assert seen == [str(tmp_path / "out" / "p" / f"{s}-cache") for s in ("old", "new")]
 
 
@@ -152,7 +159,7 @@ def test_reuse_keeps_a_finished_side_and_reruns_a_cut_off_one(
     (cut_off / "methods").mkdir(parents=True)  # a run stopped by --timeout: no summary
     calls: list[Path] = []
 
-    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float) -> None:
+    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float, sets: Any) -> None:
         assert not out.exists(), "the cut-off run directory is removed first"
         calls.append(out)
         _write_run(out, 0.25)
@@ -169,7 +176,7 @@ def test_new_side_waits_for_a_finished_old_side(
     src = _tree(tmp_path / "t", "seeds: [1]\n")
     calls: list[Path] = []
 
-    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float) -> str:
+    def fake(src: str, preset: str, out: Path, rounds: int, timeout: float, sets: Any) -> str:
         calls.append(out)
         return "timed out after 5 s"
 
@@ -177,3 +184,34 @@ def test_new_side_waits_for_a_finished_old_side(
     row = tool.compare(_args(tmp_path, src, src, "preset"), "p")
     assert [out.name for out in calls] == ["old"] and row["verdict"] == "not compared"
     assert row["new_error"] == "not run: the old tree's run did not finish"
+
+
+def test_set_overrides_go_to_both_trees_after_rounds_and_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preset too slow at --rounds is shrunk identically on both trees, and the row says so."""
+    tool = _tool()
+    src = _tree(tmp_path / "t", "seeds: [3]\n")
+    cmds: list[list[str]] = []
+
+    class Done:
+        returncode = 0
+        stdout = stderr = ""
+
+    def fake_run(cmd: list[str], env: dict[str, str], **kwargs: Any) -> Done:
+        cmds.append(cmd)
+        _write_run(Path(cmd[cmd.index("--out") + 1]), 0.25)
+        return Done()
+
+    monkeypatch.setattr(tool.subprocess, "run", fake_run)
+    sets = ["federation.num_clients=4", "data.params.num_samples=600"]
+    argv = ["diag", "--old", src, "--new", src, "--out", str(tmp_path / "out"), "p"]
+    monkeypatch.setattr(sys, "argv", argv[:-1] + [f"--set={s}" for s in sets] + ["p"])
+    tool.main()
+    assert len(cmds) == 2
+    for cmd in cmds:
+        tail = cmd[cmd.index("--no-progress") + 1 :]
+        assert tail[:4] == ["--set", "federation.rounds=2", "--set", "seeds=[3]"]
+        assert tail[4:] == ["--set", sets[0], "--set", sets[1]]  # after: they win
+    row = json.loads((tmp_path / "out" / "parity.jsonl").read_text(encoding="utf-8"))
+    assert row["overrides"] == sets and row["verdict"] == "same"
