@@ -17,9 +17,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.engine import test_uplink_cohort as cohort_tests
 
-from geofl.config.uplink import UplinkConfig
-from geofl.engine.uplink.ground import Transmission, Uplink
+from geofl.engine.uplink.ground import Uplink
 from geofl.network.rural import LinkStates
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # float32 extremes
@@ -36,36 +36,9 @@ CONFIGS: list[dict[str, Any]] = [
 
 
 def _uplink(k: int, over: dict[str, Any]) -> Uplink:
-    raw: dict[str, Any] = {
-        "nqi": {"normalisation": "global"},
-        "network": {"deadline_s": 5.0, "max_retries": 1},
-        "checkpoint": {"tau_cos": 0.05},
-        "neighbour_group": 3,
-    }
-    for key, value in over.items():
-        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
-    return Uplink(UplinkConfig.model_validate(raw), num_clients=k, seed=11)
-
-
-def _bits(t: torch.Tensor | None) -> list[int] | None:
-    return None if t is None else t.contiguous().view(torch.int32).tolist()
-
-
-def _fields(tx: Transmission) -> tuple[Any, ...]:
-    return tuple(sorted({**vars(tx), "values": _bits(tx.values)}.items()))
-
-
-def _tractors(up: Uplink) -> list[Any]:
-    return [
-        (
-            _bits(t.residual),
-            _bits(t.last_sent),
-            _bits(t.pending),
-            t.pending_age,
-            float(t.dot_prev).hex(),
-        )
-        for t in up.tractors
-    ] + [sorted(up.last_wire.items()), dict(up.envelope_rejections)]
+    """The cohort tests' uplink with a short deadline, one retry and groups of 3."""
+    network = {"deadline_s": 5.0, "max_retries": 1}
+    return cohort_tests._uplink(k, network=network, neighbour_group=3, **over)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -92,5 +65,6 @@ def test_cohort_equals_per_client(k: int, d: int, config: int, seed: int) -> Non
         clients = [int(c) for c in rng.permutation(k)]
         want = [ref.transmit(deltas[i].clone(), c) for i, c in enumerate(clients)]
         got = coh.transmit_cohort(deltas.clone(), clients)
-        assert [_fields(t) for t in got] == [_fields(t) for t in want]
-        assert _tractors(coh) == _tractors(ref)
+        fields = cohort_tests._tx_fields
+        assert [fields(t) for t in got] == [fields(t) for t in want]
+        assert cohort_tests._state(coh) == cohort_tests._state(ref)
