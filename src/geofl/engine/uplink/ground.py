@@ -335,20 +335,26 @@ class Uplink:
             bad[int(rng.integers(len(bad)))] ^= 1 << int(rng.integers(8))
             wires[j] = bytes(bad)
 
+    def _take_pending(self, client: int) -> tuple[torch.Tensor, int] | None:
+        """Empty ``client``'s buffer; its buffered update and age to coalesce with this
+        round's Δw, or None (nothing buffered, or superseded past ``max_retries``)."""
+        st = self.tractors[client]
+        pending, age = st.pending, st.pending_age
+        st.pending, st.pending_age = None, 0
+        if pending is None:
+            return None
+        if age >= self.cfg.network.max_retries:
+            log.info("client %d: buffered update superseded after %d rounds", client, age)
+            return None
+        return pending, age
+
     # -- one tractor -----------------------------------------------------------------------
     def transmit(self, delta: torch.Tensor, client: int) -> Transmission:
         """Carry ``client``'s Δw of this round to the server, or buffer it."""
         st, x, age = self.tractors[client], delta, 0
-        if st.pending is not None:
-            if st.pending_age >= self.cfg.network.max_retries:
-                log.info(
-                    "client %d: buffered update superseded after %d rounds",
-                    client,
-                    st.pending_age,
-                )
-            else:
-                x, age = delta + st.pending, st.pending_age
-        st.pending, st.pending_age = None, 0
+        pending = self._take_pending(client)
+        if pending is not None:
+            x, age = delta + pending[0], pending[1]
         score = float(self._nqi[client])
         ck = self.cfg.checkpoint
         if ck.tau_cos > 0 and st.last_sent is not None:
@@ -457,19 +463,11 @@ class Uplink:
         xs = deltas.clone()
         ages, rows, pending = [0] * len(clients), [], []
         for i, client in enumerate(clients):
-            st = self.tractors[client]
-            if st.pending is not None:
-                if st.pending_age >= self.cfg.network.max_retries:
-                    log.info(
-                        "client %d: buffered update superseded after %d rounds",
-                        client,
-                        st.pending_age,
-                    )
-                else:
-                    rows.append(i)
-                    pending.append(st.pending)
-                    ages[i] = st.pending_age
-            st.pending, st.pending_age = None, 0
+            held = self._take_pending(client)
+            if held is not None:
+                rows.append(i)
+                pending.append(held[0])
+                ages[i] = held[1]
         if rows:
             xs[rows] = deltas[rows] + torch.stack(pending)
         return xs, ages
