@@ -21,18 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-CLASSES = [
-    "AnnualCrop",
-    "Forest",
-    "HerbaceousVegetation",
-    "Highway",
-    "Industrial",
-    "Pasture",
-    "PermanentCrop",
-    "Residential",
-    "River",
-    "SeaLake",
-]
+from geofl.data.base import EUROSAT_CLASSES
+
+CLASSES = list(EUROSAT_CLASSES)
 
 #: name -> (partitioner, params, clients, {seed: final test accuracy})
 METHODS: dict[str, tuple[str, dict[str, Any], int, dict[int, float]]] = {
