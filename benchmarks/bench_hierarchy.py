@@ -114,16 +114,22 @@ def _raw(
     }
 
 
-def _measure(tractors: int, rounds: int, uplink: bool, tmp: Path) -> dict[str, float]:
-    path = tmp / f"{tractors}.yaml"
-    path.write_text(yaml.safe_dump(_raw(tractors, rounds, uplink)))
+def _run(raw: dict[str, Any], tmp: Path, name: str) -> tuple[FederatedRun, float]:
+    """The run of ``raw``'s one method (its data loaded, split and partitioned, files under
+    ``tmp/name``) and the seconds its construction took (contact plans, fleet, sites)."""
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)
     ds = load_dataset(cfg)
     splits, parts = _plan(cfg, ds)
     data = prepare_split(ds, cfg, SEED, splits[SEED])
     t_build = time.perf_counter()
-    run = FederatedRun(cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / str(tractors))
-    build_s = time.perf_counter() - t_build
+    run = FederatedRun(cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / name)
+    return run, time.perf_counter() - t_build
+
+
+def _measure(tractors: int, rounds: int, uplink: bool, tmp: Path) -> dict[str, float]:
+    run, build_s = _run(_raw(tractors, rounds, uplink), tmp, str(tractors))
     params, phases = run.init_params, {"train": [], "clock": [], "aggregate": [], "total": []}
     for r in range(1, rounds + 1):
         out = run.scheduler.round(params, r)
@@ -148,15 +154,7 @@ def _measure_batch(
     step, ``auto``, or the sequential one, ``off``); adds the client steps' µs per tractor."""
     raw = _raw(tractors, rounds, uplink)
     raw["federation"]["batch_clients"] = batch
-    path = tmp / f"{tractors}-{batch}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(path)
-    ds = load_dataset(cfg)
-    splits, parts = _plan(cfg, ds)
-    data = prepare_split(ds, cfg, SEED, splits[SEED])
-    run = FederatedRun(
-        cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / f"{tractors}{batch}"
-    )
+    run, _ = _run(raw, tmp, f"{tractors}-{batch}")
     params, train, total, steps, cpu = run.init_params, [], [], [], []
     for r in range(1, rounds + 1):
         c0 = time.process_time()
@@ -209,16 +207,8 @@ def _measure_uplink(
     entered it (median over rounds)."""
     raw = _raw(tractors, rounds, True)
     raw["federation"]["batch_clients"] = "auto"
-    path = tmp / f"{tractors}-uplink.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(path)
-    ds = load_dataset(cfg)
-    splits, parts = _plan(cfg, ds)
-    data = prepare_split(ds, cfg, SEED, splits[SEED])
     side = "cohort" if cohort else "per-client"
-    run = FederatedRun(
-        cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / f"{tractors}{side}"
-    )
+    run, _ = _run(raw, tmp, f"{tractors}-{side}")
     sync = run.scheduler.sync  # type: ignore[attr-defined]
     sync.cohort_uplink = cohort
     plain, spent = sync._uplink, []
@@ -275,14 +265,8 @@ def _worker_run(
 ) -> tuple[FederatedRun, Any]:
     """A 120-tractor asynchronous hierarchy run with ``workers`` worker processes started
     (as :meth:`FederatedRun.run` starts them); returns the run and its pool (or None)."""
-    path = tmp / f"w{workers}.yaml"
     raw = _raw(120, rounds, False, hidden=hidden, steps=steps, workers=workers)
-    path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(path)
-    ds = load_dataset(cfg)
-    splits, parts = _plan(cfg, ds)
-    data = prepare_split(ds, cfg, SEED, splits[SEED])
-    run = FederatedRun(cfg, cfg.methods[0], SEED, data, parts[SEED]["hier"], tmp / f"w{workers}")
+    run, _ = _run(raw, tmp, f"w{workers}")
     return run, run._start_workers()
 
 
